@@ -1,0 +1,106 @@
+//! ggml element types as they appear in a GGUF tensor index.
+
+/// A ggml tensor element type. Only the storage geometry lives here (block size and bytes per
+/// block); the arithmetic is in `ridge-kernels`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    BF16,
+}
+
+impl GgmlType {
+    /// Maps the on-disk type id; `None` for ids ridge does not know.
+    pub fn from_id(id: u32) -> Option<Self> {
+        use GgmlType::*;
+        Some(match id {
+            0 => F32,
+            1 => F16,
+            2 => Q4_0,
+            3 => Q4_1,
+            6 => Q5_0,
+            7 => Q5_1,
+            8 => Q8_0,
+            9 => Q8_1,
+            10 => Q2_K,
+            11 => Q3_K,
+            12 => Q4_K,
+            13 => Q5_K,
+            14 => Q6_K,
+            15 => Q8_K,
+            24 => I8,
+            25 => I16,
+            26 => I32,
+            27 => I64,
+            28 => F64,
+            30 => BF16,
+            _ => return None,
+        })
+    }
+
+    /// Number of elements per block (1 for plain scalar types).
+    pub fn block_size(self) -> u64 {
+        use GgmlType::*;
+        match self {
+            F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> u64 {
+        use GgmlType::*;
+        match self {
+            F32 | I32 => 4,
+            F16 | BF16 | I16 => 2,
+            I8 => 1,
+            I64 | F64 => 8,
+            Q4_0 => 18,
+            Q4_1 => 20,
+            Q5_0 => 22,
+            Q5_1 => 24,
+            Q8_0 => 34,
+            Q8_1 => 36,
+            Q2_K => 84,
+            Q3_K => 110,
+            Q4_K => 144,
+            Q5_K => 176,
+            Q6_K => 210,
+            Q8_K => 292,
+        }
+    }
+
+    /// Bytes needed for one row of `n` elements, or `None` when `n` is not a whole number of
+    /// blocks or the size overflows.
+    pub fn row_bytes(self, n: u64) -> Option<u64> {
+        if n % self.block_size() != 0 {
+            return None;
+        }
+        (n / self.block_size()).checked_mul(self.block_bytes())
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
