@@ -1,0 +1,101 @@
+//! Causal attention of one query token over a sequence's cached keys and values, read through
+//! a paged KV layout.
+//!
+//! The cache stores K and V as f16 rows of `kv_dim = n_kv_heads · head_dim`, one row per token
+//! slot; a sequence's positions map to slots through its block table
+//! (`slot = table[pos / block_size] · block_size + pos % block_size`). Grouped-query attention:
+//! query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+
+use crate::{dot_scalar, ops, Isa};
+use half::f16;
+use std::cell::RefCell;
+
+/// The cached keys and values of one layer, addressed by slot.
+#[derive(Clone, Copy)]
+pub struct KvLayer<'a> {
+    /// Keys, `n_slots × kv_dim`.
+    pub k: &'a [f16],
+    /// Values, `n_slots × kv_dim`.
+    pub v: &'a [f16],
+    /// Elements per slot row.
+    pub kv_dim: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+}
+
+/// Attention shape parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (divides `n_heads`).
+    pub n_kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Score scale, usually `1/sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+thread_local! {
+    /// Per-thread score buffer; grows to the longest context seen, never per call.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn dot(isa: Isa, k: &[f16], q: &[f32]) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; lengths are equal.
+        Isa::Avx2 => unsafe { crate::dot_avx2::dot_f16_f32(k, q) },
+        _ => dot_scalar::dot_f16_f32(k, q),
+    }
+}
+
+fn axpy(isa: Isa, out: &mut [f32], a: f32, v: &[f16]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `dot`.
+        Isa::Avx2 => unsafe { crate::dot_avx2::axpy_f16(out, a, v) },
+        _ => dot_scalar::axpy_f16(out, a, v),
+    }
+}
+
+/// Computes one query head over positions `first..n_ctx` of a sequence.
+///
+/// `q` is the head's query (`head_dim`), `out` receives the attended value (`head_dim`).
+/// `table` must map every position below `n_ctx` to a slot inside `kv`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_head(
+    isa: Isa,
+    kv: &KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &AttnShape,
+    head: usize,
+    q: &[f32],
+    out: &mut [f32],
+) {
+    let hd = shape.head_dim;
+    let g = head / (shape.n_heads / shape.n_kv_heads);
+    let off = g * hd;
+    let slot = |pos: usize| {
+        table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size
+    };
+    SCORES.with(|cell| {
+        let mut scores = cell.borrow_mut();
+        if scores.len() < n_ctx - first {
+            scores.resize(n_ctx - first, 0.0);
+        }
+        let s = &mut scores[..n_ctx - first];
+        for (j, sj) in s.iter_mut().enumerate() {
+            let row = slot(first + j) * kv.kv_dim + off;
+            *sj = dot(isa, &kv.k[row..row + hd], q) * shape.scale;
+        }
+        ops::softmax_inplace(s);
+        out.fill(0.0);
+        for (j, &p) in s.iter().enumerate() {
+            let row = slot(first + j) * kv.kv_dim + off;
+            axpy(isa, out, p, &kv.v[row..row + hd]);
+        }
+    });
+}

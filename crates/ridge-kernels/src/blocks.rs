@@ -1,0 +1,121 @@
+//! Byte layouts of the block formats, scalar dequantization, and quantizers (used to build
+//! test weights and synthetic models).
+//!
+//! Layouts (little-endian, as in GGUF):
+//! - Q8_0: `d: f16, qs: [i8; 32]`, x = d·q.
+//! - Q4_0: `d: f16, qs: [u8; 16]`, element j < 16 in the low nibble of `qs[j]`, element j + 16
+//!   in its high nibble; x = d·(q − 8).
+//! - Q4_1: `d: f16, m: f16, qs: [u8; 16]` (nibbles as Q4_0), x = d·q + m.
+
+use crate::DType;
+use half::{bf16, f16};
+
+/// Reads a little-endian f16 at `b[0..2]` as f32.
+#[inline(always)]
+pub fn f16_at(b: &[u8]) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// Dequantizes one row (`out.len()` elements) stored in `dtype` into f32.
+///
+/// `row` must hold exactly `dtype.row_bytes(out.len())` bytes.
+pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+    debug_assert_eq!(row.len(), dtype.row_bytes(out.len()));
+    match dtype {
+        DType::F32 => {
+            for (o, c) in out.iter_mut().zip(row.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DType::F16 => {
+            for (o, c) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = f16_at(c);
+            }
+        }
+        DType::BF16 => {
+            for (o, c) in out.iter_mut().zip(row.chunks_exact(2)) {
+                *o = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        DType::Q8_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(34)) {
+                let d = f16_at(b);
+                for (x, &q) in o.iter_mut().zip(&b[2..34]) {
+                    *x = d * (q as i8) as f32;
+                }
+            }
+        }
+        DType::Q4_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(18)) {
+                let d = f16_at(b);
+                for j in 0..16 {
+                    o[j] = d * ((b[2 + j] & 0x0F) as i32 - 8) as f32;
+                    o[j + 16] = d * ((b[2 + j] >> 4) as i32 - 8) as f32;
+                }
+            }
+        }
+        DType::Q4_1 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(20)) {
+                let d = f16_at(b);
+                let m = f16_at(&b[2..]);
+                for j in 0..16 {
+                    o[j] = d * (b[4 + j] & 0x0F) as f32 + m;
+                    o[j + 16] = d * (b[4 + j] >> 4) as f32 + m;
+                }
+            }
+        }
+    }
+}
+
+/// Quantizes an f32 row into `dtype`'s byte layout (length must be a multiple of the block
+/// size). Used for test data and synthetic models, not on the inference path.
+pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(dtype.row_bytes(x.len()));
+    match dtype {
+        DType::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),
+        DType::BF16 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&bf16::from_f32(*v).to_le_bytes())),
+        DType::Q8_0 => {
+            for b in x.chunks_exact(32) {
+                let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend(b.iter().map(|v| (v * id).round() as i8 as u8));
+            }
+        }
+        DType::Q4_0 => {
+            for b in x.chunks_exact(32) {
+                let max = b
+                    .iter()
+                    .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                for j in 0..16 {
+                    out.push(q(b[j]) | (q(b[j + 16]) << 4));
+                }
+            }
+        }
+        DType::Q4_1 => {
+            for b in x.chunks_exact(32) {
+                let min = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+                let max = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
+                let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
+                for j in 0..16 {
+                    out.push(q(b[j]) | (q(b[j + 16]) << 4));
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,220 @@
+//! AVX2 + FMA + F16C kernels. Every function here is `unsafe` because it must only be called on
+//! a CPU with those features, which callers guarantee by holding an `Isa::Avx2` (produced only
+//! by `Isa::detect` after checking them). Slice lengths follow the same contracts as the scalar
+//! versions in `dot_scalar`, which the tests compare against.
+#![cfg(target_arch = "x86_64")]
+
+use crate::act::ActBlock;
+use half::f16;
+use std::arch::x86_64::*;
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_ptr(p: *const u8) -> f32 {
+    let bits = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Sum of the 32 products of unsigned 4-bit weights `w` and signed activations `x`, as 8 i32
+/// lanes converted to f32. maddubs cannot saturate: 2 · 15 · 128 < 32767.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_times_act(qs: *const u8, x: &ActBlock) -> __m256 {
+    let q = _mm_loadu_si128(qs as *const __m128i);
+    let w = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+        _mm256_set1_epi8(0x0F),
+    );
+    let xv = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
+    let p16 = _mm256_maddubs_epi16(w, xv);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Q4_0 row · activations. `row.len() == 18 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_0(row: &[u8], x: &[ActBlock]) -> f32 {
+    debug_assert_eq!(row.len(), 18 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut corr = 0f32;
+    for (i, a) in x.iter().enumerate() {
+        let b = p.add(i * 18);
+        let s = f16_ptr(b) * a.d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s), nibbles_times_act(b.add(2), a), acc);
+        corr -= 8.0 * s * a.isum as f32;
+    }
+    hsum(acc) + corr
+}
+
+/// Q4_1 row · activations. `row.len() == 20 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_1(row: &[u8], x: &[ActBlock]) -> f32 {
+    debug_assert_eq!(row.len(), 20 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut corr = 0f32;
+    for (i, a) in x.iter().enumerate() {
+        let b = p.add(i * 20);
+        let s = f16_ptr(b) * a.d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s), nibbles_times_act(b.add(4), a), acc);
+        corr += f16_ptr(b.add(2)) * a.d * a.isum as f32;
+    }
+    hsum(acc) + corr
+}
+
+/// Q8_0 row · activations. `row.len() == 34 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8_0(row: &[u8], x: &[ActBlock]) -> f32 {
+    debug_assert_eq!(row.len(), 34 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    for (i, a) in x.iter().enumerate() {
+        let b = p.add(i * 34);
+        let w = _mm256_loadu_si256(b.add(2) as *const __m256i);
+        let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        // |w| as unsigned times x·sign(w) as signed: 2 · 128 · 127 < 32767, no saturation.
+        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+        let p32 = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_ptr(b) * a.d), p32, acc);
+    }
+    hsum(acc)
+}
+
+/// F32 row · f32. `row.len() == 4 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let w = row.as_ptr() as *const f32;
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(x.as_ptr().add(i)), acc);
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    while i < n {
+        s += w.add(i).read_unaligned() * x[i];
+        i += 1;
+    }
+    s
+}
+
+/// F16 row · f32. `row.len() == 2 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let w = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let wv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(2 * i) as *const __m128i));
+        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), acc);
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    while i < n {
+        s += f16_ptr(w.add(2 * i)) * x[i];
+        i += 1;
+    }
+    s
+}
+
+/// BF16 row · f32. `row.len() == 2 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let w = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = _mm_loadu_si128(w.add(2 * i) as *const __m128i);
+        let wv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), acc);
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    while i < n {
+        let bits = u16::from_le_bytes([*w.add(2 * i), *w.add(2 * i + 1)]);
+        s += f32::from_bits((bits as u32) << 16) * x[i];
+        i += 1;
+    }
+    s
+}
+
+/// f16 · f32 vectors of equal length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16_f32(k: &[f16], q: &[f32]) -> f32 {
+    debug_assert_eq!(k.len(), q.len());
+    dot_f16(std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * k.len()), q)
+}
+
+/// `out += a · v`, equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
+    debug_assert_eq!(out.len(), v.len());
+    let n = out.len();
+    let av = _mm256_set1_ps(a);
+    let vp = v.as_ptr() as *const u8;
+    let op = out.as_mut_ptr();
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * i) as *const __m128i));
+        _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(av, x, _mm256_loadu_ps(op.add(i))));
+        i += 8;
+    }
+    while i < n {
+        out[i] += a * v[i].to_f32();
+        i += 1;
+    }
+}
+
+/// Quantizes activations exactly as `act::quantize_scalar` does (same scale, round half to even).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let p = b.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for vi in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = [0, 1, 2, 3].map(|k| {
+            _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(v[k], idv),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            ))
+        });
+        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
+        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b00_00_00_01));
+        let p16a = _mm256_packs_epi32(q[0], q[1]);
+        let p16b = _mm256_packs_epi32(q[2], q[3]);
+        let p8 = _mm256_packs_epi16(p16a, p16b);
+        let fixed = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, fixed);
+        o.d = d;
+        o.isum = _mm_cvtsi128_si32(s1);
+    }
+}

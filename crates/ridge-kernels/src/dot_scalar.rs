@@ -1,0 +1,80 @@
+//! Scalar reference dot products: one weight row (in its stored format) against one activation
+//! row. Every SIMD path is tested against these.
+
+use crate::act::ActBlock;
+use crate::blocks::f16_at;
+use half::{bf16, f16};
+
+/// Q8_0 row · 8-bit activations.
+pub fn dot_q8_0(row: &[u8], x: &[ActBlock]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(34).zip(x) {
+        let mut s = 0i32;
+        for (&w, &q) in b[2..34].iter().zip(&a.qs) {
+            s += (w as i8) as i32 * q as i32;
+        }
+        sum += f16_at(b) * a.d * s as f32;
+    }
+    sum
+}
+
+/// Q4_0 row · 8-bit activations.
+pub fn dot_q4_0(row: &[u8], x: &[ActBlock]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(18).zip(x) {
+        let mut s = 0i32;
+        for j in 0..16 {
+            s += (b[2 + j] & 0x0F) as i32 * a.qs[j] as i32;
+            s += (b[2 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+        }
+        sum += f16_at(b) * a.d * (s - 8 * a.isum) as f32;
+    }
+    sum
+}
+
+/// Q4_1 row · 8-bit activations.
+pub fn dot_q4_1(row: &[u8], x: &[ActBlock]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(20).zip(x) {
+        let mut s = 0i32;
+        for j in 0..16 {
+            s += (b[4 + j] & 0x0F) as i32 * a.qs[j] as i32;
+            s += (b[4 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+        }
+        sum += f16_at(b) * a.d * s as f32 + f16_at(&b[2..]) * a.d * a.isum as f32;
+    }
+    sum
+}
+
+/// F32 row · f32 activations.
+pub fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
+    row.chunks_exact(4)
+        .zip(x)
+        .map(|(c, v)| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * v)
+        .sum()
+}
+
+/// F16 row · f32 activations.
+pub fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
+    row.chunks_exact(2).zip(x).map(|(c, v)| f16_at(c) * v).sum()
+}
+
+/// BF16 row · f32 activations.
+pub fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
+    row.chunks_exact(2)
+        .zip(x)
+        .map(|(c, v)| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32() * v)
+        .sum()
+}
+
+/// f16 vector · f32 vector (attention scores against the KV cache).
+pub fn dot_f16_f32(k: &[f16], q: &[f32]) -> f32 {
+    k.iter().zip(q).map(|(a, b)| a.to_f32() * b).sum()
+}
+
+/// `out += a · v` with `v` in f16 (attention's weighted sum of values).
+pub fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
+    for (o, x) in out.iter_mut().zip(v) {
+        *o += a * x.to_f32();
+    }
+}

@@ -1,0 +1,28 @@
+//! Compute kernels for ridge: the arithmetic of every weight format, and the handful of
+//! operations a transformer forward pass needs.
+//!
+//! Design:
+//! - Weights are computed in their stored block format ([`DType`]); nothing is dequantized into
+//!   a second copy of the model. Quantized weights (Q4_0, Q4_1, Q8_0) are multiplied against
+//!   activations quantized on the fly to 8-bit blocks ([`act::ActBlock`]), so the inner loop is an
+//!   integer dot product; float weights (F32, F16, BF16) multiply f32 activations.
+//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C today) are selected once
+//!   by [`Isa::detect`] and tested against the scalar path on random data.
+//! - Each output element of a matrix product is reduced in the same order whatever the batch
+//!   size, so a sequence's result does not depend on what else is in the batch.
+//! - Parallelism goes through [`pool`], one place to replace with a lower-latency pool.
+
+pub mod act;
+pub mod attention;
+pub mod blocks;
+mod cpu;
+mod dot_avx2;
+pub mod dot_scalar;
+mod dtype;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+
+pub use cpu::Isa;
+pub use dtype::DType;
+pub use matmul::{matmul, MatmulScratch, WeightMatrix};

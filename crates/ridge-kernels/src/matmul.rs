@@ -1,0 +1,139 @@
+//! Matrix products `y = x · Wᵀ` for a batch of activation rows against a weight matrix in its
+//! stored format.
+//!
+//! Work is split over output rows (weight rows): each task owns a chunk of weight rows and
+//! computes them for every activation row, so a chunk's weights are read from memory once per
+//! call and reused from cache for the whole batch. Each `y[t][r]` is one dot product whose
+//! reduction order does not depend on the batch.
+
+use crate::act::{self, ActBlock};
+use crate::pool::{self, SharedMut};
+use crate::{dot_scalar, DType, Isa};
+
+/// A borrowed weight matrix: `rows` rows of `cols` elements in `dtype` layout.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightMatrix<'a> {
+    /// Storage format.
+    pub dtype: DType,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// `rows * dtype.row_bytes(cols)` bytes.
+    pub data: &'a [u8],
+}
+
+impl<'a> WeightMatrix<'a> {
+    /// Checks the geometry; `None` if `data` does not hold exactly `rows` rows of `cols`.
+    pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Option<Self> {
+        if cols % dtype.block_size() != 0 || data.len() != rows * dtype.row_bytes(cols) {
+            return None;
+        }
+        Some(WeightMatrix {
+            dtype,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// The bytes of row `r`.
+    #[inline]
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.dtype.row_bytes(self.cols);
+        &self.data[r * rb..(r + 1) * rb]
+    }
+}
+
+/// Reusable buffers for [`matmul`] (quantized activations); grows, never shrinks.
+#[derive(Default)]
+pub struct MatmulScratch {
+    act: Vec<ActBlock>,
+}
+
+/// One row dot product in the given path.
+#[inline]
+fn dot_row(isa: Isa, dtype: DType, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Isa::Avx2 exists only after Isa::detect verified avx2, fma and f16c; the
+        // slice lengths match the format (checked by WeightMatrix::new and matmul's asserts).
+        Isa::Avx2 => unsafe {
+            use crate::dot_avx2 as k;
+            match dtype {
+                DType::Q4_0 => k::dot_q4_0(row, xq),
+                DType::Q4_1 => k::dot_q4_1(row, xq),
+                DType::Q8_0 => k::dot_q8_0(row, xq),
+                DType::F32 => k::dot_f32(row, xf),
+                DType::F16 => k::dot_f16(row, xf),
+                DType::BF16 => k::dot_bf16(row, xf),
+            }
+        },
+        _ => match dtype {
+            DType::Q4_0 => dot_scalar::dot_q4_0(row, xq),
+            DType::Q4_1 => dot_scalar::dot_q4_1(row, xq),
+            DType::Q8_0 => dot_scalar::dot_q8_0(row, xq),
+            DType::F32 => dot_scalar::dot_f32(row, xf),
+            DType::F16 => dot_scalar::dot_f16(row, xf),
+            DType::BF16 => dot_scalar::dot_bf16(row, xf),
+        },
+    }
+}
+
+/// `y[t][r] = Σ_k x[t][k] · W[r][k]` for `t < n`: `x` is `n × w.cols`, `y` is `n × w.rows`.
+///
+/// Panics if the slice lengths do not match the shapes (a caller bug, not input-driven).
+pub fn matmul(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    assert_eq!(x.len(), n * w.cols, "matmul: x shape");
+    assert_eq!(y.len(), n * w.rows, "matmul: y shape");
+    let nb = w.cols / 32;
+    if w.dtype.is_quantized() {
+        if scratch.act.len() < n * nb {
+            scratch.act.resize(n * nb, ActBlock::default());
+        }
+        act::quantize(isa, x, &mut scratch.act[..n * nb]);
+    }
+    let xq: &[ActBlock] = if w.dtype.is_quantized() {
+        &scratch.act[..n * nb]
+    } else {
+        &[]
+    };
+    let threads = pool::threads();
+    // Enough chunks to balance, each big enough to amortise the task overhead.
+    let chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));
+    let n_chunks = w.rows.div_ceil(chunk);
+    let out = SharedMut(y.as_mut_ptr());
+    let rows = w.rows;
+    let cols = w.cols;
+    pool::parallel_for(n_chunks, |c| {
+        let r0 = c * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let yp = out;
+        for t in 0..n {
+            let xf = if w.dtype.is_quantized() {
+                &[][..]
+            } else {
+                &x[t * cols..(t + 1) * cols]
+            };
+            let xqt = if w.dtype.is_quantized() {
+                &xq[t * nb..(t + 1) * nb]
+            } else {
+                &[][..]
+            };
+            for r in r0..r1 {
+                let v = dot_row(isa, w.dtype, w.row(r), xqt, xf);
+                // SAFETY: t < n and r < rows, so the index is inside y (length n·rows, asserted
+                // above); chunks partition the rows, so no two tasks write the same element; y
+                // outlives parallel_for, which returns only when every task is done.
+                unsafe { *yp.0.add(t * rows + r) = v };
+            }
+        }
+    });
+}

@@ -1,0 +1,210 @@
+//! Every kernel against a scalar or f64 reference on random shapes and data.
+
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use ridge_kernels::act::{quantize_scalar, ActBlock};
+use ridge_kernels::attention::{attend_head, AttnShape, KvLayer};
+use ridge_kernels::blocks::{dequantize_row, quantize_row};
+use ridge_kernels::{matmul, DType, Isa, MatmulScratch, WeightMatrix};
+
+const ALL: [DType; 6] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+];
+
+fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+}
+
+fn isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Scalar];
+    if Isa::detect() != Isa::Scalar {
+        v.push(Isa::detect());
+    }
+    v
+}
+
+/// The exact value each kernel should produce: weights dequantized, activations either f32
+/// (float formats) or dequantized from their 8-bit blocks (quantized formats), summed in f64.
+fn reference(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+    let mut wf = vec![0f32; cols];
+    let mut out = vec![0f64; n * rows];
+    let mut xa = vec![ActBlock::default(); cols / 32];
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        let xe: Vec<f32> = if dtype.is_quantized() {
+            quantize_scalar(xt, &mut xa);
+            xa.iter()
+                .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
+                .collect()
+        } else {
+            xt.to_vec()
+        };
+        let rb = dtype.row_bytes(cols);
+        for r in 0..rows {
+            dequantize_row(dtype, &w[r * rb..(r + 1) * rb], &mut wf);
+            out[t * rows + r] = wf.iter().zip(&xe).map(|(a, b)| *a as f64 * *b as f64).sum();
+        }
+    }
+    out
+}
+
+#[test]
+fn matmul_matches_reference_for_every_format_and_path() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for &dtype in &ALL {
+        for &(rows, cols, n) in &[(1, 32, 1), (17, 64, 3), (40, 576, 5), (300, 96, 2)] {
+            let wf = randv(&mut rng, rows * cols);
+            let w: Vec<u8> = wf
+                .chunks(cols)
+                .flat_map(|r| quantize_row(dtype, r))
+                .collect();
+            let x = randv(&mut rng, n * cols);
+            let want = reference(dtype, &w, rows, cols, &x, n);
+            let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+            for isa in isas() {
+                let mut y = vec![0f32; n * rows];
+                matmul(isa, &wm, &x, n, &mut y, &mut MatmulScratch::default());
+                for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                    let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
+                    assert!(
+                        (a as f64 - b).abs() < tol,
+                        "{dtype:?} {isa:?} {rows}x{cols} n={n} elem {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_rows_are_bitwise_independent_of_batch() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (rows, cols) = (70, 128);
+    for &dtype in &ALL {
+        let wf = randv(&mut rng, rows * cols);
+        let w: Vec<u8> = wf.chunks(cols).flat_map(|r| quantize_row(dtype, r)).collect();
+        let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let x = randv(&mut rng, 6 * cols);
+        for isa in isas() {
+            let mut all = vec![0f32; 6 * rows];
+            matmul(isa, &wm, &x, 6, &mut all, &mut MatmulScratch::default());
+            for t in 0..6 {
+                let mut one = vec![0f32; rows];
+                matmul(
+                    isa,
+                    &wm,
+                    &x[t * cols..(t + 1) * cols],
+                    1,
+                    &mut one,
+                    &mut MatmulScratch::default(),
+                );
+                assert_eq!(&all[t * rows..(t + 1) * rows], &one[..], "{dtype:?} {isa:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn quantize_round_trip_error_is_bounded() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let x = randv(&mut rng, 256);
+    for &(dtype, tol) in &[
+        (DType::F32, 0.0),
+        (DType::F16, 2e-3),
+        (DType::BF16, 1.6e-2),
+        (DType::Q8_0, 2.0 / 127.0),
+        (DType::Q4_0, 2.0 / 7.0),
+        (DType::Q4_1, 4.0 / 15.0),
+    ] {
+        let q = quantize_row(dtype, &x);
+        assert_eq!(q.len(), dtype.row_bytes(x.len()));
+        let mut back = vec![0f32; x.len()];
+        dequantize_row(dtype, &q, &mut back);
+        for (a, b) in x.iter().zip(&back) {
+            assert!((a - b).abs() <= tol + 1e-6, "{dtype:?}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn activation_quantization_simd_equals_scalar() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut x = randv(&mut rng, 32 * 40);
+    x[0..32].fill(0.0); // an all-zero block
+    x[40] = 127.5; // a tie case after scaling
+    let mut a = vec![ActBlock::default(); 40];
+    let mut b = vec![ActBlock::default(); 40];
+    quantize_scalar(&x, &mut a);
+    ridge_kernels::act::quantize(Isa::detect(), &x, &mut b);
+    for (p, q) in a.iter().zip(&b) {
+        assert_eq!(p.d, q.d);
+        assert_eq!(p.isum, q.isum);
+        assert_eq!(p.qs, q.qs);
+        assert_eq!(p.isum, p.qs.iter().map(|&v| v as i32).sum::<i32>());
+    }
+}
+
+#[test]
+fn paged_attention_matches_f64_reference() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let shape = AttnShape {
+        n_heads: 6,
+        n_kv_heads: 2,
+        head_dim: 16,
+        scale: 0.25,
+    };
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let (block, n_blocks, n_ctx) = (4, 8, 13);
+    let k: Vec<f16> = (0..block * n_blocks * kv_dim)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let v: Vec<f16> = (0..block * n_blocks * kv_dim)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let table = [5u32, 2, 7, 0];
+    let kvl = KvLayer {
+        k: &k,
+        v: &v,
+        kv_dim,
+        block_size: block,
+    };
+    let q = randv(&mut rng, shape.head_dim);
+    for first in [0usize, 5] {
+        for head in 0..shape.n_heads {
+            let g = head / 3;
+            let slot = |p: usize| table[p / block] as usize * block + p % block;
+            let s: Vec<f64> = (first..n_ctx)
+                .map(|p| {
+                    (0..16)
+                        .map(|i| k[slot(p) * kv_dim + g * 16 + i].to_f64() * q[i] as f64)
+                        .sum::<f64>()
+                        * 0.25
+                })
+                .collect();
+            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            let want: Vec<f64> = (0..16)
+                .map(|i| {
+                    (first..n_ctx)
+                        .zip(&e)
+                        .map(|(p, w)| w / z * v[slot(p) * kv_dim + g * 16 + i].to_f64())
+                        .sum()
+                })
+                .collect();
+            for isa in isas() {
+                let mut out = vec![0f32; 16];
+                attend_head(isa, &kvl, &table, first, n_ctx, &shape, head, &q, &mut out);
+                for (a, b) in out.iter().zip(&want) {
+                    assert!((*a as f64 - b).abs() < 1e-5, "{isa:?} head {head}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}
