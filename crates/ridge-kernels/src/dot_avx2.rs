@@ -218,3 +218,72 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
         o.isum = _mm_cvtsi128_si32(s1);
     }
 }
+
+/// Σ over 32 elements of `w[j] · x[j]` where `w` holds 32 unsigned 4-bit values (nibble layout
+/// of Q4_0/Q4_1) at `qs`, converted to f32 with offset `off` subtracted, scaled by `d`, and
+/// `m` added: each weight is `d·(q − off) + m`. Accumulates into `acc`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_f32(qs: *const u8, x: *const f32, d: f32, m: f32, acc: __m256) -> __m256 {
+    let q = _mm_loadu_si128(qs as *const __m128i);
+    let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    let (dv, mv) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+    let mut acc = acc;
+    for (k, half) in [lo, lo, hi, hi].iter().enumerate() {
+        let bytes = if k % 2 == 0 {
+            *half
+        } else {
+            _mm_srli_si128(*half, 8)
+        };
+        let wf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+        let w = _mm256_fmadd_ps(wf, dv, mv);
+        acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.add(8 * k)), acc);
+    }
+    acc
+}
+
+/// Q4_0 row · f32. `row.len() == 18 * x.len() / 32`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_0_f32(row: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(row.len() * 32, 18 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..x.len() / 32 {
+        let b = p.add(i * 18);
+        let d = f16_ptr(b);
+        acc = nibbles_f32(b.add(2), x.as_ptr().add(32 * i), d, -8.0 * d, acc);
+    }
+    hsum(acc)
+}
+
+/// Q4_1 row · f32. `row.len() == 20 * x.len() / 32`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(row.len() * 32, 20 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..x.len() / 32 {
+        let b = p.add(i * 20);
+        acc = nibbles_f32(b.add(4), x.as_ptr().add(32 * i), f16_ptr(b), f16_ptr(b.add(2)), acc);
+    }
+    hsum(acc)
+}
+
+/// Q8_0 row · f32. `row.len() == 34 * x.len() / 32`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8_0_f32(row: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(row.len() * 32, 34 * x.len());
+    let p = row.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..x.len() / 32 {
+        let b = p.add(i * 34);
+        let dv = _mm256_set1_ps(f16_ptr(b));
+        for k in 0..4 {
+            let q = _mm_loadl_epi64(b.add(2 + 8 * k) as *const __m128i);
+            let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv);
+            acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * k)), acc);
+        }
+    }
+    hsum(acc)
+}

@@ -78,3 +78,42 @@ pub fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
         *o += a * x.to_f32();
     }
 }
+
+/// Q8_0 row · f32 activations (dequantized weights, no activation rounding).
+pub fn dot_q8_0_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
+        let s: f32 = b[2..34].iter().zip(xb).map(|(&w, v)| (w as i8) as f32 * v).sum();
+        sum += f16_at(b) * s;
+    }
+    sum
+}
+
+/// Q4_0 row · f32 activations.
+pub fn dot_q4_0_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(18).zip(x.chunks_exact(32)) {
+        let mut s = 0f32;
+        for j in 0..16 {
+            s += ((b[2 + j] & 0x0F) as i32 - 8) as f32 * xb[j];
+            s += ((b[2 + j] >> 4) as i32 - 8) as f32 * xb[j + 16];
+        }
+        sum += f16_at(b) * s;
+    }
+    sum
+}
+
+/// Q4_1 row · f32 activations.
+pub fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+        let mut s = 0f32;
+        for j in 0..16 {
+            s += (b[4 + j] & 0x0F) as f32 * xb[j];
+            s += (b[4 + j] >> 4) as f32 * xb[j + 16];
+        }
+        let xs: f32 = xb.iter().sum();
+        sum += f16_at(b) * s + f16_at(&b[2..]) * xs;
+    }
+    sum
+}

@@ -25,4 +25,4 @@ pub mod pool;
 
 pub use cpu::Isa;
 pub use dtype::DType;
-pub use matmul::{matmul, MatmulScratch, WeightMatrix};
+pub use matmul::{matmul, ActPrecision, MatmulScratch, WeightMatrix};

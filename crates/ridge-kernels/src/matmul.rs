@@ -45,6 +45,20 @@ impl<'a> WeightMatrix<'a> {
     }
 }
 
+/// How activations meet quantized weights.
+///
+/// `Int8` quantizes each activation row to 8-bit blocks once per call and runs integer dot
+/// products (fast); `F32` keeps activations in f32 and dequantizes weights in registers (exact
+/// up to f32 rounding, for the matrices where 8-bit activations cost measurable accuracy).
+/// Float weight formats always use f32 activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActPrecision {
+    /// 8-bit activation blocks.
+    Int8,
+    /// f32 activations.
+    F32,
+}
+
 /// Reusable buffers for [`matmul`] (quantized activations); grows, never shrinks.
 #[derive(Default)]
 pub struct MatmulScratch {
@@ -53,7 +67,26 @@ pub struct MatmulScratch {
 
 /// One row dot product in the given path.
 #[inline]
-fn dot_row(isa: Isa, dtype: DType, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f32 {
+fn dot_row(isa: Isa, dtype: DType, int8: bool, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f32 {
+    if !int8 && dtype.is_quantized() {
+        return match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as below.
+            Isa::Avx2 => unsafe {
+                use crate::dot_avx2 as k;
+                match dtype {
+                    DType::Q4_0 => k::dot_q4_0_f32(row, xf),
+                    DType::Q4_1 => k::dot_q4_1_f32(row, xf),
+                    _ => k::dot_q8_0_f32(row, xf),
+                }
+            },
+            _ => match dtype {
+                DType::Q4_0 => dot_scalar::dot_q4_0_f32(row, xf),
+                DType::Q4_1 => dot_scalar::dot_q4_1_f32(row, xf),
+                _ => dot_scalar::dot_q8_0_f32(row, xf),
+            },
+        };
+    }
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Isa::Avx2 exists only after Isa::detect verified avx2, fma and f16c; the
@@ -85,6 +118,7 @@ fn dot_row(isa: Isa, dtype: DType, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f
 /// Panics if the slice lengths do not match the shapes (a caller bug, not input-driven).
 pub fn matmul(
     isa: Isa,
+    precision: ActPrecision,
     w: &WeightMatrix<'_>,
     x: &[f32],
     n: usize,
@@ -94,13 +128,14 @@ pub fn matmul(
     assert_eq!(x.len(), n * w.cols, "matmul: x shape");
     assert_eq!(y.len(), n * w.rows, "matmul: y shape");
     let nb = w.cols / 32;
-    if w.dtype.is_quantized() {
+    let int8 = w.dtype.is_quantized() && precision == ActPrecision::Int8;
+    if int8 {
         if scratch.act.len() < n * nb {
             scratch.act.resize(n * nb, ActBlock::default());
         }
         act::quantize(isa, x, &mut scratch.act[..n * nb]);
     }
-    let xq: &[ActBlock] = if w.dtype.is_quantized() {
+    let xq: &[ActBlock] = if int8 {
         &scratch.act[..n * nb]
     } else {
         &[]
@@ -117,18 +152,18 @@ pub fn matmul(
         let r1 = (r0 + chunk).min(rows);
         let yp = out;
         for t in 0..n {
-            let xf = if w.dtype.is_quantized() {
+            let xf = if int8 {
                 &[][..]
             } else {
                 &x[t * cols..(t + 1) * cols]
             };
-            let xqt = if w.dtype.is_quantized() {
+            let xqt = if int8 {
                 &xq[t * nb..(t + 1) * nb]
             } else {
                 &[][..]
             };
             for r in r0..r1 {
-                let v = dot_row(isa, w.dtype, w.row(r), xqt, xf);
+                let v = dot_row(isa, w.dtype, int8, w.row(r), xqt, xf);
                 // SAFETY: t < n and r < rows, so the index is inside y (length n·rows, asserted
                 // above); chunks partition the rows, so no two tasks write the same element; y
                 // outlives parallel_for, which returns only when every task is done.

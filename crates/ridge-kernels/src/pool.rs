@@ -45,3 +45,11 @@ pub struct SharedMut<T>(pub *mut T);
 unsafe impl<T> Send for SharedMut<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    #[inline]
+    pub fn ptr(&self) -> *mut T {
+        self.0
+    }
+}

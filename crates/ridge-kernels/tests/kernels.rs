@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use ridge_kernels::act::{quantize_scalar, ActBlock};
 use ridge_kernels::attention::{attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
-use ridge_kernels::{matmul, DType, Isa, MatmulScratch, WeightMatrix};
+use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
 
 const ALL: [DType; 6] = [
     DType::F32,
@@ -16,6 +16,8 @@ const ALL: [DType; 6] = [
     DType::Q4_0,
     DType::Q4_1,
 ];
+
+const PRECS: [ActPrecision; 2] = [ActPrecision::Int8, ActPrecision::F32];
 
 fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
@@ -31,13 +33,21 @@ fn isas() -> Vec<Isa> {
 
 /// The exact value each kernel should produce: weights dequantized, activations either f32
 /// (float formats) or dequantized from their 8-bit blocks (quantized formats), summed in f64.
-fn reference(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+fn reference(
+    dtype: DType,
+    int8: bool,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+) -> Vec<f64> {
     let mut wf = vec![0f32; cols];
     let mut out = vec![0f64; n * rows];
     let mut xa = vec![ActBlock::default(); cols / 32];
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
-        let xe: Vec<f32> = if dtype.is_quantized() {
+        let xe: Vec<f32> = if dtype.is_quantized() && int8 {
             quantize_scalar(xt, &mut xa);
             xa.iter()
                 .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
@@ -65,16 +75,16 @@ fn matmul_matches_reference_for_every_format_and_path() {
                 .flat_map(|r| quantize_row(dtype, r))
                 .collect();
             let x = randv(&mut rng, n * cols);
-            let want = reference(dtype, &w, rows, cols, &x, n);
             let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
-            for isa in isas() {
+            for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+                let want = reference(dtype, prec == ActPrecision::Int8, &w, rows, cols, &x, n);
                 let mut y = vec![0f32; n * rows];
-                matmul(isa, &wm, &x, n, &mut y, &mut MatmulScratch::default());
+                matmul(isa, prec, &wm, &x, n, &mut y, &mut MatmulScratch::default());
                 for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
                     let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
                     assert!(
                         (a as f64 - b).abs() < tol,
-                        "{dtype:?} {isa:?} {rows}x{cols} n={n} elem {i}: {a} vs {b}"
+                        "{dtype:?} {isa:?} {prec:?} {rows}x{cols} n={n} elem {i}: {a} vs {b}"
                     );
                 }
             }
@@ -91,13 +101,14 @@ fn batch_rows_are_bitwise_independent_of_batch() {
         let w: Vec<u8> = wf.chunks(cols).flat_map(|r| quantize_row(dtype, r)).collect();
         let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let x = randv(&mut rng, 6 * cols);
-        for isa in isas() {
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
             let mut all = vec![0f32; 6 * rows];
-            matmul(isa, &wm, &x, 6, &mut all, &mut MatmulScratch::default());
+            matmul(isa, prec, &wm, &x, 6, &mut all, &mut MatmulScratch::default());
             for t in 0..6 {
                 let mut one = vec![0f32; rows];
                 matmul(
                     isa,
+                    prec,
                     &wm,
                     &x[t * cols..(t + 1) * cols],
                     1,

@@ -1,0 +1,32 @@
+//! `ridge pull [NAME]`.
+
+use anyhow::{bail, Result};
+use ridge_model::registry;
+
+/// Arguments of `pull`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model name (default: smollm2-135m).
+    name: Option<String>,
+    /// List the known models and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+/// Runs `pull`.
+pub fn main(a: Args) -> Result<()> {
+    if a.list {
+        for m in registry::KNOWN_MODELS {
+            println!("{:<14} {}", m.name, m.about);
+        }
+        return Ok(());
+    }
+    let name = a.name.as_deref().unwrap_or(registry::DEFAULT_MODEL);
+    let Some(m) = registry::find(name) else {
+        let names: Vec<_> = registry::KNOWN_MODELS.iter().map(|m| m.name).collect();
+        bail!("unknown model `{name}` (known: {})", names.join(", "));
+    };
+    let path = registry::pull(m, false)?;
+    println!("{}", path.display());
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! Resolving `--model` and loading the model with its tokenizer.
+
+use anyhow::{Context, Result};
+use ridge_model::{registry, Model};
+use ridge_tokenizer::Tokenizer;
+
+/// A model ready to run.
+pub struct Loaded {
+    /// The model.
+    pub model: Model,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+}
+
+/// Resolves a path or known name (pulling on first use) and loads model and tokenizer.
+pub fn load(model: Option<&str>) -> Result<Loaded> {
+    let arg = model.unwrap_or(registry::DEFAULT_MODEL);
+    let path = registry::resolve(arg, false)?;
+    let model = Model::load(&path)?;
+    let tokenizer = Tokenizer::from_gguf(model.gguf())
+        .with_context(|| format!("{}: tokenizer", path.display()))?;
+    Ok(Loaded { model, tokenizer })
+}
+
+/// Loads only the tokenizer (for `tokenize`, which needs no weights bound).
+pub fn load_tokenizer(model: &str) -> Result<Tokenizer> {
+    let path = registry::resolve(model, false)?;
+    let file = ridge_gguf::GgufFile::open(&path)?;
+    Tokenizer::from_gguf(&file).with_context(|| format!("{}: tokenizer", path.display()))
+}

@@ -1,0 +1,71 @@
+//! `ridge`: one binary for running, chatting with, and measuring GGUF models.
+//!
+//! This crate only parses arguments and wires the library crates together; every command lives
+//! in its own file under `commands/`. Errors end the process with one line on stderr and exit
+//! code 1, whatever their source (bad flag, bad file, bad prompt).
+
+mod commands;
+mod load;
+
+use clap::{Parser, Subcommand};
+
+/// ridge: LLM inference measured against the hardware's limit.
+#[derive(Parser)]
+#[command(name = "ridge", version, about)]
+struct Cli {
+    /// Worker threads for the kernels (default: available cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fetch a known model into the local cache.
+    Pull(commands::pull::Args),
+    /// Generate text from a prompt, streaming it to stdout.
+    Run(commands::run::Args),
+    /// Interactive multi-turn chat through the model's chat template.
+    Chat(commands::chat::Args),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize(commands::tokenize::Args),
+    /// Perplexity of a text file, with llama-perplexity's protocol.
+    Perplexity(commands::perplexity::Args),
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{first} (see `ridge --help`)");
+            std::process::exit(1);
+        }
+    };
+    if let Some(t) = cli.threads {
+        if t == 0 {
+            eprintln!("error: --threads must be at least 1");
+            std::process::exit(1);
+        }
+        ridge_kernels::pool::init(t);
+    }
+    let result = match cli.command {
+        Command::Pull(a) => commands::pull::main(a),
+        Command::Run(a) => commands::run::main(a),
+        Command::Chat(a) => commands::chat::main(a),
+        Command::Tokenize(a) => commands::tokenize::main(a),
+        Command::Perplexity(a) => commands::perplexity::main(a),
+    };
+    if let Err(e) = result {
+        let msg = format!("{e:#}").replace('\n', " ");
+        eprintln!("error: {msg}");
+        std::process::exit(1);
+    }
+}

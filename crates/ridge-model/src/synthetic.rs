@@ -1,0 +1,151 @@
+//! Tiny random llama-architecture GGUF files, for tests and examples: real files through the
+//! real loader, small enough to check against a naive reference in milliseconds.
+//!
+//! The vocabulary is GPT-2 byte-level: one token per byte (so any text tokenizes) plus
+//! `<|endoftext|>` as a control token, no merges.
+
+use ridge_gguf::{ArrayValue, GgmlType, GgufWriter, MetadataValue};
+use ridge_kernels::{blocks, DType};
+
+/// Shape and formats of a synthetic model.
+#[derive(Clone, Debug)]
+pub struct SyntheticSpec {
+    /// Layers.
+    pub n_layers: usize,
+    /// Width (multiple of 32).
+    pub d_model: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// KV heads.
+    pub n_kv_heads: usize,
+    /// FFN width (multiple of 32).
+    pub ffn_dim: usize,
+    /// Context length written to the metadata.
+    pub ctx_len: usize,
+    /// Format of the layer matrices.
+    pub dtype: DType,
+    /// Format of the embedding table.
+    pub embd_dtype: DType,
+    /// Write a separate `output.weight` (else the head is tied to the embeddings).
+    pub separate_output: bool,
+    /// RNG seed for the weights.
+    pub seed: u64,
+}
+
+impl Default for SyntheticSpec {
+    fn default() -> Self {
+        SyntheticSpec {
+            n_layers: 2,
+            d_model: 64,
+            n_heads: 4,
+            n_kv_heads: 2,
+            ffn_dim: 96,
+            ctx_len: 64,
+            dtype: DType::Q4_1,
+            embd_dtype: DType::Q8_0,
+            separate_output: false,
+            seed: 1,
+        }
+    }
+}
+
+/// Number of tokens in the synthetic vocabulary (256 bytes + `<|endoftext|>`).
+pub const SYNTHETIC_VOCAB: usize = 257;
+
+/// The GPT-2 byte-to-character map: printable bytes stand for themselves, the rest are shifted
+/// to code points from 256 up, so every byte has a visible one-character token.
+pub fn gpt2_byte_char(b: u8) -> char {
+    let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if printable(b) {
+        return b as char;
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+fn to_dtype_id(d: DType) -> GgmlType {
+    match d {
+        DType::F32 => GgmlType::F32,
+        DType::F16 => GgmlType::F16,
+        DType::BF16 => GgmlType::BF16,
+        DType::Q8_0 => GgmlType::Q8_0,
+        DType::Q4_0 => GgmlType::Q4_0,
+        DType::Q4_1 => GgmlType::Q4_1,
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Builds the GGUF bytes of a random model.
+pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
+    let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let head_dim = spec.d_model / spec.n_heads;
+    let (d, q, kv, ffn) = (
+        spec.d_model,
+        spec.d_model,
+        spec.n_kv_heads * head_dim,
+        spec.ffn_dim,
+    );
+    let mut w = GgufWriter::new();
+    let s = |v: &str| MetadataValue::String(v.into());
+    let u = |v: usize| MetadataValue::U32(v as u32);
+    w.meta("general.architecture", s("llama"))
+        .meta("general.name", s("synthetic"))
+        .meta("llama.block_count", u(spec.n_layers))
+        .meta("llama.context_length", u(spec.ctx_len))
+        .meta("llama.embedding_length", u(d))
+        .meta("llama.feed_forward_length", u(ffn))
+        .meta("llama.attention.head_count", u(spec.n_heads))
+        .meta("llama.attention.head_count_kv", u(spec.n_kv_heads))
+        .meta("llama.rope.freq_base", MetadataValue::F32(10000.0))
+        .meta("llama.attention.layer_norm_rms_epsilon", MetadataValue::F32(1e-5))
+        .meta("tokenizer.ggml.model", s("gpt2"))
+        .meta("tokenizer.ggml.pre", s("gpt2"));
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| gpt2_byte_char(b).to_string()).collect();
+    tokens.push("<|endoftext|>".into());
+    let mut types = vec![1i32; 256];
+    types.push(3);
+    w.meta("tokenizer.ggml.tokens", MetadataValue::Array(ArrayValue::String(tokens)))
+        .meta("tokenizer.ggml.token_type", MetadataValue::Array(ArrayValue::I32(types)))
+        .meta("tokenizer.ggml.merges", MetadataValue::Array(ArrayValue::String(vec![])))
+        .meta("tokenizer.ggml.bos_token_id", u(256))
+        .meta("tokenizer.ggml.eos_token_id", u(256))
+        .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
+
+    let mut mat = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
+        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.next() * scale).collect();
+        let data: Vec<u8> = vals.chunks(cols).flat_map(|r| blocks::quantize_row(dt, r)).collect();
+        w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
+    };
+    let ws = 1.0 / (d as f32).sqrt();
+    mat(&mut w, "token_embd.weight", SYNTHETIC_VOCAB, d, spec.embd_dtype, 1.0);
+    let norm = |w: &mut GgufWriter, name: &str, n: usize, seed: usize| {
+        let vals: Vec<f32> = (0..n).map(|i| 1.0 + 0.1 * ((i * 7 + seed) % 5) as f32).collect();
+        w.tensor(name, &[n as u64], GgmlType::F32, blocks::quantize_row(DType::F32, &vals));
+    };
+    for i in 0..spec.n_layers {
+        let n = |x: &str| format!("blk.{i}.{x}.weight");
+        norm(&mut w, &n("attn_norm"), d, i);
+        mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
+        mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+        mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+        mat(&mut w, &n("attn_output"), d, q, spec.dtype, ws);
+        norm(&mut w, &n("ffn_norm"), d, i + 1);
+        mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
+        mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+        mat(&mut w, &n("ffn_down"), d, ffn, spec.dtype, 1.0 / (ffn as f32).sqrt());
+    }
+    norm(&mut w, "output_norm.weight", d, 3);
+    if spec.separate_output {
+        mat(&mut w, "output.weight", SYNTHETIC_VOCAB, d, spec.dtype, ws);
+    }
+    w.to_bytes()
+}

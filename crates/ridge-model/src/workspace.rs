@@ -1,0 +1,36 @@
+//! Scratch buffers of the forward pass, reused across calls: they grow to the largest batch
+//! seen and are never reallocated for a batch of the same or smaller size, so the decode loop
+//! allocates nothing.
+
+use ridge_kernels::MatmulScratch;
+
+/// Reusable activation buffers for [`crate::Model::forward`].
+#[derive(Default)]
+pub struct Workspace {
+    pub(crate) x: Vec<f32>,
+    pub(crate) xn: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    pub(crate) att: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
+    pub(crate) cos: Vec<f32>,
+    pub(crate) sin: Vec<f32>,
+    pub(crate) logits: Vec<f32>,
+    pub(crate) out_rows: Vec<usize>,
+    pub(crate) tables: Vec<Vec<u32>>,
+    pub(crate) mm: MatmulScratch,
+}
+
+/// Resizes `v` to exactly `n` elements without shrinking its capacity.
+pub(crate) fn fit(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+impl Workspace {
+    /// An empty workspace; buffers grow on first use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}

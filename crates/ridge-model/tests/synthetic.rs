@@ -1,0 +1,273 @@
+//! The forward pass on tiny random models against a naive f64 reference written here, for every
+//! weight format and kernel path; batch and chunking invariance; error paths.
+
+use ridge_gguf::GgufFile;
+use ridge_kernels::{blocks, DType, Isa};
+use ridge_model::synthetic::{synthetic_llama, SyntheticSpec, SYNTHETIC_VOCAB};
+use ridge_model::{ActPolicy, Batch, KvCache, Model, ModelError, Workspace};
+use std::io::Write;
+
+fn write_model(spec: &SyntheticSpec) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&synthetic_llama(spec)).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+/// Naive f64 llama forward over one sequence; returns logits at every position.
+fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
+    let u = |k: &str| f.get_u64(k).unwrap() as usize;
+    let (nl, d, nh, nkv) = (
+        u("llama.block_count"),
+        u("llama.embedding_length"),
+        u("llama.attention.head_count"),
+        u("llama.attention.head_count_kv"),
+    );
+    let hd = d / nh;
+    let eps = f.get_f64("llama.attention.layer_norm_rms_epsilon").unwrap();
+    let base = f.get_f64("llama.rope.freq_base").unwrap();
+    let load = |name: &str| -> (usize, usize, Vec<f64>) {
+        let t = f.tensor(name).unwrap();
+        let dt = match t.ty {
+            ridge_gguf::GgmlType::F32 => DType::F32,
+            ridge_gguf::GgmlType::F16 => DType::F16,
+            ridge_gguf::GgmlType::BF16 => DType::BF16,
+            ridge_gguf::GgmlType::Q8_0 => DType::Q8_0,
+            ridge_gguf::GgmlType::Q4_0 => DType::Q4_0,
+            ridge_gguf::GgmlType::Q4_1 => DType::Q4_1,
+            other => panic!("{other:?}"),
+        };
+        let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
+        let mut out = vec![0f32; rows * cols];
+        let rb = dt.row_bytes(cols);
+        for r in 0..rows {
+            blocks::dequantize_row(dt, &f.tensor_data(t)[r * rb..(r + 1) * rb], &mut out[r * cols..(r + 1) * cols]);
+        }
+        (rows, cols, out.into_iter().map(|v| v as f64).collect())
+    };
+    let mv = |m: &(usize, usize, Vec<f64>), x: &[f64]| -> Vec<f64> {
+        (0..m.0).map(|r| (0..m.1).map(|c| m.2[r * m.1 + c] * x[c]).sum()).collect()
+    };
+    let norm = |x: &[f64], w: &[f64]| -> Vec<f64> {
+        let s = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + eps).sqrt();
+        x.iter().zip(w).map(|(v, g)| v / s * g).collect()
+    };
+    let rope = |v: &mut [f64], pos: usize| {
+        for h in v.chunks_mut(hd) {
+            for i in 0..hd / 2 {
+                let a = pos as f64 * base.powf(-2.0 * i as f64 / hd as f64);
+                let (x0, x1) = (h[2 * i], h[2 * i + 1]);
+                h[2 * i] = x0 * a.cos() - x1 * a.sin();
+                h[2 * i + 1] = x0 * a.sin() + x1 * a.cos();
+            }
+        }
+    };
+    let embd = load("token_embd.weight");
+    let out_w = if f.has_tensor("output.weight") { load("output.weight") } else { load("token_embd.weight") };
+    let out_norm = load("output_norm.weight").2;
+    let layers: Vec<_> = (0..nl)
+        .map(|i| {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            (
+                load(&n("attn_norm")).2,
+                load(&n("attn_q")),
+                load(&n("attn_k")),
+                load(&n("attn_v")),
+                load(&n("attn_output")),
+                load(&n("ffn_norm")).2,
+                load(&n("ffn_gate")),
+                load(&n("ffn_up")),
+                load(&n("ffn_down")),
+            )
+        })
+        .collect();
+    let mut kcache: Vec<Vec<Vec<f64>>> = vec![vec![]; nl];
+    let mut vcache: Vec<Vec<Vec<f64>>> = vec![vec![]; nl];
+    let mut all = Vec::new();
+    for (pos, &tok) in tokens.iter().enumerate() {
+        let mut x: Vec<f64> = embd.2[tok as usize * d..(tok as usize + 1) * d].to_vec();
+        for (li, l) in layers.iter().enumerate() {
+            let xn = norm(&x, &l.0);
+            let mut q = mv(&l.1, &xn);
+            let mut k = mv(&l.2, &xn);
+            let v = mv(&l.3, &xn);
+            rope(&mut q, pos);
+            rope(&mut k, pos);
+            // The cache stores K and V in f16; model that rounding exactly.
+            let f16r = |x: &Vec<f64>| -> Vec<f64> {
+                x.iter().map(|&v| half::f16::from_f64(v).to_f64()).collect()
+            };
+            kcache[li].push(f16r(&k));
+            vcache[li].push(f16r(&v));
+            let mut att = vec![0f64; d];
+            for h in 0..nh {
+                let g = h / (nh / nkv);
+                let s: Vec<f64> = kcache[li]
+                    .iter()
+                    .map(|kr| (0..hd).map(|i| q[h * hd + i] * kr[g * hd + i]).sum::<f64>() / (hd as f64).sqrt())
+                    .collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for (p, vr) in vcache[li].iter().enumerate() {
+                    for i in 0..hd {
+                        att[h * hd + i] += e[p] / z * vr[g * hd + i];
+                    }
+                }
+            }
+            let o = mv(&l.4, &att);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let xn = norm(&x, &l.5);
+            let g = mv(&l.6, &xn);
+            let up = mv(&l.7, &xn);
+            let a: Vec<f64> = g.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let dn = mv(&l.8, &a);
+            x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+        }
+        all.push(mv(&out_w, &norm(&x, &out_norm)));
+    }
+    all
+}
+
+fn run_all_positions(m: &Model, tokens: &[u32]) -> Vec<f32> {
+    let mut kv = KvCache::new(m.config(), 64);
+    let s = kv.add_seq();
+    let mut b = Batch::new();
+    for (i, &t) in tokens.iter().enumerate() {
+        b.push(t, i, s, true);
+    }
+    m.forward(&b, &mut kv, &mut Workspace::new()).unwrap().to_vec()
+}
+
+const PROMPT: [u32; 11] = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 256];
+
+#[test]
+fn every_format_and_path_matches_the_f64_reference() {
+    let formats = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+    for (i, &dtype) in formats.iter().enumerate() {
+        let spec = SyntheticSpec {
+            dtype,
+            embd_dtype: formats[(i + 2) % formats.len()],
+            separate_output: i % 2 == 0,
+            seed: i as u64 + 1,
+            ..Default::default()
+        };
+        let f = write_model(&spec);
+        let want = reference_logits(&GgufFile::open(f.path()).unwrap(), &PROMPT);
+        let mut m = Model::load(f.path()).unwrap();
+        m.set_act_policy(ActPolicy::F32);
+        for isa in [Isa::Scalar, Isa::detect()] {
+            m.set_isa(isa);
+            let got = run_all_positions(&m, &PROMPT);
+            assert_eq!(got.len(), PROMPT.len() * SYNTHETIC_VOCAB);
+            let mut worst = 0f64;
+            for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(&want) {
+                for (a, b) in row.iter().zip(w) {
+                    worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
+                }
+            }
+            // Same math in f32 instead of f64.
+            assert!(worst < 1e-3, "{dtype:?} {isa:?}: worst relative error {worst}");
+        }
+    }
+}
+
+#[test]
+fn batching_and_chunking_do_not_change_results() {
+    let f = write_model(&SyntheticSpec::default());
+    let m = Model::load(f.path()).unwrap();
+    let a: Vec<u32> = PROMPT.to_vec();
+    let b: Vec<u32> = vec![5, 6, 7, 8, 9];
+    let alone_a = run_all_positions(&m, &a);
+    let alone_b = run_all_positions(&m, &b);
+
+    // Both sequences in one batch, interleaved, every position asking for logits.
+    let mut kv = KvCache::new(m.config(), 64);
+    let (sa, sb) = (kv.add_seq(), kv.add_seq());
+    let mut batch = Batch::new();
+    for i in 0..a.len() {
+        batch.push(a[i], i, sa, true);
+        if i < b.len() {
+            batch.push(b[i], i, sb, true);
+        }
+    }
+    let mut ws = Workspace::new();
+    let got = m.forward(&batch, &mut kv, &mut ws).unwrap().to_vec();
+    let v = SYNTHETIC_VOCAB;
+    let mut ia = 0;
+    let mut ib = 0;
+    for (r, s) in batch.seqs.iter().enumerate() {
+        let row = &got[r * v..(r + 1) * v];
+        if *s == sa {
+            assert_eq!(row, &alone_a[ia * v..(ia + 1) * v], "seq a pos {ia}");
+            ia += 1;
+        } else {
+            assert_eq!(row, &alone_b[ib * v..(ib + 1) * v], "seq b pos {ib}");
+            ib += 1;
+        }
+    }
+
+    // Chunked prefill (4 + 7 tokens) gives the same last logits as one pass.
+    let mut kv = KvCache::new(m.config(), 64);
+    let s = kv.add_seq();
+    let mut batch = Batch::new();
+    batch.push_seq(&a[..4], 0, s, false);
+    m.forward(&batch, &mut kv, &mut ws).unwrap();
+    batch.clear();
+    batch.push_seq(&a[4..], 4, s, true);
+    let last = m.forward(&batch, &mut kv, &mut ws).unwrap().to_vec();
+    assert_eq!(&last[..], &alone_a[(a.len() - 1) * v..]);
+    assert_eq!(kv.seq_len(s), a.len());
+}
+
+#[test]
+fn errors_are_reported_not_panicked() {
+    let spec = SyntheticSpec {
+        ctx_len: 8,
+        ..Default::default()
+    };
+    let f = write_model(&spec);
+    let m = Model::load(f.path()).unwrap();
+    let mut ws = Workspace::new();
+
+    let mut kv = KvCache::new(m.config(), 64);
+    let s = kv.add_seq();
+    let mut b = Batch::new();
+    b.push_seq(&[1; 9], 0, s, true);
+    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::ContextOverflow { len: 9, ctx: 8 })));
+
+    b.clear();
+    b.push(SYNTHETIC_VOCAB as u32, 0, s, true);
+    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::BadToken { .. })));
+
+    b.clear();
+    b.push(1, 3, s, true);
+    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::BadBatch(_))));
+
+    let mut small = KvCache::new(m.config(), 16);
+    let s1 = small.add_seq();
+    let s2 = small.add_seq();
+    b.clear();
+    b.push_seq(&[1; 8], 0, s1, false);
+    m.forward(&b, &mut small, &mut ws).unwrap();
+    b.clear();
+    b.push_seq(&[1; 2], 0, s2, true);
+    assert!(matches!(m.forward(&b, &mut small, &mut ws), Err(ModelError::KvFull { .. })));
+    small.remove_seq(s1);
+    assert_eq!(small.free_blocks(), small.total_blocks());
+    m.forward(&b, &mut small, &mut ws).unwrap();
+}
+
+#[test]
+fn missing_or_misshapen_tensors_name_the_tensor() {
+    let bytes = synthetic_llama(&SyntheticSpec::default());
+    // Rename one tensor so the loader cannot find it.
+    let needle = b"blk.1.ffn_up.weight";
+    let pos = bytes.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut broken = bytes.clone();
+    broken[pos + 4] = b'X';
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&broken).unwrap();
+    let e = Model::load(f.path()).unwrap_err().to_string();
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("missing"), "{e}");
+}
