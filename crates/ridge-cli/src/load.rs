@@ -1,7 +1,11 @@
 //! Resolving `--model` and loading the model with its tokenizer.
 
 use anyhow::{Context, Result};
-use ridge_model::{registry, Model};
+use ridge_model::{registry, ActPolicy, Model};
+use std::sync::OnceLock;
+
+/// The activation policy chosen on the command line (set once in `main`).
+pub static ACT_POLICY: OnceLock<ActPolicy> = OnceLock::new();
 use ridge_tokenizer::Tokenizer;
 
 /// A model ready to run.
@@ -16,7 +20,8 @@ pub struct Loaded {
 pub fn load(model: Option<&str>) -> Result<Loaded> {
     let arg = model.unwrap_or(registry::DEFAULT_MODEL);
     let path = registry::resolve(arg, false)?;
-    let model = Model::load(&path)?;
+    let mut model = Model::load(&path)?;
+    model.set_act_policy(ACT_POLICY.get().copied().unwrap_or_default());
     let tokenizer = Tokenizer::from_gguf(model.gguf())
         .with_context(|| format!("{}: tokenizer", path.display()))?;
     Ok(Loaded { model, tokenizer })

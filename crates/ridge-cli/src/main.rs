@@ -16,6 +16,9 @@ struct Cli {
     /// Worker threads for the kernels (default: available cores).
     #[arg(long, global = true)]
     threads: Option<usize>,
+    /// Activation precision against quantized weights: f32 (exact), mixed, int8 (fastest).
+    #[arg(long, global = true, default_value = "mixed")]
+    activations: ridge_model::ActPolicy,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,6 +59,7 @@ fn main() {
         }
         ridge_kernels::pool::init(t);
     }
+    let _ = load::ACT_POLICY.set(cli.activations);
     let result = match cli.command {
         Command::Pull(a) => commands::pull::main(a),
         Command::Run(a) => commands::run::main(a),

