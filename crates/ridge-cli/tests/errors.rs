@@ -20,7 +20,9 @@ fn malformed_model_files_fail_cleanly() {
     let mut random = vec![0u8; 4096];
     let mut s = 12345u64;
     for b in random.iter_mut() {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *b = (s >> 56) as u8;
     }
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -62,12 +64,21 @@ fn bad_arguments_fail_with_one_line() {
     assert_clean_failure(&run(&["frobnicate"]), "frobnicate");
     assert_clean_failure(&run(&["run", "--temperature", "abc", "x"]), "abc");
     assert_clean_failure(&run(&["pull", "no-such-model"]), "no-such-model");
-    assert_clean_failure(&run(&["tokenize", "--model", "no-such-model", "x"]), "no-such-model");
+    assert_clean_failure(
+        &run(&["tokenize", "--model", "no-such-model", "x"]),
+        "no-such-model",
+    );
     let f = file_with(&synthetic_llama(&SyntheticSpec::default()));
     let p = f.path().to_str().unwrap();
     assert_clean_failure(&run(&["run", "--model", p, "--top-p", "0", "x"]), "top_p");
-    assert_clean_failure(&run(&["run", "--model", p, "--temperature=-1", "x"]), "temperature");
-    assert_clean_failure(&run(&["perplexity", "--model", p, "--file", "/no/such.txt"]), "/no/such.txt");
+    assert_clean_failure(
+        &run(&["run", "--model", p, "--temperature=-1", "x"]),
+        "temperature",
+    );
+    assert_clean_failure(
+        &run(&["perplexity", "--model", p, "--file", "/no/such.txt"]),
+        "/no/such.txt",
+    );
     assert_clean_failure(&run(&["--threads", "0", "run", "x"]), "threads");
 }
 
@@ -75,23 +86,63 @@ fn bad_arguments_fail_with_one_line() {
 fn synthetic_model_runs_end_to_end_and_chat_falls_back_without_template() {
     let f = file_with(&synthetic_llama(&SyntheticSpec::default()));
     let p = f.path().to_str().unwrap();
-    let o = run(&["run", "--model", p, "--temperature", "0", "--max-tokens", "5", "--ignore-eos", "hello"]);
+    let o = run(&[
+        "run",
+        "--model",
+        p,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "hello",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("prompt tokens: 5 | generated: 5 | TTFT:"), "{err}");
+    assert!(
+        err.contains("prompt tokens: 5 | generated: 5 | TTFT:"),
+        "{err}"
+    );
     // Same seed, same text; greedy is deterministic.
-    let o2 = run(&["run", "--model", p, "--temperature", "0", "--max-tokens", "5", "--ignore-eos", "hello"]);
+    let o2 = run(&[
+        "run",
+        "--model",
+        p,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "hello",
+    ]);
     assert_eq!(o.stdout, o2.stdout);
 
     let mut child = ridge()
-        .args(["chat", "--model", p, "--max-tokens", "3", "--temperature", "0"])
+        .args([
+            "chat",
+            "--model",
+            p,
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"hi\n/exit\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hi\n/exit\n")
+        .unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("falling back to plain completion"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("falling back to plain completion"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -48,8 +48,15 @@ fn perplexity_is_within_half_a_percent_of_the_f64_reference() {
     assert_eq!(got["chunks"], 4);
     assert_eq!(got["tokens_scored"], r["tokens_scored"]);
     let rel = (ppl - want).abs() / want;
-    eprintln!("perplexity {ppl} vs f64 reference {want}: {:.3}%", rel * 100.0);
-    assert!(rel < 0.005, "perplexity {ppl} vs reference {want} ({:.3}%)", rel * 100.0);
+    eprintln!(
+        "perplexity {ppl} vs f64 reference {want}: {:.3}%",
+        rel * 100.0
+    );
+    assert!(
+        rel < 0.005,
+        "perplexity {ppl} vs reference {want} ({:.3}%)",
+        rel * 100.0
+    );
 }
 
 #[test]
@@ -58,7 +65,14 @@ fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
     let home = tempfile::tempdir().unwrap();
     let o = ridge()
         .env("RIDGE_HOME", home.path())
-        .args(["run", "--temperature", "0", "--max-tokens", "8", "The capital of France is"])
+        .args([
+            "run",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "The capital of France is",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -71,5 +85,8 @@ fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
         .collect();
-    assert!(leftovers.is_empty(), "temporary files left behind: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "temporary files left behind: {leftovers:?}"
+    );
 }

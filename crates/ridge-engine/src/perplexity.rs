@@ -64,7 +64,12 @@ pub fn perplexity(
         for (row, i) in logits.chunks_exact(vocab).zip(first..ctx - 1) {
             let target = chunk[i + 1] as usize;
             let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-            let lse = row.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln() + max;
+            let lse = row
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln()
+                + max;
             nll += lse - row[target] as f64;
             count += 1;
         }

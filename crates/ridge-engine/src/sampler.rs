@@ -77,9 +77,14 @@ impl Sampler {
         }
         let inv_t = 1.0 / self.params.temperature;
         self.cand.clear();
-        self.cand
-            .extend(logits.iter().enumerate().map(|(i, &l)| (l * inv_t, i as u32)));
-        let by_logit_desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        self.cand.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (l * inv_t, i as u32)),
+        );
+        let by_logit_desc =
+            |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let k = self.params.top_k;
         if k > 0 && k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);

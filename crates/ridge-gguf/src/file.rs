@@ -194,8 +194,9 @@ impl GgufFile {
     /// A required non-negative integer (any integer width).
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         let v = self.require(key)?;
-        v.as_u64()
-            .ok_or_else(|| self.meta_err(key, format!("expected a non-negative integer, found {v:?}")))
+        v.as_u64().ok_or_else(|| {
+            self.meta_err(key, format!("expected a non-negative integer, found {v:?}"))
+        })
     }
 
     /// A required integer that must fit in `usize` and lie in `range`.

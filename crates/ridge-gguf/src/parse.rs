@@ -117,7 +117,9 @@ impl<'a> Cursor<'a> {
 
     fn array_value(&mut self, what: &str, depth: usize) -> ParseResult<ArrayValue> {
         if depth >= MAX_ARRAY_DEPTH {
-            return Err(format!("{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}"));
+            return Err(format!(
+                "{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
+            ));
         }
         let elem = self.value_type(&format!("element type of {what}"))?;
         let n = self.count(elem.min_encoded_size(), &format!("element count of {what}"))?;

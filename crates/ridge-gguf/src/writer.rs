@@ -109,7 +109,8 @@ impl GgufWriter {
 
     /// Adds a tensor; `dims` innermost first, `data` already in the type's block layout.
     pub fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) -> &mut Self {
-        self.tensors.push((name.to_string(), dims.to_vec(), ty, data));
+        self.tensors
+            .push((name.to_string(), dims.to_vec(), ty, data));
         self
     }
 

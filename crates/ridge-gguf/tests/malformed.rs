@@ -13,16 +13,19 @@ fn write_tmp(bytes: &[u8]) -> tempfile::NamedTempFile {
 
 fn sample() -> Vec<u8> {
     let mut w = GgufWriter::new();
-    w.meta("general.architecture", MetadataValue::String("llama".into()))
-        .meta("llama.block_count", MetadataValue::U32(2))
-        .meta("x.f", MetadataValue::F32(1.5))
-        .meta(
-            "tok",
-            MetadataValue::Array(ArrayValue::String(vec!["a".into(), "bc".into()])),
-        )
-        .meta("ids", MetadataValue::Array(ArrayValue::I32(vec![1, -2, 3])))
-        .tensor("w", &[4, 2], GgmlType::F32, (0..32u8).collect())
-        .tensor("q", &[32, 1], GgmlType::Q8_0, vec![7u8; 34]);
+    w.meta(
+        "general.architecture",
+        MetadataValue::String("llama".into()),
+    )
+    .meta("llama.block_count", MetadataValue::U32(2))
+    .meta("x.f", MetadataValue::F32(1.5))
+    .meta(
+        "tok",
+        MetadataValue::Array(ArrayValue::String(vec!["a".into(), "bc".into()])),
+    )
+    .meta("ids", MetadataValue::Array(ArrayValue::I32(vec![1, -2, 3])))
+    .tensor("w", &[4, 2], GgmlType::F32, (0..32u8).collect())
+    .tensor("q", &[32, 1], GgmlType::Q8_0, vec![7u8; 34]);
     w.to_bytes()
 }
 
@@ -65,7 +68,10 @@ fn reads_valid_file() {
         g.get_u64("missing"),
         Err(GgufError::Metadata { .. })
     ));
-    assert!(matches!(g.get_str("llama.block_count"), Err(GgufError::Metadata { .. })));
+    assert!(matches!(
+        g.get_str("llama.block_count"),
+        Err(GgufError::Metadata { .. })
+    ));
     assert!(matches!(g.tensor("nope"), Err(GgufError::Tensor { .. })));
 }
 
@@ -120,7 +126,10 @@ fn every_truncation_is_an_error() {
     let b = sample();
     for len in 0..b.len() {
         let f = write_tmp(&b[..len]);
-        assert!(GgufFile::open(f.path()).is_err(), "truncated to {len} bytes");
+        assert!(
+            GgufFile::open(f.path()).is_err(),
+            "truncated to {len} bytes"
+        );
     }
 }
 

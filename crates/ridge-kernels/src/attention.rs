@@ -78,9 +78,8 @@ pub fn attend_head(
     let hd = shape.head_dim;
     let g = head / (shape.n_heads / shape.n_kv_heads);
     let off = g * hd;
-    let slot = |pos: usize| {
-        table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size
-    };
+    let slot =
+        |pos: usize| table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
     SCORES.with(|cell| {
         let mut scores = cell.borrow_mut();
         if scores.len() < n_ctx - first {

@@ -72,7 +72,9 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
 pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(dtype.row_bytes(x.len()));
     match dtype {
-        DType::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F32 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         DType::F16 => x
             .iter()
             .for_each(|v| out.extend_from_slice(&f16::from_f32(*v).to_le_bytes())),

@@ -97,7 +97,11 @@ pub(crate) unsafe fn dot_f32(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut i = 0;
     while i + 8 <= n {
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(x.as_ptr().add(i)), acc);
+        acc = _mm256_fmadd_ps(
+            _mm256_loadu_ps(w.add(i)),
+            _mm256_loadu_ps(x.as_ptr().add(i)),
+            acc,
+        );
         i += 8;
     }
     let mut s = hsum(acc);
@@ -154,7 +158,10 @@ pub(crate) unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_f16_f32(k: &[f16], q: &[f32]) -> f32 {
     debug_assert_eq!(k.len(), q.len());
-    dot_f16(std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * k.len()), q)
+    dot_f16(
+        std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * k.len()),
+        q,
+    )
 }
 
 /// `out += a · v`, equal lengths.
@@ -168,7 +175,10 @@ pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
     let mut i = 0;
     while i + 8 <= n {
         let x = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * i) as *const __m128i));
-        _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(av, x, _mm256_loadu_ps(op.add(i))));
+        _mm256_storeu_ps(
+            op.add(i),
+            _mm256_fmadd_ps(av, x, _mm256_loadu_ps(op.add(i))),
+        );
         i += 8;
     }
     while i < n {
@@ -265,7 +275,13 @@ pub(crate) unsafe fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..x.len() / 32 {
         let b = p.add(i * 20);
-        acc = nibbles_f32(b.add(4), x.as_ptr().add(32 * i), f16_ptr(b), f16_ptr(b.add(2)), acc);
+        acc = nibbles_f32(
+            b.add(4),
+            x.as_ptr().add(32 * i),
+            f16_ptr(b),
+            f16_ptr(b.add(2)),
+            acc,
+        );
     }
     hsum(acc)
 }

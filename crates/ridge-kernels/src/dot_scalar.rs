@@ -83,7 +83,11 @@ pub fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
 pub fn dot_q8_0_f32(row: &[u8], x: &[f32]) -> f32 {
     let mut sum = 0f32;
     for (b, xb) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-        let s: f32 = b[2..34].iter().zip(xb).map(|(&w, v)| (w as i8) as f32 * v).sum();
+        let s: f32 = b[2..34]
+            .iter()
+            .zip(xb)
+            .map(|(&w, v)| (w as i8) as f32 * v)
+            .sum();
         sum += f16_at(b) * s;
     }
     sum

@@ -26,7 +26,7 @@ pub struct WeightMatrix<'a> {
 impl<'a> WeightMatrix<'a> {
     /// Checks the geometry; `None` if `data` does not hold exactly `rows` rows of `cols`.
     pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Option<Self> {
-        if cols % dtype.block_size() != 0 || data.len() != rows * dtype.row_bytes(cols) {
+        if !cols.is_multiple_of(dtype.block_size()) || data.len() != rows * dtype.row_bytes(cols) {
             return None;
         }
         Some(WeightMatrix {
@@ -135,11 +135,7 @@ pub fn matmul(
         }
         act::quantize(isa, x, &mut scratch.act[..n * nb]);
     }
-    let xq: &[ActBlock] = if int8 {
-        &scratch.act[..n * nb]
-    } else {
-        &[]
-    };
+    let xq: &[ActBlock] = if int8 { &scratch.act[..n * nb] } else { &[] };
     let threads = pool::threads();
     // Enough chunks to balance, each big enough to amortise the task overhead.
     let chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));

@@ -36,7 +36,11 @@ pub fn rope_table(pos: usize, dim: usize, base: f32, cos: &mut [f32], sin: &mut 
 pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
     let half = cos.len();
     for i in 0..half {
-        let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+        let (a, b) = if neox {
+            (i, i + half)
+        } else {
+            (2 * i, 2 * i + 1)
+        };
         let (x0, x1) = (x[a], x[b]);
         x[a] = x0 * cos[i] - x1 * sin[i];
         x[b] = x0 * sin[i] + x1 * cos[i];

@@ -11,7 +11,9 @@ pub fn init(threads: usize) -> usize {
     let n = *THREADS.get_or_init(|| {
         let n = threads.max(1);
         // Building the global pool fails only if it was already built; then it keeps its size.
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
         n
     });
     n
@@ -21,7 +23,9 @@ pub fn init(threads: usize) -> usize {
 pub fn threads() -> usize {
     *THREADS.get_or_init(|| {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
         n
     })
 }

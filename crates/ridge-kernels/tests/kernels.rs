@@ -98,12 +98,23 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     let (rows, cols) = (70, 128);
     for &dtype in &ALL {
         let wf = randv(&mut rng, rows * cols);
-        let w: Vec<u8> = wf.chunks(cols).flat_map(|r| quantize_row(dtype, r)).collect();
+        let w: Vec<u8> = wf
+            .chunks(cols)
+            .flat_map(|r| quantize_row(dtype, r))
+            .collect();
         let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let x = randv(&mut rng, 6 * cols);
         for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
             let mut all = vec![0f32; 6 * rows];
-            matmul(isa, prec, &wm, &x, 6, &mut all, &mut MatmulScratch::default());
+            matmul(
+                isa,
+                prec,
+                &wm,
+                &x,
+                6,
+                &mut all,
+                &mut MatmulScratch::default(),
+            );
             for t in 0..6 {
                 let mut one = vec![0f32; rows];
                 matmul(
@@ -115,7 +126,11 @@ fn batch_rows_are_bitwise_independent_of_batch() {
                     &mut one,
                     &mut MatmulScratch::default(),
                 );
-                assert_eq!(&all[t * rows..(t + 1) * rows], &one[..], "{dtype:?} {isa:?}");
+                assert_eq!(
+                    &all[t * rows..(t + 1) * rows],
+                    &one[..],
+                    "{dtype:?} {isa:?}"
+                );
             }
         }
     }
@@ -213,7 +228,10 @@ fn paged_attention_matches_f64_reference() {
                 let mut out = vec![0f32; 16];
                 attend_head(isa, &kvl, &table, first, n_ctx, &shape, head, &q, &mut out);
                 for (a, b) in out.iter().zip(&want) {
-                    assert!((*a as f64 - b).abs() < 1e-5, "{isa:?} head {head}: {a} vs {b}");
+                    assert!(
+                        (*a as f64 - b).abs() < 1e-5,
+                        "{isa:?} head {head}: {a} vs {b}"
+                    );
                 }
             }
         }

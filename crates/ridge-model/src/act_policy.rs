@@ -32,7 +32,9 @@ impl FromStr for ActPolicy {
             "f32" => Ok(ActPolicy::F32),
             "mixed" => Ok(ActPolicy::Mixed),
             "int8" => Ok(ActPolicy::Int8),
-            _ => Err(format!("unknown activation policy `{s}` (f32, mixed, int8)")),
+            _ => Err(format!(
+                "unknown activation policy `{s}` (f32, mixed, int8)"
+            )),
         }
     }
 }

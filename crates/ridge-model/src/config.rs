@@ -104,8 +104,7 @@ impl ModelConfig {
                 "head dimension {head_dim} / rope dimension {rope_dim} must be even"
             )));
         }
-        if !(rope_base.is_finite() && rope_base > 0.0) || !(norm_eps.is_finite() && norm_eps >= 0.0)
-        {
+        if !(rope_base.is_finite() && rope_base > 0.0 && norm_eps.is_finite() && norm_eps >= 0.0) {
             return Err(bad(format!(
                 "rope.freq_base {rope_base} or rms epsilon {norm_eps} out of range"
             )));

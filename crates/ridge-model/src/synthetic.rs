@@ -106,30 +106,60 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
         .meta("llama.attention.head_count", u(spec.n_heads))
         .meta("llama.attention.head_count_kv", u(spec.n_kv_heads))
         .meta("llama.rope.freq_base", MetadataValue::F32(10000.0))
-        .meta("llama.attention.layer_norm_rms_epsilon", MetadataValue::F32(1e-5))
+        .meta(
+            "llama.attention.layer_norm_rms_epsilon",
+            MetadataValue::F32(1e-5),
+        )
         .meta("tokenizer.ggml.model", s("gpt2"))
         .meta("tokenizer.ggml.pre", s("gpt2"));
     let mut tokens: Vec<String> = (0..=255u8).map(|b| gpt2_byte_char(b).to_string()).collect();
     tokens.push("<|endoftext|>".into());
     let mut types = vec![1i32; 256];
     types.push(3);
-    w.meta("tokenizer.ggml.tokens", MetadataValue::Array(ArrayValue::String(tokens)))
-        .meta("tokenizer.ggml.token_type", MetadataValue::Array(ArrayValue::I32(types)))
-        .meta("tokenizer.ggml.merges", MetadataValue::Array(ArrayValue::String(vec![])))
-        .meta("tokenizer.ggml.bos_token_id", u(256))
-        .meta("tokenizer.ggml.eos_token_id", u(256))
-        .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
+    w.meta(
+        "tokenizer.ggml.tokens",
+        MetadataValue::Array(ArrayValue::String(tokens)),
+    )
+    .meta(
+        "tokenizer.ggml.token_type",
+        MetadataValue::Array(ArrayValue::I32(types)),
+    )
+    .meta(
+        "tokenizer.ggml.merges",
+        MetadataValue::Array(ArrayValue::String(vec![])),
+    )
+    .meta("tokenizer.ggml.bos_token_id", u(256))
+    .meta("tokenizer.ggml.eos_token_id", u(256))
+    .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
 
-    let mut mat = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
-        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.next() * scale).collect();
-        let data: Vec<u8> = vals.chunks(cols).flat_map(|r| blocks::quantize_row(dt, r)).collect();
-        w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
-    };
+    let mut mat =
+        |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
+            let vals: Vec<f32> = (0..rows * cols).map(|_| rng.next() * scale).collect();
+            let data: Vec<u8> = vals
+                .chunks(cols)
+                .flat_map(|r| blocks::quantize_row(dt, r))
+                .collect();
+            w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
+        };
     let ws = 1.0 / (d as f32).sqrt();
-    mat(&mut w, "token_embd.weight", SYNTHETIC_VOCAB, d, spec.embd_dtype, 1.0);
+    mat(
+        &mut w,
+        "token_embd.weight",
+        SYNTHETIC_VOCAB,
+        d,
+        spec.embd_dtype,
+        1.0,
+    );
     let norm = |w: &mut GgufWriter, name: &str, n: usize, seed: usize| {
-        let vals: Vec<f32> = (0..n).map(|i| 1.0 + 0.1 * ((i * 7 + seed) % 5) as f32).collect();
-        w.tensor(name, &[n as u64], GgmlType::F32, blocks::quantize_row(DType::F32, &vals));
+        let vals: Vec<f32> = (0..n)
+            .map(|i| 1.0 + 0.1 * ((i * 7 + seed) % 5) as f32)
+            .collect();
+        w.tensor(
+            name,
+            &[n as u64],
+            GgmlType::F32,
+            blocks::quantize_row(DType::F32, &vals),
+        );
     };
     for i in 0..spec.n_layers {
         let n = |x: &str| format!("blk.{i}.{x}.weight");
@@ -141,7 +171,14 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
         norm(&mut w, &n("ffn_norm"), d, i + 1);
         mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
         mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
-        mat(&mut w, &n("ffn_down"), d, ffn, spec.dtype, 1.0 / (ffn as f32).sqrt());
+        mat(
+            &mut w,
+            &n("ffn_down"),
+            d,
+            ffn,
+            spec.dtype,
+            1.0 / (ffn as f32).sqrt(),
+        );
     }
     norm(&mut w, "output_norm.weight", d, 3);
     if spec.separate_output {

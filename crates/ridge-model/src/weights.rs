@@ -65,7 +65,10 @@ pub(crate) fn matrix(
         shape_err(
             f,
             name,
-            format!("weight type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)", t.ty),
+            format!(
+                "weight type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+                t.ty
+            ),
         )
     })?;
     if t.dims != [cols as u64, rows as u64] {
@@ -89,9 +92,19 @@ pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, Mod
     let t = f.tensor(name)?;
     let dtype = dtype_of(t.ty)
         .filter(|d| !d.is_quantized())
-        .ok_or_else(|| shape_err(f, name, format!("type {} (expected F32, F16 or BF16)", t.ty)))?;
+        .ok_or_else(|| {
+            shape_err(
+                f,
+                name,
+                format!("type {} (expected F32, F16 or BF16)", t.ty),
+            )
+        })?;
     if t.dims != [n as u64] {
-        return Err(shape_err(f, name, format!("shape {:?}, expected [{n}]", t.dims)));
+        return Err(shape_err(
+            f,
+            name,
+            format!("shape {:?}, expected [{n}]", t.dims),
+        ));
     }
     let mut out = vec![0f32; n];
     blocks::dequantize_row(dtype, f.tensor_data(t), &mut out);

@@ -41,12 +41,18 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
         let mut out = vec![0f32; rows * cols];
         let rb = dt.row_bytes(cols);
         for r in 0..rows {
-            blocks::dequantize_row(dt, &f.tensor_data(t)[r * rb..(r + 1) * rb], &mut out[r * cols..(r + 1) * cols]);
+            blocks::dequantize_row(
+                dt,
+                &f.tensor_data(t)[r * rb..(r + 1) * rb],
+                &mut out[r * cols..(r + 1) * cols],
+            );
         }
         (rows, cols, out.into_iter().map(|v| v as f64).collect())
     };
     let mv = |m: &(usize, usize, Vec<f64>), x: &[f64]| -> Vec<f64> {
-        (0..m.0).map(|r| (0..m.1).map(|c| m.2[r * m.1 + c] * x[c]).sum()).collect()
+        (0..m.0)
+            .map(|r| (0..m.1).map(|c| m.2[r * m.1 + c] * x[c]).sum())
+            .collect()
     };
     let norm = |x: &[f64], w: &[f64]| -> Vec<f64> {
         let s = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + eps).sqrt();
@@ -63,7 +69,11 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
         }
     };
     let embd = load("token_embd.weight");
-    let out_w = if f.has_tensor("output.weight") { load("output.weight") } else { load("token_embd.weight") };
+    let out_w = if f.has_tensor("output.weight") {
+        load("output.weight")
+    } else {
+        load("token_embd.weight")
+    };
     let out_norm = load("output_norm.weight").2;
     let layers: Vec<_> = (0..nl)
         .map(|i| {
@@ -104,7 +114,10 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
                 let g = h / (nh / nkv);
                 let s: Vec<f64> = kcache[li]
                     .iter()
-                    .map(|kr| (0..hd).map(|i| q[h * hd + i] * kr[g * hd + i]).sum::<f64>() / (hd as f64).sqrt())
+                    .map(|kr| {
+                        (0..hd).map(|i| q[h * hd + i] * kr[g * hd + i]).sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
                 let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
@@ -120,7 +133,11 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
             let xn = norm(&x, &l.5);
             let g = mv(&l.6, &xn);
             let up = mv(&l.7, &xn);
-            let a: Vec<f64> = g.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let a: Vec<f64> = g
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
             let dn = mv(&l.8, &a);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
@@ -136,14 +153,23 @@ fn run_all_positions(m: &Model, tokens: &[u32]) -> Vec<f32> {
     for (i, &t) in tokens.iter().enumerate() {
         b.push(t, i, s, true);
     }
-    m.forward(&b, &mut kv, &mut Workspace::new()).unwrap().to_vec()
+    m.forward(&b, &mut kv, &mut Workspace::new())
+        .unwrap()
+        .to_vec()
 }
 
 const PROMPT: [u32; 11] = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 256];
 
 #[test]
 fn every_format_and_path_matches_the_f64_reference() {
-    let formats = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1];
+    let formats = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+    ];
     for (i, &dtype) in formats.iter().enumerate() {
         let spec = SyntheticSpec {
             dtype,
@@ -167,7 +193,10 @@ fn every_format_and_path_matches_the_f64_reference() {
                 }
             }
             // Same math in f32 instead of f64.
-            assert!(worst < 1e-3, "{dtype:?} {isa:?}: worst relative error {worst}");
+            assert!(
+                worst < 1e-3,
+                "{dtype:?} {isa:?}: worst relative error {worst}"
+            );
         }
     }
 }
@@ -234,15 +263,24 @@ fn errors_are_reported_not_panicked() {
     let s = kv.add_seq();
     let mut b = Batch::new();
     b.push_seq(&[1; 9], 0, s, true);
-    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::ContextOverflow { len: 9, ctx: 8 })));
+    assert!(matches!(
+        m.forward(&b, &mut kv, &mut ws),
+        Err(ModelError::ContextOverflow { len: 9, ctx: 8 })
+    ));
 
     b.clear();
     b.push(SYNTHETIC_VOCAB as u32, 0, s, true);
-    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::BadToken { .. })));
+    assert!(matches!(
+        m.forward(&b, &mut kv, &mut ws),
+        Err(ModelError::BadToken { .. })
+    ));
 
     b.clear();
     b.push(1, 3, s, true);
-    assert!(matches!(m.forward(&b, &mut kv, &mut ws), Err(ModelError::BadBatch(_))));
+    assert!(matches!(
+        m.forward(&b, &mut kv, &mut ws),
+        Err(ModelError::BadBatch(_))
+    ));
 
     let mut small = KvCache::new(m.config(), 16);
     let s1 = small.add_seq();
@@ -252,7 +290,10 @@ fn errors_are_reported_not_panicked() {
     m.forward(&b, &mut small, &mut ws).unwrap();
     b.clear();
     b.push_seq(&[1; 2], 0, s2, true);
-    assert!(matches!(m.forward(&b, &mut small, &mut ws), Err(ModelError::KvFull { .. })));
+    assert!(matches!(
+        m.forward(&b, &mut small, &mut ws),
+        Err(ModelError::KvFull { .. })
+    ));
     small.remove_seq(s1);
     assert_eq!(small.free_blocks(), small.total_blocks());
     m.forward(&b, &mut small, &mut ws).unwrap();
@@ -263,11 +304,17 @@ fn missing_or_misshapen_tensors_name_the_tensor() {
     let bytes = synthetic_llama(&SyntheticSpec::default());
     // Rename one tensor so the loader cannot find it.
     let needle = b"blk.1.ffn_up.weight";
-    let pos = bytes.windows(needle.len()).position(|w| w == needle).unwrap();
+    let pos = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
     let mut broken = bytes.clone();
     broken[pos + 4] = b'X';
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&broken).unwrap();
     let e = Model::load(f.path()).unwrap_err().to_string();
-    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("blk.1.ffn_up.weight") && e.contains("missing"),
+        "{e}"
+    );
 }

