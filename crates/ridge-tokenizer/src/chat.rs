@@ -1,0 +1,549 @@
+//! Chat templates: the Jinja template a model ships in `tokenizer.chat_template`, rendered
+//! with minijinja the way Hugging Face `transformers` renders it.
+//!
+//! Compatibility with `transformers` (`apply_chat_template`):
+//! * `trim_blocks` and `lstrip_blocks` are on, `{% break %}`/`{% continue %}` work;
+//! * variables `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, plus any extra
+//!   context the caller passes (e.g. `enable_thinking`);
+//! * functions `raise_exception(msg)` (fails the render with `msg`) and `strftime_now(fmt)`
+//!   (UTC time);
+//! * Python string/list/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) through
+//!   `minijinja-contrib`'s pycompat callback;
+//! * `tojson` prints like Python's `json.dumps` (`", "` and `": "` separators, no HTML
+//!   escaping, non-ASCII kept), since templates that embed JSON were written against that.
+//!
+//! Sandbox: there is no template loader (`include`/`import` of other files cannot reach the
+//! file system), every render has a fuel budget of [`FUEL`] instructions, and the recursion
+//! depth is capped at [`RECURSION_LIMIT`], so a hostile template in a downloaded model cannot
+//! read files or hang the server.
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind};
+use ridge_gguf::GgufFile;
+use serde::{Deserialize, Serialize};
+
+use crate::{Tokenizer, TokenizerError};
+
+/// Instructions one render may execute. A long conversation with a large template needs well
+/// under a million; this only stops runaway loops.
+pub const FUEL: u64 = 20_000_000;
+
+/// Maximum template recursion depth (nested loops, macro calls).
+pub const RECURSION_LIMIT: usize = 200;
+
+const KEY_TEMPLATE: &str = "tokenizer.chat_template";
+const NAME: &str = "chat_template";
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with any role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template with the model's BOS/EOS token texts.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+fn template_error(e: Error) -> TokenizerError {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    TokenizerError::ChatTemplate(msg)
+}
+
+impl ChatTemplate {
+    /// The template in `tokenizer.chat_template`, with `bos_token`/`eos_token` taken from the
+    /// tokenizer (empty strings when the vocabulary has no such token).
+    pub fn from_gguf(gguf: &GgufFile, tokenizer: &Tokenizer) -> Result<Self, TokenizerError> {
+        let source = match gguf.get(KEY_TEMPLATE) {
+            None => return Err(TokenizerError::MissingChatTemplate),
+            Some(v) => v
+                .as_str()
+                .ok_or_else(|| TokenizerError::malformed(KEY_TEMPLATE, "expected a string"))?,
+        };
+        let text = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.token_str(i))
+                .unwrap_or("")
+                .to_string()
+        };
+        Self::new(source, text(tokenizer.bos_id()), text(tokenizer.eos_id()))
+    }
+
+    /// Compiles `source`. Syntax errors are reported here, not at render time.
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, TokenizerError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        let source = source.into();
+        env.add_template_owned(NAME, source.clone())
+            .map_err(template_error)?;
+        Ok(ChatTemplate {
+            env,
+            source,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// Renders a conversation. With `add_generation_prompt`, the text ends with the header of
+    /// an assistant turn, ready for generation.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        self.render_with(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// As [`render`](ChatTemplate::render), with extra template variables (e.g.
+    /// `enable_thinking`, `tools`). The standard variables take precedence over `extra`.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TokenizerError> {
+        let tmpl = self.env.get_template(NAME).map_err(template_error)?;
+        let base = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        let ctx = minijinja::context! { ..base, ..Value::from_serialize(extra) };
+        tmpl.render(ctx).map_err(template_error)
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The BOS token text given to the template.
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    /// The EOS token text given to the template.
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
+    }
+}
+
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// `tojson(value, indent=None, sort_keys=False, ensure_ascii=False)` with Python's output.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<Value> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() || v.is_undefined() => None,
+        Some(v) => match v.as_i64() {
+            Some(n) => Some(" ".repeat(n.clamp(0, 64) as usize)),
+            None => Some(v.as_str().map(str::to_string).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an int")
+            })?),
+        },
+    };
+    let opts = JsonOpts {
+        indent,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+    };
+    let mut out = String::new();
+    write_json(value, &opts, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+struct JsonOpts {
+    indent: Option<String>,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+fn newline(opts: &JsonOpts, level: usize, out: &mut String) {
+    if let Some(ind) = &opts.indent {
+        out.push('\n');
+        for _ in 0..level {
+            out.push_str(ind);
+        }
+    }
+}
+
+fn write_json(v: &Value, opts: &JsonOpts, level: usize, out: &mut String) -> Result<(), Error> {
+    if level > 256 {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: nesting too deep",
+        ));
+    }
+    let item_sep = if opts.indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if let Some(i) = v.as_i64().filter(|_| v.is_integer()) {
+                out.push_str(&i.to_string());
+            } else if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+                out.push_str(&py_float(f));
+            }
+        }
+        ValueKind::String => write_json_str(v.as_str().unwrap_or(""), opts.ensure_ascii, out),
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(opts, level + 1, out);
+                write_json(item, opts, level + 1, out)?;
+            }
+            newline(opts, level, out);
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            if opts.sort_keys {
+                keys.sort();
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(opts, level + 1, out);
+                let key = match k.as_str() {
+                    Some(s) => s.to_string(),
+                    None => k.to_string(),
+                };
+                write_json_str(&key, opts.ensure_ascii, out);
+                out.push_str(": ");
+                write_json(&v.get_item(k)?, opts, level + 1, out)?;
+            }
+            newline(opts, level, out);
+            out.push('}');
+        }
+        _ => write_json_str(&v.to_string(), opts.ensure_ascii, out),
+    }
+    Ok(())
+}
+
+fn write_json_str(s: &str, ensure_ascii: bool, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0C}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (ensure_ascii && (c as u32) > 0x7E) => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Python's `repr(float)` for the common cases (`1.0`, `0.5`, `1e+20`, `NaN`, `Infinity`).
+fn py_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let s = format!("{f:?}");
+    match s.split_once('e') {
+        Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+        _ => s,
+    }
+}
+
+/// `strftime_now(format)`: the current UTC time formatted with the common `strftime`
+/// directives (`%Y %m %d %H %M %S %y %j %b %B %a %A %p %I %%`, plus `%-d`/`%-m`).
+fn strftime_now(format: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    strftime(secs, &format)
+}
+
+fn strftime(unix_secs: i64, format: &str) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let days = unix_secs.div_euclid(86_400);
+    let rem = unix_secs.rem_euclid(86_400);
+    let (h, mi, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    let (y, m, d) = civil_from_days(days);
+    // 1970-01-01 was a Thursday (index 3 with Monday = 0).
+    let weekday = (days + 3).rem_euclid(7) as usize;
+    let yday = days - days_from_civil(y, 1, 1) + 1;
+    let month = MONTHS[(m - 1) as usize];
+    let day = DAYS[weekday];
+
+    let mut out = String::new();
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let no_pad = chars.peek() == Some(&'-');
+        if no_pad {
+            chars.next();
+        }
+        let num = |v: i64, w: usize| {
+            if no_pad {
+                v.to_string()
+            } else {
+                format!("{v:0w$}")
+            }
+        };
+        match chars.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&num(y.rem_euclid(100), 2)),
+            Some('m') => out.push_str(&num(m, 2)),
+            Some('d') => out.push_str(&num(d, 2)),
+            Some('H') => out.push_str(&num(h, 2)),
+            Some('I') => out.push_str(&num(if h % 12 == 0 { 12 } else { h % 12 }, 2)),
+            Some('p') => out.push_str(if h < 12 { "AM" } else { "PM" }),
+            Some('M') => out.push_str(&num(mi, 2)),
+            Some('S') => out.push_str(&num(s, 2)),
+            Some('j') => out.push_str(&num(yday, 3)),
+            Some('B') => out.push_str(month),
+            Some('b') => out.push_str(&month[..3]),
+            Some('A') => out.push_str(day),
+            Some('a') => out.push_str(&day[..3]),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// Day count since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs() -> Vec<ChatMessage> {
+        vec![
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Hi"),
+        ]
+    }
+
+    #[test]
+    fn chatml_with_trim_blocks() {
+        let t = ChatTemplate::new(
+            "{% for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\n{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            "",
+            "<|im_end|>",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&msgs(), true).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn bos_eos_and_pycompat() {
+        let t = ChatTemplate::new(
+            "{{ bos_token }}{% for m in messages %}{% if m.content.startswith('Be') %}[{{ m.content.strip('.').upper() }}]{% else %}{{ m['content'] }}{% endif %}{% endfor %}{{ eos_token }}",
+            "<s>",
+            "</s>",
+        )
+        .unwrap();
+        assert_eq!(t.render(&msgs(), false).unwrap(), "<s>[BE BRIEF]Hi</s>");
+    }
+
+    #[test]
+    fn raise_exception_is_an_error_with_the_message() {
+        let t = ChatTemplate::new(
+            "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let e = t.render(&msgs(), false).unwrap_err().to_string();
+        assert!(e.contains("System role not supported"), "{e}");
+    }
+
+    #[test]
+    fn syntax_error_is_reported_at_compile_time() {
+        let e = ChatTemplate::new("{% for %}", "", "").unwrap_err();
+        assert!(matches!(e, TokenizerError::ChatTemplate(_)), "{e}");
+    }
+
+    #[test]
+    fn runaway_template_runs_out_of_fuel() {
+        let t = ChatTemplate::new(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let e = t.render(&msgs(), false).unwrap_err().to_string();
+        assert!(e.to_lowercase().contains("fuel"), "{e}");
+    }
+
+    #[test]
+    fn recursion_is_limited() {
+        let t = ChatTemplate::new(
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert!(t.render(&msgs(), false).is_err());
+    }
+
+    #[test]
+    fn no_file_access() {
+        let t = ChatTemplate::new("{% include '/etc/passwd' %}", "", "").unwrap();
+        assert!(t.render(&msgs(), false).is_err());
+    }
+
+    #[test]
+    fn tojson_is_python_like() {
+        let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}", "", "").unwrap();
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "x".into(),
+            serde_json::json!({"a": [1, 2.5, "é<"], "b": null, "c": true}),
+        );
+        assert_eq!(
+            t.render_with(&[], false, &extra).unwrap(),
+            "{\"a\": [1, 2.5, \"é<\"], \"b\": null, \"c\": true}|{\n  \"a\": [\n    1,\n    2.5,\n    \"é<\"\n  ],\n  \"b\": null,\n  \"c\": true\n}"
+        );
+    }
+
+    #[test]
+    fn strftime_formats_dates() {
+        // 2024-02-29 13:05:09 UTC, a Thursday.
+        let t = 1_709_211_909;
+        assert_eq!(strftime(t, "%Y-%m-%d %H:%M:%S"), "2024-02-29 13:05:09");
+        assert_eq!(strftime(t, "%d %b %Y"), "29 Feb 2024");
+        assert_eq!(
+            strftime(t, "%A %B %-d, %j %I%p %%"),
+            "Thursday February 29, 060 01PM %"
+        );
+        assert_eq!(strftime(0, "%Y-%m-%d %a"), "1970-01-01 Thu");
+    }
+}
