@@ -158,12 +158,40 @@ pub fn matmul(
             } else {
                 &[][..]
             };
-            for r in r0..r1 {
+            let mut r = r0;
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 && int8 {
+                let stride = w.dtype.row_bytes(cols);
+                while r + 4 <= r1 {
+                    let mut out = [0f32; 4];
+                    let base = w.row(r).as_ptr();
+                    // SAFETY: Isa::Avx2 was detected; rows r..r+4 lie inside w.data (r + 4 <=
+                    // r1 <= rows) and each holds `nb` blocks, matching xqt's length.
+                    unsafe {
+                        use crate::dot_avx2 as k;
+                        match w.dtype {
+                            DType::Q4_0 => {
+                                k::dot_rows::<{ k::FMT_Q4_0 }, 4>(base, stride, xqt, &mut out)
+                            }
+                            DType::Q4_1 => {
+                                k::dot_rows::<{ k::FMT_Q4_1 }, 4>(base, stride, xqt, &mut out)
+                            }
+                            _ => k::dot_rows::<{ k::FMT_Q8_0 }, 4>(base, stride, xqt, &mut out),
+                        }
+                    }
+                    for (j, v) in out.into_iter().enumerate() {
+                        // SAFETY: as below, for rows r..r+4 of token t.
+                        unsafe { *yp.ptr().add(t * rows + r + j) = v };
+                    }
+                    r += 4;
+                }
+            }
+            for r in r..r1 {
                 let v = dot_row(isa, w.dtype, int8, w.row(r), xqt, xf);
                 // SAFETY: t < n and r < rows, so the index is inside y (length n·rows, asserted
                 // above); chunks partition the rows, so no two tasks write the same element; y
                 // outlives parallel_for, which returns only when every task is done.
-                unsafe { *yp.0.add(t * rows + r) = v };
+                unsafe { *yp.ptr().add(t * rows + r) = v };
             }
         }
     });

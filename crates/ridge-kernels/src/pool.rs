@@ -1,43 +1,218 @@
-//! Parallel loops. Everything parallel in ridge goes through [`parallel_for`], so the
-//! implementation (today rayon's global pool, sized once by [`init`]) can be replaced by a
-//! lower-latency spinning pool without touching callers.
+//! A persistent, low-latency thread pool for the kernels.
+//!
+//! A decode step issues a few hundred short parallel loops (one per matrix product), each only
+//! tens of microseconds long, so the cost of handing out work matters as much as the work. The
+//! pool keeps `threads − 1` workers alive for the life of the process; the calling thread takes
+//! part in every loop. Tasks are claimed from one atomic counter (dynamic balance, no queues,
+//! no allocation). Between loops, workers spin for a short while (the next loop usually comes
+//! within microseconds), then park on a condition variable so an idle ridge uses no CPU.
+//!
+//! Only one loop runs at a time: a second thread calling [`parallel_for`] while the pool is busy
+//! runs its loop on its own thread instead of waiting (results are identical either way, since
+//! every task's output is independent of which thread runs it).
 
-use std::sync::OnceLock;
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-static THREADS: OnceLock<usize> = OnceLock::new();
+/// How long an idle worker spins before parking.
+const SPIN: Duration = Duration::from_micros(2000);
 
-/// Sets the number of worker threads (once; later calls are ignored). Returns the count in use.
+/// `state` layout: participants in bits 0..16, the "closed" flag in bit 16, the loop's epoch
+/// above. Keeping them in one word lets a worker join a loop only while it is still open, so
+/// the submitter never waits for a worker that has not started (a descheduled worker on a
+/// busy machine would otherwise stall every loop for a whole time slice).
+const CLOSED: u64 = 1 << 16;
+const EPOCH_SHIFT: u32 = 17;
+const PARTICIPANTS: u64 = CLOSED - 1;
+
+type TaskFn = dyn Fn(usize) + Sync;
+
+struct Shared {
+    /// Epoch, closed flag and participant count of the current loop (see `CLOSED`).
+    state: AtomicU64,
+    /// Next task index to claim.
+    next: AtomicUsize,
+    /// Tasks in the current loop.
+    n_tasks: AtomicUsize,
+    /// Workers parked (or about to park) on `cv`.
+    sleepers: AtomicUsize,
+    /// A task panicked in the current loop.
+    panicked: AtomicBool,
+    /// The current loop body. Written only by the submitter while no worker participates.
+    func: UnsafeCell<Option<*const TaskFn>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+    /// Held by the thread whose loop is running.
+    submit: Mutex<()>,
+}
+
+// SAFETY: `func` is written only by the thread holding `submit`, before the new epoch is
+// published (SeqCst) and while no worker participates. A worker dereferences it only after
+// joining the loop (a CAS that succeeds only while the loop is open), and the submitter closes
+// the loop and waits for the participant count to reach 0 before it returns, so the closure
+// outlives every use. The pointee is `Sync`.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw pointer is only dereferenced under that protocol.
+unsafe impl Send for Shared {}
+
+struct Pool {
+    shared: &'static Shared,
+    threads: usize,
+}
+
+static POOL: OnceLock<Pool> = OnceLock::new();
+
+fn start(threads: usize) -> Pool {
+    let threads = threads.max(1);
+    let shared: &'static Shared = Box::leak(Box::new(Shared {
+        state: AtomicU64::new(CLOSED),
+        next: AtomicUsize::new(0),
+        n_tasks: AtomicUsize::new(0),
+        sleepers: AtomicUsize::new(0),
+        panicked: AtomicBool::new(false),
+        func: UnsafeCell::new(None),
+        lock: Mutex::new(()),
+        cv: Condvar::new(),
+        submit: Mutex::new(()),
+    }));
+    let mut started = 1;
+    for i in 1..threads {
+        let spawned = std::thread::Builder::new()
+            .name(format!("ridge-worker-{i}"))
+            .spawn(move || worker(shared));
+        if spawned.is_ok() {
+            started += 1;
+        }
+    }
+    Pool {
+        shared,
+        threads: started,
+    }
+}
+
+fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_)) {
+    let n = s.n_tasks.load(SeqCst);
+    loop {
+        let i = s.next.fetch_add(1, SeqCst);
+        if i >= n {
+            break;
+        }
+        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+            s.panicked.store(true, SeqCst);
+        }
+    }
+}
+
+/// Tries to join the open loop of epoch `epoch`; false if it closed or moved on.
+fn join(s: &Shared, epoch: u64) -> bool {
+    let mut cur = s.state.load(SeqCst);
+    loop {
+        if cur >> EPOCH_SHIFT != epoch || cur & CLOSED != 0 {
+            return false;
+        }
+        match s.state.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
+            Ok(_) => return true,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+fn worker(s: &'static Shared) {
+    let mut seen = s.state.load(SeqCst) >> EPOCH_SHIFT;
+    loop {
+        // Spin, then park, until a new loop is published.
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        while s.state.load(SeqCst) >> EPOCH_SHIFT == seen {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 && t0.elapsed() > SPIN {
+                let guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+                s.sleepers.fetch_add(1, SeqCst);
+                let guard =
+                    s.cv.wait_while(guard, |_| s.state.load(SeqCst) >> EPOCH_SHIFT == seen)
+                        .unwrap_or_else(|e| e.into_inner());
+                s.sleepers.fetch_sub(1, SeqCst);
+                drop(guard);
+            }
+        }
+        seen = s.state.load(SeqCst) >> EPOCH_SHIFT;
+        if join(s, seen) {
+            // SAFETY: joined while open, so the submitter waits for us (see `impl Sync`).
+            if let Some(f) = unsafe { *s.func.get() } {
+                // SAFETY: as above.
+                run_tasks(s, unsafe { &*f });
+            }
+            s.state.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+fn pool() -> &'static Pool {
+    POOL.get_or_init(|| start(std::thread::available_parallelism().map_or(1, |n| n.get())))
+}
+
+/// Sets the number of threads (once, before first use; later calls are ignored). Returns the
+/// count in use.
 pub fn init(threads: usize) -> usize {
-    let n = *THREADS.get_or_init(|| {
-        let n = threads.max(1);
-        // Building the global pool fails only if it was already built; then it keeps its size.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-        n
-    });
-    n
+    POOL.get_or_init(|| start(threads)).threads
 }
 
-/// Worker threads in use (initialising with the number of available cores if needed).
+/// Threads taking part in each parallel loop (workers plus the caller).
 pub fn threads() -> usize {
-    *THREADS.get_or_init(|| {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-        n
-    })
+    pool().threads
 }
 
-/// Runs `f(i)` for every `i` in `0..n`, spread over the worker threads; returns when all are done.
+/// Runs `f(i)` for every `i` in `0..n` across the pool; returns when all are done. A panic in
+/// any task is re-raised here after the loop has finished.
 pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
-    if n <= 1 || threads() == 1 {
+    let p = pool();
+    if n <= 1 || p.threads == 1 {
         (0..n).for_each(f);
         return;
     }
-    use rayon::prelude::*;
-    (0..n).into_par_iter().for_each(&f);
+    let s = p.shared;
+    let Ok(_guard) = s.submit.try_lock() else {
+        // Another thread's loop is running: do this one here, serially.
+        (0..n).for_each(f);
+        return;
+    };
+    let fref: &(dyn Fn(usize) + Sync) = &f;
+    // SAFETY: lifetime erasure only; this function does not return before every participant
+    // has finished with the pointer (participants back to 0 below).
+    let fptr: *const TaskFn =
+        unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static TaskFn>(fref) };
+    // SAFETY: we hold `submit` and the previous loop is closed with no participants, so no
+    // worker reads `func` now.
+    unsafe { *s.func.get() = Some(fptr) };
+    s.panicked.store(false, SeqCst);
+    s.next.store(0, SeqCst);
+    s.n_tasks.store(n, SeqCst);
+    let epoch = (s.state.load(SeqCst) >> EPOCH_SHIFT) + 1;
+    s.state.store(epoch << EPOCH_SHIFT, SeqCst);
+    if s.sleepers.load(SeqCst) > 0 {
+        let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.cv.notify_all();
+    }
+    run_tasks(s, fref);
+    s.state.fetch_or(CLOSED, SeqCst);
+    let mut spins = 0u32;
+    while s.state.load(SeqCst) & PARTICIPANTS != 0 {
+        spins = spins.wrapping_add(1);
+        if spins < 4096 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    // SAFETY: the loop is closed and has no participants.
+    unsafe { *s.func.get() = None };
+    if s.panicked.load(SeqCst) {
+        panic!("a parallel task panicked");
+    }
 }
 
 /// A raw pointer that tasks of one [`parallel_for`] share to write disjoint elements of one
@@ -55,5 +230,54 @@ impl<T> SharedMut<T> {
     #[inline]
     pub fn ptr(&self) -> *mut T {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_index_runs_exactly_once_across_many_loops() {
+        for n in [0usize, 1, 2, 3, 17, 1000] {
+            for _ in 0..50 {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                parallel_for(n, |i| {
+                    hits[i].fetch_add(1, SeqCst);
+                });
+                assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_callers_and_parked_workers_still_complete() {
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    for k in 0..200 {
+                        let sum = AtomicUsize::new(0);
+                        parallel_for(64, |i| {
+                            sum.fetch_add(i, SeqCst);
+                        });
+                        assert_eq!(sum.load(SeqCst), 64 * 63 / 2);
+                        if k % 50 == 0 {
+                            std::thread::sleep(SPIN * 2); // let workers park
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panicking_task_is_reported_and_the_pool_survives() {
+        let r = catch_unwind(|| parallel_for(8, |i| assert!(i != 5, "boom")));
+        assert!(r.is_err());
+        let sum = AtomicUsize::new(0);
+        parallel_for(8, |i| {
+            sum.fetch_add(i, SeqCst);
+        });
+        assert_eq!(sum.load(SeqCst), 28);
     }
 }
