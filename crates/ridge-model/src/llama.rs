@@ -16,7 +16,7 @@ use ridge_kernels::{blocks, matmul, ops, ActPrecision, Isa};
 use crate::config::ModelConfig;
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
-use crate::{ActPolicy, Batch, KvCache, ModelError, SeqId, Workspace};
+use crate::{ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 struct Layer {
     attn_norm: Vec<f32>,
@@ -180,8 +180,8 @@ impl Model {
         batch: &Batch,
         kv: &mut KvCache,
         ws: &mut Workspace,
-        seq_of: &mut Vec<(SeqId, usize)>,
     ) -> Result<(), ModelError> {
+        let seq_of = &mut ws.seq_of;
         let n = batch.len();
         if batch.positions.len() != n || batch.seqs.len() != n || batch.logits.len() != n {
             return Err(ModelError::BadBatch("field lengths differ".into()));
@@ -225,6 +225,14 @@ impl Model {
             t.clear();
             t.extend_from_slice(kv.block_table(seq));
         }
+        ws.table_of.clear();
+        let seq_of = &ws.seq_of;
+        ws.table_of.extend(
+            batch
+                .seqs
+                .iter()
+                .map(|s| seq_of.iter().position(|(x, _)| x == s).unwrap_or(0)),
+        );
         Ok(())
     }
 
@@ -239,19 +247,13 @@ impl Model {
         kv: &mut KvCache,
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32], ModelError> {
-        let mut seq_of = Vec::new();
-        self.prepare(batch, kv, ws, &mut seq_of)?;
+        self.prepare(batch, kv, ws)?;
         let cfg = &self.cfg;
         let isa = self.isa;
         let bytes = self.file.bytes();
         let n = batch.len();
         let (d, qd, kvd, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
         let half = cfg.rope_dim / 2;
-        let table_of: Vec<usize> = batch
-            .seqs
-            .iter()
-            .map(|s| seq_of.iter().position(|(x, _)| x == s).unwrap_or(0))
-            .collect();
 
         fit(&mut ws.x, n * d);
         fit(&mut ws.xn, n * d);
@@ -338,7 +340,7 @@ impl Model {
                 for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
                     ops::rope_apply(h, c, s, false);
                 }
-                let slot = kv.slot(&ws.tables[table_of[t]], batch.positions[t]);
+                let slot = kv.slot(&ws.tables[ws.table_of[t]], batch.positions[t]);
                 kv.write(
                     li,
                     slot,
@@ -348,7 +350,8 @@ impl Model {
             }
             let layer_kv = kv.layer(li);
             let att = SharedMut(ws.att.as_mut_ptr());
-            let (q, tables, positions) = (&ws.q, &ws.tables, &batch.positions);
+            let (q, tables, table_of, positions) =
+                (&ws.q, &ws.tables, &ws.table_of, &batch.positions);
             pool::parallel_for(n * cfg.n_heads, |i| {
                 let (t, h) = (i / cfg.n_heads, i % cfg.n_heads);
                 let off = t * qd + h * hd;
@@ -418,7 +421,7 @@ impl Model {
             );
             ops::add_inplace(&mut ws.x, &ws.xn);
         }
-        for &(seq, len) in &seq_of {
+        for &(seq, len) in &ws.seq_of {
             kv.set_len(seq, len);
         }
 

@@ -20,6 +20,10 @@ pub struct Workspace {
     pub(crate) logits: Vec<f32>,
     pub(crate) out_rows: Vec<usize>,
     pub(crate) tables: Vec<Vec<u32>>,
+    /// Sequences of the batch with their length after it.
+    pub(crate) seq_of: Vec<(crate::SeqId, usize)>,
+    /// Per token, index of its sequence in `seq_of` / `tables`.
+    pub(crate) table_of: Vec<usize>,
     pub(crate) mm: MatmulScratch,
 }
 
