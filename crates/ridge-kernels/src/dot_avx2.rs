@@ -219,51 +219,27 @@ unsafe fn nibbles_f32(qs: *const u8, x: *const f32, d: f32, m: f32, acc: __m256)
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_0_f32(row: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(row.len() * 32, 18 * x.len());
-    let p = row.as_ptr();
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.len() / 32 {
-        let b = p.add(i * 18);
-        let d = f16_ptr(b);
-        acc = nibbles_f32(b.add(2), x.as_ptr().add(32 * i), d, -8.0 * d, acc);
-    }
-    hsum(acc)
+    let mut out = [0f32; 1];
+    dot_rows_f32::<FMT_Q4_0, 1>(row.as_ptr(), 0, x, &mut out);
+    out[0]
 }
 
 /// Q4_1 row · f32. `row.len() == 20 * x.len() / 32`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(row.len() * 32, 20 * x.len());
-    let p = row.as_ptr();
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.len() / 32 {
-        let b = p.add(i * 20);
-        acc = nibbles_f32(
-            b.add(4),
-            x.as_ptr().add(32 * i),
-            f16_ptr(b),
-            f16_ptr(b.add(2)),
-            acc,
-        );
-    }
-    hsum(acc)
+    let mut out = [0f32; 1];
+    dot_rows_f32::<FMT_Q4_1, 1>(row.as_ptr(), 0, x, &mut out);
+    out[0]
 }
 
 /// Q8_0 row · f32. `row.len() == 34 * x.len() / 32`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0_f32(row: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(row.len() * 32, 34 * x.len());
-    let p = row.as_ptr();
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.len() / 32 {
-        let b = p.add(i * 34);
-        let dv = _mm256_set1_ps(f16_ptr(b));
-        for k in 0..4 {
-            let q = _mm_loadl_epi64(b.add(2 + 8 * k) as *const __m128i);
-            let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv);
-            acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * k)), acc);
-        }
-    }
-    hsum(acc)
+    let mut out = [0f32; 1];
+    dot_rows_f32::<FMT_Q8_0, 1>(row.as_ptr(), 0, x, &mut out);
+    out[0]
 }
 
 /// Block formats the multi-row kernels handle (a const parameter, folded at compile time).
@@ -350,5 +326,115 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
     }
     for r in 0..R {
         out[r] = hsum(acc[r]) + corr[r];
+    }
+}
+
+/// As [`dot_rows`] for two activation rows at once (prefill, batched decode): each weight block
+/// is unpacked once and multiplied into both, halving the unpacking work per product. Every
+/// output is reduced with exactly the operations of the one-row kernel, in the same order, so
+/// results are bitwise identical to computing the two activation rows separately.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_x2<const FMT: u8, const R: usize>(
+    rows: *const u8,
+    stride: usize,
+    x0: &[ActBlock],
+    x1: &[ActBlock],
+    out0: &mut [f32; R],
+    out1: &mut [f32; R],
+) {
+    let bb = block_bytes(FMT);
+    let mut acc0 = [_mm256_setzero_ps(); R];
+    let mut acc1 = [_mm256_setzero_ps(); R];
+    let mut corr0 = [0f32; R];
+    let mut corr1 = [0f32; R];
+    for (i, (a0, a1)) in x0.iter().zip(x1).enumerate() {
+        let xv0 = _mm256_loadu_si256(a0.qs.as_ptr() as *const __m256i);
+        let xv1 = _mm256_loadu_si256(a1.qs.as_ptr() as *const __m256i);
+        for r in 0..R {
+            let b = rows.add(r * stride + i * bb);
+            let d = f16_ptr(b);
+            let (p0, p1) = block_products_x2(FMT, b, xv0, xv1);
+            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a0.d), p0, acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a1.d), p1, acc1[r]);
+            corr0[r] += block_correction(FMT, b, d, a0);
+            corr1[r] += block_correction(FMT, b, d, a1);
+        }
+    }
+    for r in 0..R {
+        out0[r] = hsum(acc0[r]) + corr0[r];
+        out1[r] = hsum(acc1[r]) + corr1[r];
+    }
+}
+
+/// [`block_products`] of one weight block against two activation blocks.
+#[inline(always)]
+unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -> (__m256, __m256) {
+    let ones = _mm256_set1_epi16(1);
+    let (p0, p1) = match fmt {
+        FMT_Q8_0 => {
+            let w = _mm256_loadu_si256(b.add(2) as *const __m256i);
+            let aw = _mm256_sign_epi8(w, w);
+            (
+                _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv0, w)),
+                _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv1, w)),
+            )
+        }
+        _ => {
+            let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
+            let q = _mm_loadu_si128(qs as *const __m128i);
+            let w = _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+                _mm256_set1_epi8(0x0F),
+            );
+            (_mm256_maddubs_epi16(w, xv0), _mm256_maddubs_epi16(w, xv1))
+        }
+    };
+    (
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(p0, ones)),
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(p1, ones)),
+    )
+}
+
+/// f32-activation counterpart of [`dot_rows`]: `R` consecutive rows of a quantized format
+/// against one f32 activation row, weights dequantized in registers, next rows prefetched.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_f32<const FMT: u8, const R: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: &[f32],
+    out: &mut [f32; R],
+) {
+    let bb = block_bytes(FMT);
+    let nb = x.len() / 32;
+    let mut acc = [_mm256_setzero_ps(); R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for i in 0..nb {
+        let pf = next.wrapping_add(i * R * bb);
+        _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
+        let xp = x.as_ptr().add(32 * i);
+        for r in 0..R {
+            let b = rows.add(r * stride + i * bb);
+            acc[r] = match FMT {
+                FMT_Q4_0 => {
+                    let d = f16_ptr(b);
+                    nibbles_f32(b.add(2), xp, d, -8.0 * d, acc[r])
+                }
+                FMT_Q4_1 => nibbles_f32(b.add(4), xp, f16_ptr(b), f16_ptr(b.add(2)), acc[r]),
+                _ => {
+                    let dv = _mm256_set1_ps(f16_ptr(b));
+                    let mut a = acc[r];
+                    for k in 0..4 {
+                        let q = _mm_loadl_epi64(b.add(2 + 8 * k) as *const __m128i);
+                        let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv);
+                        a = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * k)), a);
+                    }
+                    a
+                }
+            };
+        }
+    }
+    for r in 0..R {
+        out[r] = hsum(acc[r]);
     }
 }

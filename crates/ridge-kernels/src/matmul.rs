@@ -147,7 +147,61 @@ pub fn matmul(
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(rows);
         let yp = out;
-        for t in 0..n {
+        let mut t = 0;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 && int8 {
+            // Pairs of activation rows share each unpacked weight block.
+            let stride = w.dtype.row_bytes(cols);
+            while t + 2 <= n {
+                let (x0, x1) = (&xq[t * nb..(t + 1) * nb], &xq[(t + 1) * nb..(t + 2) * nb]);
+                let mut r = r0;
+                while r < r1 {
+                    let group = if r + 4 <= r1 { 4 } else { 1 };
+                    let base = w.row(r).as_ptr();
+                    let (mut o0, mut o1) = ([0f32; 4], [0f32; 4]);
+                    // SAFETY: Isa::Avx2 was detected; rows r..r+group lie inside w.data and
+                    // hold `nb` blocks each, matching x0/x1.
+                    unsafe {
+                        use crate::dot_avx2 as k;
+                        macro_rules! go {
+                            ($g:literal) => {{
+                                let (a, b) = (
+                                    &mut *(o0.as_mut_ptr() as *mut [f32; $g]),
+                                    &mut *(o1.as_mut_ptr() as *mut [f32; $g]),
+                                );
+                                match w.dtype {
+                                    DType::Q4_0 => k::dot_rows_x2::<{ k::FMT_Q4_0 }, $g>(
+                                        base, stride, x0, x1, a, b,
+                                    ),
+                                    DType::Q4_1 => k::dot_rows_x2::<{ k::FMT_Q4_1 }, $g>(
+                                        base, stride, x0, x1, a, b,
+                                    ),
+                                    _ => k::dot_rows_x2::<{ k::FMT_Q8_0 }, $g>(
+                                        base, stride, x0, x1, a, b,
+                                    ),
+                                }
+                            }};
+                        }
+                        if group == 4 {
+                            go!(4)
+                        } else {
+                            go!(1)
+                        }
+                    }
+                    for j in 0..group {
+                        // SAFETY: rows r..r+group < rows and tokens t, t+1 < n: inside y;
+                        // chunks partition the rows, so writes are disjoint across tasks.
+                        unsafe {
+                            *yp.ptr().add(t * rows + r + j) = o0[j];
+                            *yp.ptr().add((t + 1) * rows + r + j) = o1[j];
+                        }
+                    }
+                    r += group;
+                }
+                t += 2;
+            }
+        }
+        for t in t..n {
             let xf = if int8 {
                 &[][..]
             } else {
@@ -159,6 +213,32 @@ pub fn matmul(
                 &[][..]
             };
             let mut r = r0;
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2 && w.dtype.is_quantized() && !int8 {
+                let stride = w.dtype.row_bytes(cols);
+                while r + 4 <= r1 {
+                    let mut out = [0f32; 4];
+                    let base = w.row(r).as_ptr();
+                    // SAFETY: as for the int8 groups below, with xf holding `cols` floats.
+                    unsafe {
+                        use crate::dot_avx2 as k;
+                        match w.dtype {
+                            DType::Q4_0 => {
+                                k::dot_rows_f32::<{ k::FMT_Q4_0 }, 4>(base, stride, xf, &mut out)
+                            }
+                            DType::Q4_1 => {
+                                k::dot_rows_f32::<{ k::FMT_Q4_1 }, 4>(base, stride, xf, &mut out)
+                            }
+                            _ => k::dot_rows_f32::<{ k::FMT_Q8_0 }, 4>(base, stride, xf, &mut out),
+                        }
+                    }
+                    for (j, v) in out.into_iter().enumerate() {
+                        // SAFETY: rows r..r+4 of token t lie inside y; chunks are disjoint.
+                        unsafe { *yp.ptr().add(t * rows + r + j) = v };
+                    }
+                    r += 4;
+                }
+            }
             #[cfg(target_arch = "x86_64")]
             if isa == Isa::Avx2 && int8 {
                 let stride = w.dtype.row_bytes(cols);
