@@ -3,6 +3,8 @@
 //! by `Isa::detect` after checking them). Slice lengths follow the same contracts as the scalar
 //! versions in `dot_scalar`, which the tests compare against.
 #![cfg(target_arch = "x86_64")]
+// Row index `r` addresses accumulators, corrections and pointer offsets together.
+#![allow(clippy::needless_range_loop)]
 
 use crate::act::ActBlock;
 use half::f16;

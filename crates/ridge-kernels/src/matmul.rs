@@ -113,6 +113,33 @@ fn dot_row(isa: Isa, dtype: DType, int8: bool, row: &[u8], xq: &[ActBlock], xf: 
     }
 }
 
+/// Four consecutive quantized rows against one activation row (int8 blocks or f32).
+///
+/// # Safety
+/// The CPU supports AVX2/FMA/F16C; `base` points at 4 rows of `stride` bytes, each matching the
+/// activation length.
+#[cfg(target_arch = "x86_64")]
+unsafe fn rows4(
+    dtype: DType,
+    int8: bool,
+    base: *const u8,
+    stride: usize,
+    xq: &[ActBlock],
+    xf: &[f32],
+) -> [f32; 4] {
+    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q8_0};
+    let mut o = [0f32; 4];
+    match (dtype, int8) {
+        (DType::Q4_0, true) => k::dot_rows::<FMT_Q4_0, 4>(base, stride, xq, &mut o),
+        (DType::Q4_1, true) => k::dot_rows::<FMT_Q4_1, 4>(base, stride, xq, &mut o),
+        (_, true) => k::dot_rows::<FMT_Q8_0, 4>(base, stride, xq, &mut o),
+        (DType::Q4_0, false) => k::dot_rows_f32::<FMT_Q4_0, 4>(base, stride, xf, &mut o),
+        (DType::Q4_1, false) => k::dot_rows_f32::<FMT_Q4_1, 4>(base, stride, xf, &mut o),
+        (_, false) => k::dot_rows_f32::<FMT_Q8_0, 4>(base, stride, xf, &mut o),
+    }
+    o
+}
+
 /// `y[t][r] = Σ_k x[t][k] · W[r][k]` for `t < n`: `x` is `n × w.cols`, `y` is `n × w.rows`.
 ///
 /// Panics if the slice lengths do not match the shapes (a caller bug, not input-driven).
@@ -214,53 +241,14 @@ pub fn matmul(
             };
             let mut r = r0;
             #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 && w.dtype.is_quantized() && !int8 {
+            if isa == Isa::Avx2 && w.dtype.is_quantized() {
                 let stride = w.dtype.row_bytes(cols);
                 while r + 4 <= r1 {
-                    let mut out = [0f32; 4];
-                    let base = w.row(r).as_ptr();
-                    // SAFETY: as for the int8 groups below, with xf holding `cols` floats.
-                    unsafe {
-                        use crate::dot_avx2 as k;
-                        match w.dtype {
-                            DType::Q4_0 => {
-                                k::dot_rows_f32::<{ k::FMT_Q4_0 }, 4>(base, stride, xf, &mut out)
-                            }
-                            DType::Q4_1 => {
-                                k::dot_rows_f32::<{ k::FMT_Q4_1 }, 4>(base, stride, xf, &mut out)
-                            }
-                            _ => k::dot_rows_f32::<{ k::FMT_Q8_0 }, 4>(base, stride, xf, &mut out),
-                        }
-                    }
+                    // SAFETY: Isa::Avx2 was detected; rows r..r+4 lie inside w.data (r + 4 <=
+                    // r1 <= rows) and each holds `nb` blocks, matching xqt (int8) or xf (f32).
+                    let out = unsafe { rows4(w.dtype, int8, w.row(r).as_ptr(), stride, xqt, xf) };
                     for (j, v) in out.into_iter().enumerate() {
                         // SAFETY: rows r..r+4 of token t lie inside y; chunks are disjoint.
-                        unsafe { *yp.ptr().add(t * rows + r + j) = v };
-                    }
-                    r += 4;
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 && int8 {
-                let stride = w.dtype.row_bytes(cols);
-                while r + 4 <= r1 {
-                    let mut out = [0f32; 4];
-                    let base = w.row(r).as_ptr();
-                    // SAFETY: Isa::Avx2 was detected; rows r..r+4 lie inside w.data (r + 4 <=
-                    // r1 <= rows) and each holds `nb` blocks, matching xqt's length.
-                    unsafe {
-                        use crate::dot_avx2 as k;
-                        match w.dtype {
-                            DType::Q4_0 => {
-                                k::dot_rows::<{ k::FMT_Q4_0 }, 4>(base, stride, xqt, &mut out)
-                            }
-                            DType::Q4_1 => {
-                                k::dot_rows::<{ k::FMT_Q4_1 }, 4>(base, stride, xqt, &mut out)
-                            }
-                            _ => k::dot_rows::<{ k::FMT_Q8_0 }, 4>(base, stride, xqt, &mut out),
-                        }
-                    }
-                    for (j, v) in out.into_iter().enumerate() {
-                        // SAFETY: as below, for rows r..r+4 of token t.
                         unsafe { *yp.ptr().add(t * rows + r + j) = v };
                     }
                     r += 4;

@@ -129,7 +129,7 @@ fn worker(s: &'static Shared) {
         while s.state.load(SeqCst) >> EPOCH_SHIFT == seen {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && t0.elapsed() > SPIN {
+            if spins.is_multiple_of(1024) && t0.elapsed() > SPIN {
                 let guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
                 s.sleepers.fetch_add(1, SeqCst);
                 let guard =
