@@ -39,6 +39,86 @@ pub struct AttnShape {
 thread_local! {
     /// Per-thread score buffer; grows to the longest context seen, never per call.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread buffers for one K or V row converted to f32, and group scores.
+    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// f32 · f32 with eight independent accumulators (vectorised by the compiler).
+#[inline]
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Computes every query head of KV group `group` over positions `first..n_ctx`, reading each
+/// cached K and V row once for all of the group's heads (GQA: `n_heads / n_kv_heads` heads share
+/// one KV head, so this divides the cache traffic and f16 conversions by that factor).
+///
+/// `q` holds the group's query heads back to back (`heads_per_group · head_dim`), `out` receives
+/// their attended values in the same layout.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_group(
+    kv: &KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &AttnShape,
+    group: usize,
+    q: &[f32],
+    out: &mut [f32],
+) {
+    use half::slice::HalfFloatSliceExt;
+    let hd = shape.head_dim;
+    let gs = shape.n_heads / shape.n_kv_heads;
+    let len = n_ctx - first;
+    let off = group * hd;
+    let slot =
+        |pos: usize| table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
+    SCORES.with(|sc| {
+        ROW.with(|rw| {
+            let (mut scores, mut row) = (sc.borrow_mut(), rw.borrow_mut());
+            if scores.len() < gs * len {
+                scores.resize(gs * len, 0.0);
+            }
+            if row.len() < hd {
+                row.resize(hd, 0.0);
+            }
+            let row = &mut row[..hd];
+            for j in 0..len {
+                let r = slot(first + j) * kv.kv_dim + off;
+                kv.k[r..r + hd].convert_to_f32_slice(row);
+                for h in 0..gs {
+                    scores[h * len + j] = dot_f32(row, &q[h * hd..(h + 1) * hd]) * shape.scale;
+                }
+            }
+            for h in 0..gs {
+                ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+            }
+            out[..gs * hd].fill(0.0);
+            for j in 0..len {
+                let r = slot(first + j) * kv.kv_dim + off;
+                kv.v[r..r + hd].convert_to_f32_slice(row);
+                for h in 0..gs {
+                    let p = scores[h * len + j];
+                    for (o, v) in out[h * hd..(h + 1) * hd].iter_mut().zip(row.iter()) {
+                        *o += p * v;
+                    }
+                }
+            }
+        })
+    });
 }
 
 fn dot(isa: Isa, k: &[f16], q: &[f32]) -> f32 {

@@ -237,3 +237,57 @@ fn paged_attention_matches_f64_reference() {
         }
     }
 }
+
+#[test]
+fn grouped_attention_equals_per_head_attention() {
+    use ridge_kernels::attention::attend_group;
+    let mut rng = StdRng::seed_from_u64(21);
+    let shape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let (block, n_blocks) = (16, 6);
+    let mk = |rng: &mut StdRng| -> Vec<f16> {
+        (0..block * n_blocks * kv_dim)
+            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect()
+    };
+    let (k, v) = (mk(&mut rng), mk(&mut rng));
+    let kvl = KvLayer {
+        k: &k,
+        v: &v,
+        kv_dim,
+        block_size: block,
+    };
+    let table = [3u32, 0, 5, 1, 4, 2];
+    let q = randv(&mut rng, shape.n_heads * shape.head_dim);
+    for (first, n_ctx) in [(0usize, 1usize), (0, 37), (20, 96)] {
+        for g in 0..shape.n_kv_heads {
+            let hd = shape.head_dim;
+            let qg = &q[g * 3 * hd..(g + 1) * 3 * hd];
+            let mut got = vec![0f32; 3 * hd];
+            attend_group(&kvl, &table, first, n_ctx, &shape, g, qg, &mut got);
+            for h in 0..3 {
+                let mut want = vec![0f32; hd];
+                let head = g * 3 + h;
+                attend_head(
+                    Isa::Scalar,
+                    &kvl,
+                    &table,
+                    first,
+                    n_ctx,
+                    &shape,
+                    head,
+                    &qg[h * hd..(h + 1) * hd],
+                    &mut want,
+                );
+                for (a, b) in got[h * hd..(h + 1) * hd].iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-5, "group {g} head {h}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}

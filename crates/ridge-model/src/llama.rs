@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ridge_gguf::GgufFile;
-use ridge_kernels::attention::{attend_head, AttnShape};
+use ridge_kernels::attention::{attend_group, AttnShape};
 use ridge_kernels::pool::{self, SharedMut};
 use ridge_kernels::{blocks, matmul, ops, ActPrecision, Isa};
 
@@ -352,24 +352,16 @@ impl Model {
             let att = SharedMut(ws.att.as_mut_ptr());
             let (q, tables, table_of, positions) =
                 (&ws.q, &ws.tables, &ws.table_of, &batch.positions);
-            pool::parallel_for(n * cfg.n_heads, |i| {
-                let (t, h) = (i / cfg.n_heads, i % cfg.n_heads);
-                let off = t * qd + h * hd;
-                // SAFETY: task i alone writes att[off..off + hd] (distinct (t, h) pairs give
+            let gw = qd / cfg.n_kv_heads; // query elements per KV group
+            pool::parallel_for(n * cfg.n_kv_heads, |i| {
+                let (t, g) = (i / cfg.n_kv_heads, i % cfg.n_kv_heads);
+                let off = t * qd + g * gw;
+                // SAFETY: task i alone writes att[off..off + gw] (distinct (t, g) pairs give
                 // disjoint ranges inside the n·qd buffer), and att outlives parallel_for.
-                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), hd) };
+                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), gw) };
                 let table = &tables[table_of[t]];
-                attend_head(
-                    isa,
-                    &layer_kv,
-                    table,
-                    0,
-                    positions[t] + 1,
-                    &shape,
-                    h,
-                    &q[off..off + hd],
-                    out,
-                );
+                let q = &q[off..off + gw];
+                attend_group(&layer_kv, table, 0, positions[t] + 1, &shape, g, q, out);
             });
             matmul(
                 isa,
