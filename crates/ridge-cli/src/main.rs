@@ -35,6 +35,10 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Perplexity of a text file, with llama-perplexity's protocol.
     Perplexity(commands::perplexity::Args),
+    /// Measure this machine's memory read bandwidth and arithmetic rate.
+    Probe(commands::probe::Args),
+    /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
+    Bench(commands::bench::Args),
 }
 
 fn main() {
@@ -71,6 +75,8 @@ fn main() {
         Command::Chat(a) => commands::chat::main(a),
         Command::Tokenize(a) => commands::tokenize::main(a),
         Command::Perplexity(a) => commands::perplexity::main(a),
+        Command::Probe(a) => commands::probe::main(a),
+        Command::Bench(a) => commands::bench::main(a),
     };
     if let Err(e) = result {
         let msg = format!("{e:#}").replace('\n', " ");

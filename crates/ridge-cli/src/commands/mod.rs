@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod chat;
 pub mod perplexity;
+pub mod probe;
 pub mod pull;
 pub mod run;
 pub mod tokenize;

@@ -1,0 +1,77 @@
+//! `ridge probe [--json] [--buffer-mib N] [--passes N] [--no-compute]`: this machine's roofs —
+//! memory read bandwidth and arithmetic rate — as `ridge bench` and the roofline model use them.
+
+use anyhow::{bail, Result};
+use ridge_roofline::{probe, ProbeConfig};
+
+/// Arguments of `probe` (threads come from the global `--threads`).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Size of the bandwidth buffer in MiB (keep it far above the last-level cache).
+    #[arg(long, default_value_t = 1024)]
+    buffer_mib: usize,
+    /// Timed passes over the buffer (the best counts).
+    #[arg(long, default_value_t = 10)]
+    passes: usize,
+    /// Skip the FMA and matmul probes (bandwidth only).
+    #[arg(long)]
+    no_compute: bool,
+}
+
+/// Runs `probe`.
+pub fn main(a: Args) -> Result<()> {
+    if a.buffer_mib == 0 {
+        bail!("--buffer-mib must be at least 1");
+    }
+    if a.passes == 0 {
+        bail!("--passes must be at least 1");
+    }
+    let Some(buffer_bytes) = a.buffer_mib.checked_mul(1 << 20) else {
+        bail!("--buffer-mib {} is too large", a.buffer_mib);
+    };
+    let cfg = ProbeConfig {
+        threads: ridge_kernels::pool::threads(),
+        buffer_bytes,
+        passes: a.passes,
+        compute: !a.no_compute,
+    };
+    let r = probe::run(&cfg);
+    let shape = probe::MatmulShape::default();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "read_bandwidth_gbs": r.read_bandwidth_gbs,
+                "threads": r.threads,
+                "buffer_mib": a.buffer_mib,
+                "passes": r.passes,
+                "fma_gflops": r.fma_gflops,
+                "q4_1_matmul_gflops": r.q4_1_matmul_gflops,
+                "q4_1_matmul_shape": [shape.batch, shape.rows, shape.cols],
+                "isa": r.isa,
+                "probe_simd": r.probe_simd,
+            })
+        );
+    } else {
+        println!(
+            "read bandwidth: {:.1} GB/s ({} threads, {} MiB buffer, best of {} passes, {} loads)",
+            r.read_bandwidth_gbs, r.threads, a.buffer_mib, r.passes, r.probe_simd
+        );
+        if let Some(f) = r.fma_gflops {
+            println!(
+                "f32 FMA peak:   {f:.1} GFLOP/s ({} threads, {})",
+                r.threads, r.probe_simd
+            );
+        }
+        if let Some(m) = r.q4_1_matmul_gflops {
+            println!(
+                "Q4_1 matmul:    {m:.1} GFLOP/s ({}×{} weights × {} rows, int8 activations, {})",
+                shape.rows, shape.cols, shape.batch, r.isa
+            );
+        }
+    }
+    Ok(())
+}

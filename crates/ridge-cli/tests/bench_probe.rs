@@ -1,0 +1,160 @@
+//! `ridge probe` and `ridge bench` through the real binary: the JSON contract and the roofline
+//! arithmetic, on a small buffer and a tiny synthetic model so they run in seconds.
+
+mod common;
+use common::*;
+use ridge_model::synthetic::{synthetic_llama, SyntheticSpec};
+use serde_json::Value;
+use std::io::Write;
+
+fn synthetic_file(spec: &SyntheticSpec) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".gguf").tempfile().unwrap();
+    f.write_all(&synthetic_llama(spec)).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+fn probe_json_is_one_line_with_bandwidth() {
+    let o = run(&[
+        "probe",
+        "--json",
+        "--buffer-mib",
+        "64",
+        "--passes",
+        "3",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.trim_end().lines().count(), 1, "one line: {out:?}");
+    let v: Value = serde_json::from_str(out.trim()).expect("valid JSON");
+    assert!(num(&v, "read_bandwidth_gbs") > 0.0, "{v}");
+    assert!(num(&v, "fma_gflops") > 0.0, "{v}");
+    assert!(num(&v, "q4_1_matmul_gflops") > 0.0, "{v}");
+    assert_eq!(num(&v, "threads"), 2.0);
+    assert!(v["isa"].is_string());
+}
+
+#[test]
+fn bench_json_has_every_key_and_the_right_floor() {
+    let spec = SyntheticSpec::default();
+    let f = synthetic_file(&spec);
+    let p = f.path().to_str().unwrap();
+    let o = run(&[
+        "bench",
+        "--model",
+        p,
+        "--prompt",
+        "8",
+        "--gen",
+        "4",
+        "--batch",
+        "1,3",
+        "--reps",
+        "1",
+        "--json",
+        "--bandwidth-gbs",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "one line per batch size: {out:?}");
+
+    // The floor from the model's known sizes: weights read per step, plus per sequence the f16
+    // K and V of every layer (2 · n_layers · n_kv_heads · head_dim · 2 bytes per token) over
+    // the mean decode context P + G/2 = 8 + 2 = 10 positions, at 10 GB/s.
+    let weights = ridge_model::Model::load(f.path())
+        .unwrap()
+        .weight_bytes_per_token() as f64;
+    let head_dim = spec.d_model / spec.n_heads;
+    let kv_per_token = (2 * spec.n_layers * spec.n_kv_heads * head_dim * 2) as f64;
+    assert_eq!(kv_per_token, 256.0);
+
+    for (line, batch) in lines.iter().zip([1.0, 3.0]) {
+        let v: Value = serde_json::from_str(line).expect("valid JSON");
+        for key in [
+            "batch",
+            "prompt_tokens",
+            "gen_tokens",
+            "prefill_tok_s",
+            "decode_tok_s",
+            "ttft_ms",
+            "tpot_ms",
+            "roofline_tpot_ms",
+            "roofline_efficiency",
+        ] {
+            num(&v, key);
+        }
+        assert_eq!(num(&v, "batch"), batch);
+        assert_eq!(num(&v, "prompt_tokens"), 8.0);
+        assert_eq!(num(&v, "gen_tokens"), 4.0);
+        for key in ["prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms"] {
+            assert!(num(&v, key) > 0.0, "{key} in {v}");
+        }
+        let floor_ms = (weights + batch * kv_per_token * 10.0) / 10e9 * 1e3;
+        let got = num(&v, "roofline_tpot_ms");
+        assert!(
+            ((got - floor_ms) / floor_ms).abs() < 1e-6,
+            "roofline_tpot_ms {got} vs {floor_ms}"
+        );
+        let eff = num(&v, "roofline_efficiency");
+        assert!((eff - floor_ms / num(&v, "tpot_ms")).abs() < 1e-6 * eff.max(1e-9));
+        assert_eq!(num(&v, "read_bandwidth_gbs"), 10.0);
+        assert_eq!(num(&v, "weight_bytes"), weights);
+    }
+}
+
+#[test]
+fn bench_refuses_bad_arguments_with_one_line() {
+    let f = synthetic_file(&SyntheticSpec {
+        ctx_len: 32,
+        ..Default::default()
+    });
+    let p = f.path().to_str().unwrap();
+    let base = [
+        "bench",
+        "--model",
+        p,
+        "--bandwidth-gbs",
+        "10",
+        "--reps",
+        "1",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let cases: [(&[&str], &str); 6] = [
+        (&["--batch", "0"], "batch sizes must be at least 1, got 0"),
+        (&["--batch", "1,x"], "x"),
+        (&["--gen", "1", "--prompt", "4"], "at least 2 output tokens"),
+        (&["--prompt", "0"], "at least 1 token"),
+        (&["--reps", "0", "--prompt", "4"], "reps"),
+        (
+            &["--prompt", "30", "--gen", "4"],
+            "does not fit the model's context of 32 tokens",
+        ),
+    ];
+    for (extra, needle) in cases {
+        assert_clean_failure(&with(extra), needle);
+    }
+    assert_clean_failure(
+        &run(&["bench", "--model", p, "--prompt", "4", "--bandwidth-gbs=-1"]),
+        "--bandwidth-gbs must be a positive number",
+    );
+    assert_clean_failure(
+        &run(&["bench", "--model", "/no/such/model.gguf", "--batch", "1"]),
+        "/no/such/model.gguf",
+    );
+    assert_clean_failure(&run(&["probe", "--buffer-mib", "0"]), "--buffer-mib");
+}

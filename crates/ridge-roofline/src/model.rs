@@ -1,0 +1,96 @@
+//! The analytic floor of one decode step: bytes read over bandwidth.
+
+/// The byte counts of a model that a decode step reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RooflineInputs {
+    /// Bytes of weights read once per forward pass (every layer matrix, the norms and the output
+    /// head, at their stored — quantized — size).
+    pub weight_bytes: usize,
+    /// Bytes of KV cache one token of context occupies, over all layers, K and V together.
+    pub kv_bytes_per_token: usize,
+}
+
+impl RooflineInputs {
+    /// Inputs for a model whose KV cache stores f16 (2 bytes per element):
+    /// `kv_bytes_per_token = 2 (K and V) · n_layers · kv_dim · 2`, with `kv_dim = n_kv_heads ·
+    /// head_dim`.
+    pub fn with_f16_kv(weight_bytes: usize, n_layers: usize, kv_dim: usize) -> Self {
+        RooflineInputs {
+            weight_bytes,
+            kv_bytes_per_token: 2 * n_layers * kv_dim * 2,
+        }
+    }
+
+    /// Bytes one forward pass reads when the batch's sequences attend over `contexts` tokens
+    /// each (see [`step_bytes`]).
+    pub fn step_bytes(&self, contexts: &[usize]) -> usize {
+        step_bytes(self.weight_bytes, self.kv_bytes_per_token, contexts)
+    }
+
+    /// The latency floor in milliseconds of a step over `contexts` at `bw_gbs` GB/s.
+    pub fn floor_ms(&self, contexts: &[usize], bw_gbs: f64) -> f64 {
+        floor_ms(self.step_bytes(contexts), bw_gbs)
+    }
+}
+
+/// Bytes one forward pass reads: the weights once, plus each sequence's KV cache —
+/// `weights + Σ_seq kv_bytes_per_token · context(seq)`.
+///
+/// `contexts` holds, per sequence in the batch, the number of cached positions its new token
+/// attends over (including itself).
+pub fn step_bytes(weights: usize, kv_bytes_per_token: usize, contexts: &[usize]) -> usize {
+    weights
+        + contexts
+            .iter()
+            .map(|&c| kv_bytes_per_token * c)
+            .sum::<usize>()
+}
+
+/// The time in milliseconds to read `bytes` at `bw_gbs` GB/s (10⁹ bytes per second): the floor
+/// no implementation can beat on a memory-bound step. Returns infinity when the bandwidth is
+/// not positive.
+pub fn floor_ms(bytes: usize, bw_gbs: f64) -> f64 {
+    if bw_gbs > 0.0 {
+        bytes as f64 / (bw_gbs * 1e9) * 1e3
+    } else {
+        f64::INFINITY
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_bytes_adds_each_sequences_cache() {
+        assert_eq!(step_bytes(1000, 10, &[]), 1000);
+        assert_eq!(step_bytes(1000, 10, &[5]), 1050);
+        // 1000 + 10·(5 + 7 + 0) = 1120
+        assert_eq!(step_bytes(1000, 10, &[5, 7, 0]), 1120);
+    }
+
+    #[test]
+    fn floor_is_bytes_over_bandwidth() {
+        // 1 GB at 10 GB/s = 0.1 s.
+        assert!((floor_ms(1_000_000_000, 10.0) - 100.0).abs() < 1e-9);
+        // 42 MB at 42 GB/s = 1 ms.
+        assert!((floor_ms(42_000_000, 42.0) - 1.0).abs() < 1e-12);
+        assert!(floor_ms(1, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn smollm2_batch_one_floor() {
+        // SmolLM2-135M: 30 layers, 3 KV heads × 64 = kv_dim 192.
+        // KV per token: 2 · 30 · 192 · 2 = 23 040 bytes.
+        let r = RooflineInputs::with_f16_kv(96_600_000, 30, 192);
+        assert_eq!(r.kv_bytes_per_token, 23_040);
+        // At context 512: 96 600 000 + 23 040 · 512 = 108 396 480 bytes.
+        assert_eq!(r.step_bytes(&[512]), 108_396_480);
+        // Over 42 GB/s: 108 396 480 / 42e9 s = 2.580 868 57… ms.
+        let ms = r.floor_ms(&[512], 42.0);
+        assert!((ms - 2.580_868_571_428_571).abs() < 1e-9, "{ms}");
+        // Sixteen sequences share the weights but each brings its own cache:
+        // 96 600 000 + 16 · 23 040 · 512 = 285 343 680.
+        assert_eq!(r.step_bytes(&[512; 16]), 285_343_680);
+    }
+}
