@@ -62,26 +62,75 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Computes every query head of KV group `group` over positions `first..n_ctx`, reading each
-/// cached K and V row once for all of the group's heads (GQA: `n_heads / n_kv_heads` heads share
-/// one KV head, so this divides the cache traffic and f16 conversions by that factor).
+/// Computes `gs` query heads that share KV group `group` over positions `first..n_ctx`,
+/// reading each cached K and V row once for all of them (GQA: `n_heads / n_kv_heads` heads share
+/// one KV head, so this divides the cache traffic and f16 conversions by that factor). Callers
+/// pass the whole group, or a subset of its heads when they need more parallel tasks.
 ///
-/// `q` holds the group's query heads back to back (`heads_per_group · head_dim`), `out` receives
-/// their attended values in the same layout.
+/// `q` holds the heads' queries back to back (`gs · head_dim`), `out` receives their attended
+/// values in the same layout. `gs` is at most [`MAX_GROUP`].
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
+    isa: Isa,
     kv: &KvLayer<'_>,
     table: &[u32],
     first: usize,
     n_ctx: usize,
     shape: &AttnShape,
     group: usize,
+    gs: usize,
+    q: &[f32],
+    out: &mut [f32],
+) {
+    debug_assert!(gs <= MAX_GROUP && q.len() == gs * shape.head_dim);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && shape.head_dim % 8 == 0 {
+        SCORES.with(|sc| {
+            let mut scores = sc.borrow_mut();
+            let len = n_ctx - first;
+            if scores.len() < gs * len {
+                scores.resize(gs * len, 0.0);
+            }
+            // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; head_dim is a
+            // multiple of 8; the table maps every position below n_ctx into kv (caller's
+            // contract); q/out hold gs heads and scores holds gs·len.
+            unsafe {
+                crate::dot_avx2::attend_group(
+                    kv,
+                    table,
+                    first,
+                    n_ctx,
+                    shape,
+                    group,
+                    gs,
+                    q,
+                    out,
+                    &mut scores[..gs * len],
+                )
+            }
+        });
+        return;
+    }
+    attend_group_scalar(kv, table, first, n_ctx, shape, group, gs, q, out)
+}
+
+/// Most query heads one [`attend_group`] call handles.
+pub const MAX_GROUP: usize = 16;
+
+#[allow(clippy::too_many_arguments)]
+fn attend_group_scalar(
+    kv: &KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &AttnShape,
+    group: usize,
+    gs: usize,
     q: &[f32],
     out: &mut [f32],
 ) {
     use half::slice::HalfFloatSliceExt;
     let hd = shape.head_dim;
-    let gs = shape.n_heads / shape.n_kv_heads;
     let len = n_ctx - first;
     let off = group * hd;
     let slot =

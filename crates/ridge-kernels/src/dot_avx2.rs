@@ -173,12 +173,14 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         let idv = _mm256_set1_ps(id);
-        let q: [__m256i; 4] = [0, 1, 2, 3].map(|k| {
-            _mm256_cvtps_epi32(_mm256_round_ps(
+        // A loop, not a closure: closures do not inherit the target features.
+        let mut q = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
                 _mm256_mul_ps(v[k], idv),
                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-            ))
-        });
+            ));
+        }
         let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
         let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
@@ -191,30 +193,6 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
         o.d = d;
         o.isum = _mm_cvtsi128_si32(s1);
     }
-}
-
-/// Σ over 32 elements of `w[j] · x[j]` where `w` holds 32 unsigned 4-bit values (nibble layout
-/// of Q4_0/Q4_1) at `qs`, converted to f32 with offset `off` subtracted, scaled by `d`, and
-/// `m` added: each weight is `d·(q − off) + m`. Accumulates into `acc`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_f32(qs: *const u8, x: *const f32, d: f32, m: f32, acc: __m256) -> __m256 {
-    let q = _mm_loadu_si128(qs as *const __m128i);
-    let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-    let (dv, mv) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
-    let mut acc = acc;
-    for (k, half) in [lo, lo, hi, hi].iter().enumerate() {
-        let bytes = if k % 2 == 0 {
-            *half
-        } else {
-            _mm_srli_si128(*half, 8)
-        };
-        let wf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-        let w = _mm256_fmadd_ps(wf, dv, mv);
-        acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.add(8 * k)), acc);
-    }
-    acc
 }
 
 /// Q4_0 row · f32. `row.len() == 18 * x.len() / 32`.
@@ -397,6 +375,50 @@ unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -
     )
 }
 
+/// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q8_0).
+/// (No closures here: a closure does not inherit the caller's target features, so intrinsics
+/// inside one would compile to slow out-of-line calls.)
+#[inline(always)]
+unsafe fn dequant_block(fmt: u8, b: *const u8) -> [__m256; 4] {
+    if fmt == FMT_Q8_0 {
+        let dv = _mm256_set1_ps(f16_ptr(b));
+        let q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2) as *const __m128i));
+        let q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(10) as *const __m128i));
+        let q2 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(18) as *const __m128i));
+        let q3 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(26) as *const __m128i));
+        return [
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q0), dv),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q1), dv),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q2), dv),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(q3), dv),
+        ];
+    }
+    let d = f16_ptr(b);
+    let (m, qs) = if fmt == FMT_Q4_1 {
+        (f16_ptr(b.add(2)), b.add(4))
+    } else {
+        (-8.0 * d, b.add(2))
+    };
+    let (dv, mv) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+    let q = _mm_loadu_si128(qs as *const __m128i);
+    let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    [
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), dv, mv),
+        _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))),
+            dv,
+            mv,
+        ),
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), dv, mv),
+        _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))),
+            dv,
+            mv,
+        ),
+    ]
+}
+
 /// f32-activation counterpart of [`dot_rows`]: `R` consecutive rows of a quantized format
 /// against one f32 activation row, weights dequantized in registers, next rows prefetched.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -407,36 +429,106 @@ pub(crate) unsafe fn dot_rows_f32<const FMT: u8, const R: usize>(
     out: &mut [f32; R],
 ) {
     let bb = block_bytes(FMT);
-    let nb = x.len() / 32;
     let mut acc = [_mm256_setzero_ps(); R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
-    for i in 0..nb {
+    for i in 0..x.len() / 32 {
         let pf = next.wrapping_add(i * R * bb);
         _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
         let xp = x.as_ptr().add(32 * i);
         for r in 0..R {
-            let b = rows.add(r * stride + i * bb);
-            acc[r] = match FMT {
-                FMT_Q4_0 => {
-                    let d = f16_ptr(b);
-                    nibbles_f32(b.add(2), xp, d, -8.0 * d, acc[r])
-                }
-                FMT_Q4_1 => nibbles_f32(b.add(4), xp, f16_ptr(b), f16_ptr(b.add(2)), acc[r]),
-                _ => {
-                    let dv = _mm256_set1_ps(f16_ptr(b));
-                    let mut a = acc[r];
-                    for k in 0..4 {
-                        let q = _mm_loadl_epi64(b.add(2 + 8 * k) as *const __m128i);
-                        let w = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv);
-                        a = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * k)), a);
-                    }
-                    a
-                }
-            };
+            let w = dequant_block(FMT, rows.add(r * stride + i * bb));
+            for k in 0..4 {
+                acc[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp.add(8 * k)), acc[r]);
+            }
         }
     }
     for r in 0..R {
         out[r] = hsum(acc[r]);
+    }
+}
+
+/// [`dot_rows_f32`] for two activation rows: each block is dequantized once for both, with
+/// the same per-row operations in the same order (bitwise equal to two single calls).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_f32_x2<const FMT: u8, const R: usize>(
+    rows: *const u8,
+    stride: usize,
+    x0: &[f32],
+    x1: &[f32],
+    out0: &mut [f32; R],
+    out1: &mut [f32; R],
+) {
+    let bb = block_bytes(FMT);
+    let mut acc0 = [_mm256_setzero_ps(); R];
+    let mut acc1 = [_mm256_setzero_ps(); R];
+    for i in 0..x0.len() / 32 {
+        let (xp0, xp1) = (x0.as_ptr().add(32 * i), x1.as_ptr().add(32 * i));
+        for r in 0..R {
+            let w = dequant_block(FMT, rows.add(r * stride + i * bb));
+            for k in 0..4 {
+                acc0[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp0.add(8 * k)), acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp1.add(8 * k)), acc1[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        out0[r] = hsum(acc0[r]);
+        out1[r] = hsum(acc1[r]);
+    }
+}
+
+/// Grouped attention (see `attention::attend_group`): the positions loop runs inside one
+/// AVX2 function, converting each K/V row from f16 in registers, 8 elements at a time, and
+/// applying it to all `gs` heads. `scores` has room for `gs · (n_ctx − first)` values.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend_group(
+    kv: &crate::attention::KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &crate::attention::AttnShape,
+    group: usize,
+    gs: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    const MAXG: usize = crate::attention::MAX_GROUP;
+    let hd = shape.head_dim;
+    let len = n_ctx - first;
+    let bs = kv.block_size;
+    let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * kv.kv_dim + group * hd;
+    let kp = kv.k.as_ptr() as *const u8;
+    let vp = kv.v.as_ptr() as *const u8;
+    for j in 0..len {
+        let r = row_of(first + j);
+        let mut acc = [_mm256_setzero_ps(); MAXG];
+        for c in (0..hd).step_by(8) {
+            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)) as *const __m128i));
+            for h in 0..gs {
+                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(q.as_ptr().add(h * hd + c)), acc[h]);
+            }
+        }
+        for h in 0..gs {
+            scores[h * len + j] = hsum(acc[h]) * shape.scale;
+        }
+    }
+    for h in 0..gs {
+        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+    }
+    out[..gs * hd].fill(0.0);
+    let op = out.as_mut_ptr();
+    for j in 0..len {
+        let r = row_of(first + j);
+        for c in (0..hd).step_by(8) {
+            let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)) as *const __m128i));
+            for h in 0..gs {
+                let o = op.add(h * hd + c);
+                let p = _mm256_set1_ps(scores[h * len + j]);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
+            }
+        }
     }
 }

@@ -176,11 +176,19 @@ pub fn matmul(
         let yp = out;
         let mut t = 0;
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 && int8 {
+        if isa == Isa::Avx2 && w.dtype.is_quantized() {
             // Pairs of activation rows share each unpacked weight block.
             let stride = w.dtype.row_bytes(cols);
             while t + 2 <= n {
-                let (x0, x1) = (&xq[t * nb..(t + 1) * nb], &xq[(t + 1) * nb..(t + 2) * nb]);
+                let (x0, x1) = if int8 {
+                    (&xq[t * nb..(t + 1) * nb], &xq[(t + 1) * nb..(t + 2) * nb])
+                } else {
+                    (&[][..], &[][..])
+                };
+                let (f0, f1) = (
+                    &x[t * cols..(t + 1) * cols],
+                    &x[(t + 1) * cols..(t + 2) * cols],
+                );
                 let mut r = r0;
                 while r < r1 {
                     let group = if r + 4 <= r1 { 4 } else { 1 };
@@ -196,16 +204,26 @@ pub fn matmul(
                                     &mut *(o0.as_mut_ptr() as *mut [f32; $g]),
                                     &mut *(o1.as_mut_ptr() as *mut [f32; $g]),
                                 );
-                                match w.dtype {
-                                    DType::Q4_0 => k::dot_rows_x2::<{ k::FMT_Q4_0 }, $g>(
-                                        base, stride, x0, x1, a, b,
-                                    ),
-                                    DType::Q4_1 => k::dot_rows_x2::<{ k::FMT_Q4_1 }, $g>(
-                                        base, stride, x0, x1, a, b,
-                                    ),
-                                    _ => k::dot_rows_x2::<{ k::FMT_Q8_0 }, $g>(
-                                        base, stride, x0, x1, a, b,
-                                    ),
+                                use k::{FMT_Q4_0 as A, FMT_Q4_1 as B, FMT_Q8_0 as C};
+                                match (w.dtype, int8) {
+                                    (DType::Q4_0, true) => {
+                                        k::dot_rows_x2::<A, $g>(base, stride, x0, x1, a, b)
+                                    }
+                                    (DType::Q4_1, true) => {
+                                        k::dot_rows_x2::<B, $g>(base, stride, x0, x1, a, b)
+                                    }
+                                    (_, true) => {
+                                        k::dot_rows_x2::<C, $g>(base, stride, x0, x1, a, b)
+                                    }
+                                    (DType::Q4_0, false) => {
+                                        k::dot_rows_f32_x2::<A, $g>(base, stride, f0, f1, a, b)
+                                    }
+                                    (DType::Q4_1, false) => {
+                                        k::dot_rows_f32_x2::<B, $g>(base, stride, f0, f1, a, b)
+                                    }
+                                    (_, false) => {
+                                        k::dot_rows_f32_x2::<C, $g>(base, stride, f0, f1, a, b)
+                                    }
                                 }
                             }};
                         }

@@ -268,24 +268,29 @@ fn grouped_attention_equals_per_head_attention() {
         for g in 0..shape.n_kv_heads {
             let hd = shape.head_dim;
             let qg = &q[g * 3 * hd..(g + 1) * 3 * hd];
-            let mut got = vec![0f32; 3 * hd];
-            attend_group(&kvl, &table, first, n_ctx, &shape, g, qg, &mut got);
-            for h in 0..3 {
-                let mut want = vec![0f32; hd];
-                let head = g * 3 + h;
-                attend_head(
-                    Isa::Scalar,
-                    &kvl,
-                    &table,
-                    first,
-                    n_ctx,
-                    &shape,
-                    head,
-                    &qg[h * hd..(h + 1) * hd],
-                    &mut want,
-                );
-                for (a, b) in got[h * hd..(h + 1) * hd].iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-5, "group {g} head {h}: {a} vs {b}");
+            for isa in isas() {
+                let mut got = vec![0f32; 3 * hd];
+                attend_group(isa, &kvl, &table, first, n_ctx, &shape, g, 3, qg, &mut got);
+                for h in 0..3 {
+                    let mut want = vec![0f32; hd];
+                    let head = g * 3 + h;
+                    attend_head(
+                        Isa::Scalar,
+                        &kvl,
+                        &table,
+                        first,
+                        n_ctx,
+                        &shape,
+                        head,
+                        &qg[h * hd..(h + 1) * hd],
+                        &mut want,
+                    );
+                    for (a, b) in got[h * hd..(h + 1) * hd].iter().zip(&want) {
+                        assert!(
+                            (a - b).abs() < 1e-5,
+                            "{isa:?} group {g} head {h}: {a} vs {b}"
+                        );
+                    }
                 }
             }
         }

@@ -352,16 +352,37 @@ impl Model {
             let att = SharedMut(ws.att.as_mut_ptr());
             let (q, tables, table_of, positions) =
                 (&ws.q, &ws.tables, &ws.table_of, &batch.positions);
-            let gw = qd / cfg.n_kv_heads; // query elements per KV group
-            pool::parallel_for(n * cfg.n_kv_heads, |i| {
-                let (t, g) = (i / cfg.n_kv_heads, i % cfg.n_kv_heads);
-                let off = t * qd + g * gw;
-                // SAFETY: task i alone writes att[off..off + gw] (distinct (t, g) pairs give
-                // disjoint ranges inside the n·qd buffer), and att outlives parallel_for.
-                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), gw) };
+            // Tasks of whole KV groups (each K/V row read once per group) when there are
+            // enough of them to keep every thread busy, else of single heads (decode).
+            let group = cfg.n_heads / cfg.n_kv_heads;
+            let per_task = if n * cfg.n_kv_heads >= 2 * pool::threads() {
+                group
+            } else {
+                1
+            };
+            let tasks_per_token = cfg.n_heads / per_task;
+            pool::parallel_for(n * tasks_per_token, |i| {
+                let (t, h0) = (i / tasks_per_token, (i % tasks_per_token) * per_task);
+                let off = t * qd + h0 * hd;
+                let w = per_task * hd;
+                // SAFETY: task i alone writes att[off..off + w] (distinct (t, h0) give disjoint
+                // ranges inside the n·qd buffer), and att outlives parallel_for.
+                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), w) };
                 let table = &tables[table_of[t]];
-                let q = &q[off..off + gw];
-                attend_group(&layer_kv, table, 0, positions[t] + 1, &shape, g, q, out);
+                let q = &q[off..off + w];
+                let g = h0 / group;
+                attend_group(
+                    isa,
+                    &layer_kv,
+                    table,
+                    0,
+                    positions[t] + 1,
+                    &shape,
+                    g,
+                    per_task,
+                    q,
+                    out,
+                );
             });
             matmul(
                 isa,
