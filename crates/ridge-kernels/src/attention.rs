@@ -84,7 +84,7 @@ pub fn attend_group(
 ) {
     debug_assert!(gs <= MAX_GROUP && q.len() == gs * shape.head_dim);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && shape.head_dim % 8 == 0 {
+    if isa == Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
         SCORES.with(|sc| {
             let mut scores = sc.borrow_mut();
             let len = n_ctx - first;
