@@ -3,6 +3,7 @@
 # run, alternating, medians. Prints one table and a JSON line (for BENCHMARKS.md).
 #
 #   scripts/bench-vs-llama-cpp.sh [MODEL] [ROUNDS] [THREADS]
+#   ACTIVATIONS=int8 scripts/bench-vs-llama-cpp.sh     # ridge's --activations policy (default mixed)
 #
 # MODEL defaults to the cached smollm2-135m; llama.cpp's tools come from
 # ../shared/peers/llama-cpp.sh (built once, ~8 minutes).
@@ -10,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${2:-3}
 THREADS=${3:-2}
+ACTIVATIONS=${ACTIVATIONS:-mixed}
 cargo build --release -q -p ridge-cli
 RIDGE=target/release/ridge
 MODEL=${1:-$($RIDGE pull smollm2-135m)}
@@ -19,22 +21,27 @@ OUT=$(mktemp -d)
 BW=$($RIDGE probe --json --threads "$THREADS" | python3 -c 'import json,sys; print(json.load(sys.stdin)["read_bandwidth_gbs"])')
 for r in $(seq "$ROUNDS"); do
   "$BIN/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o json > "$OUT/llama.$r.json" 2>/dev/null
-  $RIDGE --threads "$THREADS" bench --model "$MODEL" --prompt 512 --gen 128 --batch 1 --reps 1 \
-    --bandwidth-gbs "$BW" --json > "$OUT/ridge.$r.json"
+  # Like llama-bench: pp512 is a 512-token prompt; tg128 is 128 tokens decoded from an
+  # (almost) empty context, so the two are measured separately.
+  $RIDGE --threads "$THREADS" --activations "$ACTIVATIONS" bench --model "$MODEL" --prompt 512 --gen 2 \
+    --batch 1 --reps 1 --bandwidth-gbs "$BW" --json > "$OUT/ridge_pp.$r.json"
+  $RIDGE --threads "$THREADS" --activations "$ACTIVATIONS" bench --model "$MODEL" --prompt 1 --gen 129 \
+    --batch 1 --reps 1 --bandwidth-gbs "$BW" --json > "$OUT/ridge_tg.$r.json"
 done
-python3 - "$OUT" "$ROUNDS" "$BW" "$THREADS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$BW" "$THREADS" "$ACTIVATIONS" <<'PY'
 import json, statistics, sys
-out, rounds, bw, threads = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+out, rounds, bw, threads, act = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 lp, lt, rp, rt, eff, floor = [], [], [], [], [], []
 for r in range(1, rounds + 1):
     for t in json.load(open(f"{out}/llama.{r}.json")):
         (lp if t["n_prompt"] > 0 else lt).append(t["avg_ts"])
-    j = json.loads(open(f"{out}/ridge.{r}.json").readline())
-    rp.append(j["prefill_tok_s"]); rt.append(j["decode_tok_s"])
+    rp.append(json.loads(open(f"{out}/ridge_pp.{r}.json").readline())["prefill_tok_s"])
+    j = json.loads(open(f"{out}/ridge_tg.{r}.json").readline())
+    rt.append(j["decode_tok_s"])
     eff.append(j["roofline_efficiency"]); floor.append(j["roofline_tpot_ms"])
 m = statistics.median
 res = {
-    "threads": int(threads), "read_bandwidth_gbs": bw, "rounds": rounds,
+    "threads": int(threads), "activations": act, "read_bandwidth_gbs": bw, "rounds": rounds,
     "llama_cpp_pp512_tok_s": m(lp), "ridge_prefill512_tok_s": m(rp), "prefill_ratio": m(rp) / m(lp),
     "llama_cpp_tg128_tok_s": m(lt), "ridge_decode128_tok_s": m(rt), "decode_ratio": m(rt) / m(lt),
     "roofline_tpot_ms": m(floor), "ridge_roofline_efficiency": m(eff),
