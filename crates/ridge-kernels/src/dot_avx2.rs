@@ -260,26 +260,57 @@ unsafe fn block_products(fmt: u8, b: *const u8, xv: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
 }
 
-/// The constant term of one block: Q4_0 subtracts 8·d·dx·Σq, Q4_1 adds m·dx·Σq.
+/// The little-endian f16 at `p + r·stride` for each of `R` (≤ 4) rows, as f32 lanes (lanes
+/// past `R` are zero): one conversion instruction for all rows' block scales.
 #[inline(always)]
-unsafe fn block_correction(fmt: u8, b: *const u8, d: f32, a: &ActBlock) -> f32 {
-    match fmt {
-        FMT_Q4_0 => -8.0 * d * a.d * a.isum as f32,
-        FMT_Q4_1 => f16_ptr(b.add(2)) * a.d * a.isum as f32,
-        _ => 0.0,
+unsafe fn f16_lanes<const R: usize>(p: *const u8, stride: usize) -> __m128 {
+    let rd = |o: usize| i16::from_le_bytes([*p.add(o), *p.add(o + 1)]);
+    let v = _mm_setr_epi16(
+        rd(0),
+        if R > 1 { rd(stride) } else { 0 },
+        if R > 2 { rd(2 * stride) } else { 0 },
+        if R > 3 { rd(3 * stride) } else { 0 },
+        0,
+        0,
+        0,
+        0,
+    );
+    _mm_cvtph_ps(v)
+}
+
+/// Lane `r` of `v` in all eight lanes of a ymm register.
+#[inline(always)]
+unsafe fn lane(v: __m128, r: usize) -> __m256 {
+    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(r as i32))
+}
+
+/// Per-row constant terms of one block for all rows at once: Q4_0 subtracts 8·d·dx·Σq, Q4_1
+/// adds m·dx·Σq (`dw` holds the rows' scales, `blk` points at row 0's block).
+#[inline(always)]
+unsafe fn corrections<const FMT: u8, const R: usize>(
+    blk: *const u8,
+    stride: usize,
+    dw: __m128,
+    a: &ActBlock,
+) -> __m128 {
+    let (dx, isum) = (_mm_set1_ps(a.d), _mm_set1_ps(a.isum as f32));
+    match FMT {
+        FMT_Q4_0 => _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(-8.0), dw), dx), isum),
+        FMT_Q4_1 => _mm_mul_ps(_mm_mul_ps(f16_lanes::<R>(blk.add(2), stride), dx), isum),
+        _ => _mm_setzero_ps(),
     }
 }
 
-/// `R` consecutive weight rows (starting at `rows`, `stride` bytes apart) against one
-/// activation row: the activation block is loaded once per block for all rows, and the rows
-/// give the memory system `R` independent streams. Each row's sum is accumulated in the same
-/// order as the single-row kernel.
+/// `R` (≤ 4) consecutive weight rows (starting at `rows`, `stride` bytes apart) against one
+/// activation row: the activation block is loaded once per block for all rows, the rows' block
+/// scales (and Q4_1 minimums) are converted and multiplied for all rows in one instruction each,
+/// and the rows give the memory system `R` independent streams.
 ///
 /// The rows are consecutive in memory, and so is the group after them: while computing this
-/// group the kernel prefetches the next `R · stride` bytes, a cache line or two per block.
-/// (Measured here: without it a decode step streams weights at ~3 GB/s on one core, since the
-/// hardware prefetchers alone keep too few lines in flight; a plain read reaches ~10 GB/s.)
-/// Prefetching never faults, so running past the end of the matrix is harmless.
+/// group the kernel prefetches ahead, a cache line or two per block. (Measured here: without it
+/// a decode step streams weights at ~3 GB/s on one core, since the hardware prefetchers alone
+/// keep too few lines in flight; a plain read reaches ~10 GB/s.) Prefetching never faults, so
+/// running past the end of the matrix is harmless.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
     rows: *const u8,
@@ -287,25 +318,29 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
     x: &[ActBlock],
     out: &mut [f32; R],
 ) {
+    debug_assert!(R <= 4);
     let bb = block_bytes(FMT);
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut corr = [0f32; R];
+    let mut corr = _mm_setzero_ps();
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for (i, a) in x.iter().enumerate() {
         let pf = next.wrapping_add(i * R * bb);
         _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
         let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        let blk = rows.add(i * bb);
+        let dw = f16_lanes::<R>(blk, stride);
+        let sc = _mm_mul_ps(dw, _mm_set1_ps(a.d));
         for r in 0..R {
-            let b = rows.add(r * stride + i * bb);
-            let d = f16_ptr(b);
-            let p = block_products(FMT, b, xv);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), p, acc[r]);
-            corr[r] += block_correction(FMT, b, d, a);
+            let p = block_products(FMT, blk.add(r * stride), xv);
+            acc[r] = _mm256_fmadd_ps(lane(sc, r), p, acc[r]);
         }
+        corr = _mm_add_ps(corr, corrections::<FMT, R>(blk, stride, dw, a));
     }
+    let mut c = [0f32; 4];
+    _mm_storeu_ps(c.as_mut_ptr(), corr);
     for r in 0..R {
-        out[r] = hsum(acc[r]) + corr[r];
+        out[r] = hsum(acc[r]) + c[r];
     }
 }
 
@@ -322,27 +357,32 @@ pub(crate) unsafe fn dot_rows_x2<const FMT: u8, const R: usize>(
     out0: &mut [f32; R],
     out1: &mut [f32; R],
 ) {
+    debug_assert!(R <= 4);
     let bb = block_bytes(FMT);
     let mut acc0 = [_mm256_setzero_ps(); R];
     let mut acc1 = [_mm256_setzero_ps(); R];
-    let mut corr0 = [0f32; R];
-    let mut corr1 = [0f32; R];
+    let (mut corr0, mut corr1) = (_mm_setzero_ps(), _mm_setzero_ps());
     for (i, (a0, a1)) in x0.iter().zip(x1).enumerate() {
         let xv0 = _mm256_loadu_si256(a0.qs.as_ptr() as *const __m256i);
         let xv1 = _mm256_loadu_si256(a1.qs.as_ptr() as *const __m256i);
+        let blk = rows.add(i * bb);
+        let dw = f16_lanes::<R>(blk, stride);
+        let sc0 = _mm_mul_ps(dw, _mm_set1_ps(a0.d));
+        let sc1 = _mm_mul_ps(dw, _mm_set1_ps(a1.d));
         for r in 0..R {
-            let b = rows.add(r * stride + i * bb);
-            let d = f16_ptr(b);
-            let (p0, p1) = block_products_x2(FMT, b, xv0, xv1);
-            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a0.d), p0, acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a1.d), p1, acc1[r]);
-            corr0[r] += block_correction(FMT, b, d, a0);
-            corr1[r] += block_correction(FMT, b, d, a1);
+            let (p0, p1) = block_products_x2(FMT, blk.add(r * stride), xv0, xv1);
+            acc0[r] = _mm256_fmadd_ps(lane(sc0, r), p0, acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(lane(sc1, r), p1, acc1[r]);
         }
+        corr0 = _mm_add_ps(corr0, corrections::<FMT, R>(blk, stride, dw, a0));
+        corr1 = _mm_add_ps(corr1, corrections::<FMT, R>(blk, stride, dw, a1));
     }
+    let (mut c0, mut c1) = ([0f32; 4], [0f32; 4]);
+    _mm_storeu_ps(c0.as_mut_ptr(), corr0);
+    _mm_storeu_ps(c1.as_mut_ptr(), corr1);
     for r in 0..R {
-        out0[r] = hsum(acc0[r]) + corr0[r];
-        out1[r] = hsum(acc1[r]) + corr1[r];
+        out0[r] = hsum(acc0[r]) + c0[r];
+        out1[r] = hsum(acc1[r]) + c1[r];
     }
 }
 
