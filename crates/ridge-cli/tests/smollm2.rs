@@ -112,3 +112,37 @@ fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
         "temporary files left behind: {leftovers:?}"
     );
 }
+
+#[test]
+fn chat_keeps_the_conversation_through_the_template() {
+    use std::io::Write;
+    let model = smollm2();
+    let mut child = ridge()
+        .args([
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France?\nAnd of Germany?\n/exit\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let (first, second) = text.split_once('\n').unwrap_or((&text, ""));
+    assert!(first.contains("Paris"), "{text:?}");
+    // "And of Germany?" only makes sense with the first turn in context.
+    assert!(second.contains("Berlin"), "{text:?}");
+}
