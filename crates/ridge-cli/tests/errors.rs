@@ -117,8 +117,8 @@ fn synthetic_model_runs_end_to_end_and_chat_falls_back_without_template() {
     ]);
     assert_eq!(o.stdout, o2.stdout);
 
-    let mut child = ridge()
-        .args([
+    let o = run_with_stdin(
+        &[
             "chat",
             "--model",
             p,
@@ -126,19 +126,9 @@ fn synthetic_model_runs_end_to_end_and_chat_falls_back_without_template() {
             "3",
             "--temperature",
             "0",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"hi\n/exit\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+        ],
+        b"hi\n/exit\n",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("falling back to plain completion"),

@@ -115,10 +115,9 @@ fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
 
 #[test]
 fn chat_keeps_the_conversation_through_the_template() {
-    use std::io::Write;
     let model = smollm2();
-    let mut child = ridge()
-        .args([
+    let o = run_with_stdin(
+        &[
             "chat",
             "--model",
             model.to_str().unwrap(),
@@ -126,19 +125,9 @@ fn chat_keeps_the_conversation_through_the_template() {
             "0",
             "--max-tokens",
             "24",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"What is the capital of France?\nAnd of Germany?\n/exit\n")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+        ],
+        b"What is the capital of France?\nAnd of Germany?\n/exit\n",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     let (first, second) = text.split_once('\n').unwrap_or((&text, ""));

@@ -22,6 +22,22 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Runs ridge with args, writing `input` to its standard input, and returns its output.
+pub fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = ridge()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ridge");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait for ridge")
+}
+
 /// Path of SmolLM2-135M, pulled into the shared cache on first use.
 pub fn smollm2() -> PathBuf {
     let m = ridge_model::registry::find("smollm2-135m").expect("known model");
