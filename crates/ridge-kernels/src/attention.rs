@@ -170,31 +170,13 @@ fn attend_group_scalar(
     });
 }
 
-fn dot(isa: Isa, k: &[f16], q: &[f32]) -> f32 {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; lengths are equal.
-        Isa::Avx2 => unsafe { crate::dot_avx2::dot_f16_f32(k, q) },
-        _ => dot_scalar::dot_f16_f32(k, q),
-    }
-}
-
-fn axpy(isa: Isa, out: &mut [f32], a: f32, v: &[f16]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `dot`.
-        Isa::Avx2 => unsafe { crate::dot_avx2::axpy_f16(out, a, v) },
-        _ => dot_scalar::axpy_f16(out, a, v),
-    }
-}
-
-/// Computes one query head over positions `first..n_ctx` of a sequence.
+/// Scalar reference: one query head over positions `first..n_ctx` of a sequence, the plainest
+/// possible loop; the tests hold [`attend_group`]'s paths against it.
 ///
 /// `q` is the head's query (`head_dim`), `out` receives the attended value (`head_dim`).
 /// `table` must map every position below `n_ctx` to a slot inside `kv`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
-    isa: Isa,
     kv: &KvLayer<'_>,
     table: &[u32],
     first: usize,
@@ -217,13 +199,13 @@ pub fn attend_head(
         let s = &mut scores[..n_ctx - first];
         for (j, sj) in s.iter_mut().enumerate() {
             let row = slot(first + j) * kv.kv_dim + off;
-            *sj = dot(isa, &kv.k[row..row + hd], q) * shape.scale;
+            *sj = dot_scalar::dot_f16_f32(&kv.k[row..row + hd], q) * shape.scale;
         }
         ops::softmax_inplace(s);
         out.fill(0.0);
         for (j, &p) in s.iter().enumerate() {
             let row = slot(first + j) * kv.kv_dim + off;
-            axpy(isa, out, p, &kv.v[row..row + hd]);
+            dot_scalar::axpy_f16(out, p, &kv.v[row..row + hd]);
         }
     });
 }

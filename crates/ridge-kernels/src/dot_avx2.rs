@@ -7,7 +7,6 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::ActBlock;
-use half::f16;
 use std::arch::x86_64::*;
 
 #[inline]
@@ -116,39 +115,6 @@ pub(crate) unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
         i += 1;
     }
     s
-}
-
-/// f16 · f32 vectors of equal length.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_f16_f32(k: &[f16], q: &[f32]) -> f32 {
-    debug_assert_eq!(k.len(), q.len());
-    dot_f16(
-        std::slice::from_raw_parts(k.as_ptr() as *const u8, 2 * k.len()),
-        q,
-    )
-}
-
-/// `out += a · v`, equal lengths.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, v: &[f16]) {
-    debug_assert_eq!(out.len(), v.len());
-    let n = out.len();
-    let av = _mm256_set1_ps(a);
-    let vp = v.as_ptr() as *const u8;
-    let op = out.as_mut_ptr();
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * i) as *const __m128i));
-        _mm256_storeu_ps(
-            op.add(i),
-            _mm256_fmadd_ps(av, x, _mm256_loadu_ps(op.add(i))),
-        );
-        i += 8;
-    }
-    while i < n {
-        out[i] += a * v[i].to_f32();
-        i += 1;
-    }
 }
 
 /// Quantizes activations exactly as `act::quantize_scalar` does (same scale, round half to even).

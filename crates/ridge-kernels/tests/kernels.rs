@@ -4,7 +4,7 @@ use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use ridge_kernels::act::{quantize_scalar, ActBlock};
-use ridge_kernels::attention::{attend_head, AttnShape, KvLayer};
+use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
 use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
 
@@ -224,9 +224,17 @@ fn paged_attention_matches_f64_reference() {
                         .sum()
                 })
                 .collect();
+            let mut out = vec![0f32; 16];
+            attend_head(&kvl, &table, first, n_ctx, &shape, head, &q, &mut out);
+            for (a, b) in out.iter().zip(&want) {
+                assert!(
+                    (*a as f64 - b).abs() < 1e-5,
+                    "reference head {head}: {a} vs {b}"
+                );
+            }
+            // The grouped kernels, one head at a time (as decode runs them).
             for isa in isas() {
-                let mut out = vec![0f32; 16];
-                attend_head(isa, &kvl, &table, first, n_ctx, &shape, head, &q, &mut out);
+                attend_group(isa, &kvl, &table, first, n_ctx, &shape, g, 1, &q, &mut out);
                 for (a, b) in out.iter().zip(&want) {
                     assert!(
                         (*a as f64 - b).abs() < 1e-5,
@@ -240,7 +248,6 @@ fn paged_attention_matches_f64_reference() {
 
 #[test]
 fn grouped_attention_equals_per_head_attention() {
-    use ridge_kernels::attention::attend_group;
     let mut rng = StdRng::seed_from_u64(21);
     let shape = AttnShape {
         n_heads: 9,
@@ -275,7 +282,6 @@ fn grouped_attention_equals_per_head_attention() {
                     let mut want = vec![0f32; hd];
                     let head = g * 3 + h;
                     attend_head(
-                        Isa::Scalar,
                         &kvl,
                         &table,
                         first,
