@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "ridge", version, about)]
 struct Cli {
-    /// Worker threads for the kernels (default: available cores).
+    /// Worker threads for the kernels (default: physical cores).
     #[arg(long, global = true)]
     threads: Option<usize>,
     /// Activation precision against quantized weights: f32 (exact), mixed, int8 (fastest).

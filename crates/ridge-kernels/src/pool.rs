@@ -152,7 +152,38 @@ fn worker(s: &'static Shared) {
 }
 
 fn pool() -> &'static Pool {
-    POOL.get_or_init(|| start(std::thread::available_parallelism().map_or(1, |n| n.get())))
+    POOL.get_or_init(|| start(default_threads()))
+}
+
+/// The default thread count: physical cores. Decode is memory-bound and the kernels keep the
+/// SIMD units busy, so a second hyper-thread per core adds contention, not throughput. On Linux
+/// the physical cores are the distinct (package, core) pairs among the CPUs this process may
+/// run on; elsewhere, or if that cannot be read, all available CPUs.
+pub fn default_threads() -> usize {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    physical_cores().map_or(available, |p| p.clamp(1, available))
+}
+
+fn physical_cores() -> Option<usize> {
+    let entries = std::fs::read_dir("/sys/devices/system/cpu").ok()?;
+    let mut cores = std::collections::HashSet::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let Some(id) = name.strip_prefix("cpu") else {
+            continue;
+        };
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if std::fs::read_to_string(e.path().join("online")).is_ok_and(|s| s.trim() == "0") {
+            continue;
+        }
+        let topo = e.path().join("topology");
+        let read = |f: &str| std::fs::read_to_string(topo.join(f)).ok();
+        cores.insert((read("physical_package_id")?, read("core_id")?));
+    }
+    (!cores.is_empty()).then_some(cores.len())
 }
 
 /// Sets the number of threads (once, before first use; later calls are ignored). Returns the
@@ -236,6 +267,13 @@ impl<T> SharedMut<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_threads_is_between_one_and_the_available_cpus() {
+        let n = default_threads();
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!((1..=available).contains(&n), "{n} of {available}");
+    }
 
     #[test]
     fn every_index_runs_exactly_once_across_many_loops() {
