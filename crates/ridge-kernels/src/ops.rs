@@ -10,12 +10,11 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// In-place RMSNorm of a row.
-pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
-    for (v, &g) in x.iter_mut().zip(w) {
-        *v *= scale * g;
+/// RMSNorm of every `w.len()`-wide row of `x` into the same row of `out`.
+pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rms_norm(xr, w, eps, or);
     }
 }
 

@@ -58,9 +58,4 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
-
-    /// Number of tokens that produce logits.
-    pub fn n_logits(&self) -> usize {
-        self.logits.iter().filter(|&&l| l).count()
-    }
 }

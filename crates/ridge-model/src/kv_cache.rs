@@ -124,13 +124,6 @@ impl KvCache {
         }
     }
 
-    /// Drops a sequence's tokens from `len` on (keeps its blocks for reuse by that sequence).
-    pub fn truncate(&mut self, id: SeqId, len: usize) {
-        if let Some(Some(s)) = self.seqs.get_mut(id.0) {
-            s.len = s.len.min(len);
-        }
-    }
-
     /// Slot index of position `pos` of a sequence (the block must be reserved).
     #[inline]
     pub(crate) fn slot(&self, table: &[u32], pos: usize) -> usize {

@@ -294,14 +294,7 @@ impl Model {
 
         for (li, l) in self.layers.iter().enumerate() {
             // Attention block.
-            for t in 0..n {
-                ops::rms_norm(
-                    &ws.x[t * d..(t + 1) * d],
-                    &l.attn_norm,
-                    cfg.norm_eps,
-                    &mut ws.xn[t * d..(t + 1) * d],
-                );
-            }
+            ops::rms_norm_rows(&ws.x, &l.attn_norm, cfg.norm_eps, &mut ws.xn);
             matmul(
                 isa,
                 self.act.qkv,
@@ -396,14 +389,7 @@ impl Model {
             ops::add_inplace(&mut ws.x, &ws.xn);
 
             // Feed-forward block.
-            for t in 0..n {
-                ops::rms_norm(
-                    &ws.x[t * d..(t + 1) * d],
-                    &l.ffn_norm,
-                    cfg.norm_eps,
-                    &mut ws.xn[t * d..(t + 1) * d],
-                );
-            }
+            ops::rms_norm_rows(&ws.x, &l.ffn_norm, cfg.norm_eps, &mut ws.xn);
             matmul(
                 isa,
                 self.act.gate_up,
