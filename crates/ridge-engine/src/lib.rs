@@ -1,19 +1,36 @@
 //! The engine: turns a model's forward pass into generated tokens and measured numbers.
 //!
-//! Today it runs one request at a time ([`generate`]) and evaluates perplexity
-//! ([`perplexity()`]); the continuous-batching scheduler over the paged KV cache builds on the
-//! same `Model::forward(batch)` call. Timing is stamped here, once, so every consumer (CLI
-//! stats, HTTP timings, benchmarks) reports the same numbers with vLLM's definitions:
-//! TTFT = arrival → first token; TPOT = (t_last − t_first) / (n − 1).
+//! - [`Engine`] serves many requests at once: a thread running [`EngineCore`]'s steps —
+//!   continuous batching with chunked prefill under a token budget, a paged KV cache with
+//!   preemption and prefix reuse, per-request sampling, stop strings, logprobs, `n` choices —
+//!   and streaming [`Event`]s back to each request's sink (see `core.rs` for the mechanism).
+//! - [`generate`] runs one request alone (the CLI's `run`, offline benchmarks) and
+//!   [`perplexity()`] evaluates a text with llama-perplexity's protocol.
+//!
+//! Timing is stamped here, once, so every consumer (CLI stats, HTTP timings, Prometheus,
+//! benchmarks) reports the same numbers with vLLM's definitions: TTFT = arrival → first token;
+//! TPOT = (t_last − t_first) / (n − 1).
 
+mod core;
+mod engine;
 mod generate;
 mod perplexity;
+mod request;
 mod sampler;
+mod stats;
+mod stop;
 mod timing;
 
+pub use crate::core::{check_request, EngineConfig, EngineCore};
+pub use engine::{Engine, EngineInfo};
 pub use generate::{generate, FinishReason, GenerateParams, Generation};
 pub use perplexity::{perplexity, PerplexityResult};
-pub use sampler::{Sampler, SamplingParams};
+pub use request::{
+    ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
+};
+pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
+pub use stats::EngineStats;
+pub use stop::{StopMatcher, StopOutcome};
 pub use timing::RequestTimings;
 
 /// Engine errors.
@@ -36,4 +53,10 @@ pub enum EngineError {
     /// A request parameter outside its range.
     #[error("invalid parameter: {0}")]
     InvalidParam(String),
+    /// Too many requests are waiting.
+    #[error("the queue is full ({0} requests waiting); retry later")]
+    QueueFull(usize),
+    /// The engine thread has stopped.
+    #[error("the engine has stopped")]
+    Stopped,
 }

@@ -1,5 +1,12 @@
-//! Token sampling: greedy, temperature, top-k, top-p, with a per-request seeded RNG so the same
-//! seed gives the same text.
+//! Token sampling, per request: logit bias, repetition / presence / frequency penalties,
+//! temperature, top-k, top-p, min-p, and a per-request seeded RNG, so the same seed gives the
+//! same text however the request was batched (the RNG is consumed once per sampled token of
+//! this request only).
+//!
+//! The order follows vLLM's: bias and penalties change the logits, temperature scales them,
+//! then the candidate set is cut by top-k, top-p and min-p before drawing.
+
+use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,6 +22,17 @@ pub struct SamplingParams {
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability reaches p (1 = all).
     pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one (0 = off).
+    pub min_p: f32,
+    /// Divides positive logits (multiplies negative ones) of tokens seen in the prompt or the
+    /// output (1 = off).
+    pub repetition_penalty: f32,
+    /// Subtracted from the logit of every token already generated (0 = off).
+    pub presence_penalty: f32,
+    /// Subtracted once per earlier occurrence in the output (0 = off).
+    pub frequency_penalty: f32,
+    /// Added to the logits of the given tokens.
+    pub logit_bias: Vec<(u32, f32)>,
     /// RNG seed; `None` picks one from the OS.
     pub seed: Option<u64>,
 }
@@ -25,35 +43,152 @@ impl Default for SamplingParams {
             temperature: 0.8,
             top_k: 40,
             top_p: 0.95,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: None,
         }
     }
 }
 
 impl SamplingParams {
+    /// Greedy decoding, no penalties.
+    pub fn greedy() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            ..Default::default()
+        }
+    }
+
     /// Rejects values outside their ranges.
     pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::InvalidParam(m));
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(EngineError::InvalidParam(format!(
+            return bad(format!(
                 "temperature must be >= 0, got {}",
                 self.temperature
-            )));
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(EngineError::InvalidParam(format!(
-                "top_p must be in (0, 1], got {}",
-                self.top_p
-            )));
+            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p must be in [0, 1], got {}", self.min_p));
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        if self
+            .logit_bias
+            .iter()
+            .any(|&(_, b)| !(-100.0..=100.0).contains(&b))
+        {
+            return bad("logit_bias values must be in [-100, 100]".into());
         }
         Ok(())
     }
+
+    fn needs_history(&self) -> bool {
+        self.repetition_penalty != 1.0
+            || self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+    }
 }
 
-/// A sampler with its own RNG and reusable candidate buffer.
+/// Tokens a request has seen, for the penalties.
+#[derive(Clone, Debug, Default)]
+pub struct TokenHistory {
+    /// Occurrences of each generated token.
+    output_counts: HashMap<u32, u32>,
+    /// Distinct prompt tokens (only kept when a repetition penalty is set).
+    prompt: Vec<u32>,
+}
+
+impl TokenHistory {
+    /// Starts from a prompt.
+    pub fn new(prompt: &[u32], params: &SamplingParams) -> Self {
+        let mut prompt = if params.repetition_penalty != 1.0 {
+            prompt.to_vec()
+        } else {
+            Vec::new()
+        };
+        prompt.sort_unstable();
+        prompt.dedup();
+        TokenHistory {
+            output_counts: HashMap::new(),
+            prompt,
+        }
+    }
+
+    /// Records a generated token.
+    pub fn push(&mut self, token: u32) {
+        *self.output_counts.entry(token).or_insert(0) += 1;
+    }
+}
+
+/// The log-probability of a token and its most likely alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// The sampled token's log-probability under the model.
+    pub logprob: f32,
+    /// The most likely tokens with their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Log-probabilities of `token` and of the `top_n` most likely tokens, from raw logits (before
+/// any bias, penalty or temperature, as vLLM reports them).
+pub fn logprobs(logits: &[f32], token: u32, top_n: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let lp = |t: u32| {
+        logits
+            .get(t as usize)
+            .map_or(f32::NEG_INFINITY, |&l| l - lse)
+    };
+    let mut top: Vec<(u32, f32)> = Vec::new();
+    if top_n > 0 {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let desc = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        let k = top_n.min(idx.len());
+        if k < idx.len() {
+            idx.select_nth_unstable_by(k - 1, desc);
+            idx.truncate(k);
+        }
+        idx.sort_unstable_by(desc);
+        top = idx.into_iter().map(|t| (t, lp(t))).collect();
+    }
+    TokenLogprobs {
+        logprob: lp(token),
+        top,
+    }
+}
+
+/// A sampler with its own RNG and reusable buffers.
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
     cand: Vec<(f32, u32)>,
+    work: Vec<f32>,
 }
 
 impl Sampler {
@@ -67,15 +202,60 @@ impl Sampler {
             params,
             rng,
             cand: Vec::new(),
+            work: Vec::new(),
         }
     }
 
-    /// Picks the next token from one row of logits.
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from one row of logits (no penalties).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.params.temperature <= 0.0 {
+        self.sample_with(logits, None)
+    }
+
+    /// Picks the next token, applying logit bias and the penalties against `history`.
+    pub fn sample_with(&mut self, logits: &[f32], history: Option<&TokenHistory>) -> u32 {
+        let p = &self.params;
+        let adjust = !p.logit_bias.is_empty() || (history.is_some() && p.needs_history());
+        let logits = if adjust {
+            self.work.clear();
+            self.work.extend_from_slice(logits);
+            let w = &mut self.work;
+            if let Some(h) = history {
+                if p.repetition_penalty != 1.0 {
+                    let seen = h.prompt.iter().chain(h.output_counts.keys());
+                    for &t in seen {
+                        if let Some(l) = w.get_mut(t as usize) {
+                            if *l > 0.0 {
+                                *l /= p.repetition_penalty;
+                            } else {
+                                *l *= p.repetition_penalty;
+                            }
+                        }
+                    }
+                }
+                for (&t, &c) in &h.output_counts {
+                    if let Some(l) = w.get_mut(t as usize) {
+                        *l -= p.presence_penalty + p.frequency_penalty * c as f32;
+                    }
+                }
+            }
+            for &(t, b) in &p.logit_bias {
+                if let Some(l) = w.get_mut(t as usize) {
+                    *l += b;
+                }
+            }
+            &self.work[..]
+        } else {
+            logits
+        };
+        if p.temperature <= 0.0 {
             return argmax(logits);
         }
-        let inv_t = 1.0 / self.params.temperature;
+        let inv_t = 1.0 / p.temperature;
         self.cand.clear();
         self.cand.extend(
             logits
@@ -85,7 +265,7 @@ impl Sampler {
         );
         let by_logit_desc =
             |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        let k = self.params.top_k;
+        let k = p.top_k;
         if k > 0 && k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
             self.cand.truncate(k);
@@ -99,15 +279,23 @@ impl Sampler {
         }
         // Top-p over the sorted probabilities.
         let mut keep = self.cand.len();
-        if self.params.top_p < 1.0 {
+        if p.top_p < 1.0 {
             let mut acc = 0f32;
             for (i, c) in self.cand.iter().enumerate() {
                 acc += c.0 / sum;
-                if acc >= self.params.top_p {
+                if acc >= p.top_p {
                     keep = i + 1;
                     break;
                 }
             }
+        }
+        // Min-p: relative to the most likely token (weight 1 after the shift above).
+        if p.min_p > 0.0 {
+            keep = self.cand[..keep]
+                .iter()
+                .take_while(|c| c.0 >= p.min_p)
+                .count()
+                .max(1);
         }
         let total: f32 = self.cand[..keep].iter().map(|c| c.0).sum();
         let mut r = self.rng.random::<f32>() * total;
@@ -153,6 +341,7 @@ mod tests {
             top_k: 5,
             top_p: 1.0,
             seed: Some(42),
+            ..Default::default()
         };
         let (mut a, mut b) = (Sampler::new(p.clone()), Sampler::new(p));
         let mut top5: Vec<u32> = (0..100).collect();
@@ -175,6 +364,7 @@ mod tests {
             top_k: 0,
             top_p: 0.5,
             seed: Some(1),
+            ..Default::default()
         });
         for _ in 0..100 {
             assert_eq!(s.sample(&logits), 7);
@@ -190,11 +380,145 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             seed: Some(3),
+            ..Default::default()
         });
         let n = 20_000;
         let zeros = (0..n).filter(|_| s.sample(&logits) == 0).count();
         let frac = zeros as f64 / n as f64;
         // 5 standard deviations of a binomial(0.8) mean over 20k draws is ~0.014.
         assert!((frac - 0.8).abs() < 0.015, "{frac}");
+    }
+
+    fn draws(
+        p: SamplingParams,
+        logits: &[f32],
+        history: Option<&TokenHistory>,
+        n: usize,
+    ) -> Vec<usize> {
+        let mut s = Sampler::new(p);
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..n {
+            counts[s.sample_with(logits, history) as usize] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn min_p_drops_unlikely_tokens() {
+        // Probabilities ∝ 1, 0.5, 0.05: min_p 0.1 keeps the first two, in ratio 2:1.
+        let logits = [0.0f32, 0.5f32.ln(), 0.05f32.ln()];
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.1,
+            seed: Some(9),
+            ..Default::default()
+        };
+        let c = draws(p, &logits, None, 30_000);
+        assert_eq!(c[2], 0);
+        let frac = c[0] as f64 / 30_000.0;
+        assert!((frac - 2.0 / 3.0).abs() < 0.015, "{frac}");
+    }
+
+    #[test]
+    fn penalties_and_bias_follow_their_formulas() {
+        // Token 0 was generated twice and is in the prompt; token 1 only in the prompt.
+        let logits = [2.0f32, -1.0, 0.5, 0.0];
+        let p = SamplingParams {
+            repetition_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            logit_bias: vec![(3, 1.0)],
+            ..SamplingParams::greedy()
+        };
+        let mut h = TokenHistory::new(&[0, 1, 1], &p);
+        h.push(0);
+        h.push(0);
+        // token 0: 2/2 − 0.5 − 0.25·2 = 0; token 1: −1·2 = −2; token 2: 0.5; token 3: 0 + 1.
+        let mut s = Sampler::new(p.clone());
+        assert_eq!(s.sample_with(&logits, Some(&h)), 3);
+        // Without the bias token 2 (0.5) beats token 0 (0).
+        let p2 = SamplingParams {
+            logit_bias: vec![],
+            ..p
+        };
+        let mut s = Sampler::new(p2);
+        assert_eq!(s.sample_with(&logits, Some(&h)), 2);
+        // With no history the raw argmax wins.
+        assert_eq!(s.sample_with(&logits, None), 0);
+    }
+
+    #[test]
+    fn temperature_sampling_matches_softmax_frequencies() {
+        // Chi-square over 4 outcomes at T = 0.7 against the exact softmax.
+        let logits = [1.0f32, 0.3, -0.4, 0.9];
+        let t = 0.7f64;
+        let n = 40_000;
+        let c = draws(
+            SamplingParams {
+                temperature: t as f32,
+                top_k: 0,
+                top_p: 1.0,
+                seed: Some(5),
+                ..Default::default()
+            },
+            &logits,
+            None,
+            n,
+        );
+        let w: Vec<f64> = logits.iter().map(|&l| (l as f64 / t).exp()).collect();
+        let z: f64 = w.iter().sum();
+        let chi2: f64 = c
+            .iter()
+            .zip(&w)
+            .map(|(&o, &wi)| {
+                let e = n as f64 * wi / z;
+                (o as f64 - e).powi(2) / e
+            })
+            .sum();
+        // 3 degrees of freedom: P(chi2 > 16.27) = 0.001.
+        assert!(chi2 < 16.27, "chi2 {chi2}, counts {c:?}");
+    }
+
+    #[test]
+    fn logprobs_are_log_softmax_with_sorted_alternatives() {
+        let logits = [1.0f32, 3.0, 2.0, -1.0];
+        let lp = logprobs(&logits, 0, 2);
+        let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+        let exact = |i: usize| (logits[i] as f64 - z.ln()) as f32;
+        assert!((lp.logprob - exact(0)).abs() < 1e-6);
+        assert_eq!(lp.top.len(), 2);
+        assert_eq!((lp.top[0].0, lp.top[1].0), (1, 2));
+        assert!((lp.top[0].1 - exact(1)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range() {
+        for p in [
+            SamplingParams {
+                min_p: 1.5,
+                ..Default::default()
+            },
+            SamplingParams {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                presence_penalty: 2.5,
+                ..Default::default()
+            },
+            SamplingParams {
+                logit_bias: vec![(1, 101.0)],
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+        ] {
+            assert!(p.validate().is_err(), "{p:?}");
+        }
+        assert!(SamplingParams::default().validate().is_ok());
     }
 }

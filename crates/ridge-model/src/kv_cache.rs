@@ -4,8 +4,12 @@
 //! `kv_dim` elements each. A sequence owns a block table (block ids in position order); position
 //! `p` lives in slot `table[p / B] · B + p % B`. Blocks come from a free list, so sequences grow
 //! one block at a time and a finished sequence returns its blocks at once — no fragmentation, no
-//! copying. (Scheduling policy — preemption, prefix sharing — is the engine's, built on this.)
+//! copying. Blocks are reference-counted so sequences can share a prefix: full blocks can be
+//! indexed by the tokens they hold ([`KvCache::commit_blocks`]) and found again by a later
+//! sequence ([`KvCache::attach_cached_prefix`]); see `block_pool.rs`. Scheduling policy — what
+//! to admit, whom to preempt — is the engine's, built on this.
 
+use crate::block_pool::{BlockPool, ROOT_HASH};
 use crate::{ModelConfig, ModelError};
 use half::f16;
 use ridge_kernels::attention::KvLayer;
@@ -21,6 +25,8 @@ pub struct SeqId(pub usize);
 struct SeqState {
     blocks: Vec<u32>,
     len: usize,
+    /// Chained hashes of the leading full blocks already indexed (or found in the index).
+    hashes: Vec<u64>,
 }
 
 /// Paged K/V storage plus per-sequence block tables.
@@ -29,7 +35,7 @@ pub struct KvCache {
     n_blocks: usize,
     k: Vec<Vec<f16>>,
     v: Vec<Vec<f16>>,
-    free: Vec<u32>,
+    pool: BlockPool,
     seqs: Vec<Option<SeqState>>,
 }
 
@@ -43,7 +49,7 @@ impl KvCache {
             n_blocks,
             k: (0..cfg.n_layers).map(|_| vec![f16::ZERO; slots]).collect(),
             v: (0..cfg.n_layers).map(|_| vec![f16::ZERO; slots]).collect(),
-            free: (0..n_blocks as u32).rev().collect(),
+            pool: BlockPool::new(n_blocks),
             seqs: Vec::new(),
         }
     }
@@ -58,9 +64,27 @@ impl KvCache {
         self.n_blocks
     }
 
-    /// Blocks not owned by any sequence.
+    /// Blocks not owned by any sequence (free, or cached for prefix reuse and evictable).
     pub fn free_blocks(&self) -> usize {
-        self.free.len()
+        self.pool.available()
+    }
+
+    /// Blocks owned by at least one sequence.
+    pub fn used_blocks(&self) -> usize {
+        self.pool.used()
+    }
+
+    /// Unowned blocks kept for prefix reuse.
+    pub fn cached_blocks(&self) -> usize {
+        self.pool.cached()
+    }
+
+    /// Turns prefix caching on (the default) or off; off drops every cached block.
+    pub fn set_prefix_caching(&mut self, on: bool) {
+        self.pool.set_caching(on);
+        for s in self.seqs.iter_mut().flatten() {
+            s.hashes.clear();
+        }
     }
 
     /// Starts an empty sequence.
@@ -74,10 +98,53 @@ impl KvCache {
         }
     }
 
-    /// Ends a sequence and returns its blocks to the pool. Unknown ids are ignored.
+    /// Ends a sequence and drops its references to its blocks. Unknown ids are ignored.
     pub fn remove_seq(&mut self, id: SeqId) {
         if let Some(s) = self.seqs.get_mut(id.0).and_then(Option::take) {
-            self.free.extend(s.blocks.iter().rev());
+            for &b in s.blocks.iter().rev() {
+                self.pool.release(b);
+            }
+        }
+    }
+
+    /// Shares the longest cached prefix of `tokens` (whole blocks, at most `max_tokens`
+    /// tokens) into an empty sequence; returns the number of tokens now cached for it.
+    pub fn attach_cached_prefix(&mut self, id: SeqId, tokens: &[u32], max_tokens: usize) -> usize {
+        let Some(Some(s)) = self.seqs.get_mut(id.0) else {
+            return 0;
+        };
+        if s.len != 0 || !s.blocks.is_empty() {
+            return 0;
+        }
+        let mut parent = ROOT_HASH;
+        let limit = max_tokens.min(tokens.len()) / KV_BLOCK_SIZE;
+        for chunk in tokens.chunks_exact(KV_BLOCK_SIZE).take(limit) {
+            match self.pool.acquire_cached(parent, chunk) {
+                Some((b, h)) => {
+                    s.blocks.push(b);
+                    s.hashes.push(h);
+                    parent = h;
+                }
+                None => break,
+            }
+        }
+        s.len = s.blocks.len() * KV_BLOCK_SIZE;
+        s.len
+    }
+
+    /// Indexes the sequence's full, computed blocks for prefix reuse. `tokens` are the
+    /// sequence's tokens (at least as many as it has cached).
+    pub fn commit_blocks(&mut self, id: SeqId, tokens: &[u32]) {
+        let Some(Some(s)) = self.seqs.get_mut(id.0) else {
+            return;
+        };
+        let full = s.len.min(tokens.len()) / KV_BLOCK_SIZE;
+        while s.hashes.len() < full {
+            let i = s.hashes.len();
+            let parent = s.hashes.last().copied().unwrap_or(ROOT_HASH);
+            let chunk = &tokens[i * KV_BLOCK_SIZE..(i + 1) * KV_BLOCK_SIZE];
+            let h = self.pool.register(s.blocks[i], parent, chunk);
+            s.hashes.push(h);
         }
     }
 
@@ -98,21 +165,47 @@ impl KvCache {
         self.seq(id).map_or(&[], |s| &s.blocks)
     }
 
+    /// Verifies the pool's bookkeeping against the block tables: every block is free, cached or
+    /// owned, and its reference count equals the number of tables that hold it (no block leaked
+    /// or double-owned). For tests and debugging.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let mut refs = vec![0u32; self.n_blocks];
+        for s in self.seqs.iter().flatten() {
+            for &b in &s.blocks {
+                refs[b as usize] += 1;
+            }
+            if s.len > s.blocks.len() * KV_BLOCK_SIZE {
+                return Err(format!(
+                    "a sequence of {} tokens holds {} blocks",
+                    s.len,
+                    s.blocks.len()
+                ));
+            }
+        }
+        self.pool.check(&refs)
+    }
+
+    /// Blocks a sequence still needs to hold `len` tokens.
+    pub fn blocks_needed(&self, id: SeqId, len: usize) -> usize {
+        let have = self.block_table(id).len();
+        len.div_ceil(KV_BLOCK_SIZE).saturating_sub(have)
+    }
+
     /// Makes room for a sequence to hold `len` tokens, taking blocks from the pool. On failure
     /// nothing is taken.
-    pub(crate) fn reserve(&mut self, id: SeqId, len: usize) -> Result<(), ModelError> {
-        let have = self.seq(id)?.blocks.len();
-        let need = len.div_ceil(KV_BLOCK_SIZE).saturating_sub(have);
-        if need > self.free.len() {
+    pub fn reserve(&mut self, id: SeqId, len: usize) -> Result<(), ModelError> {
+        self.seq(id)?;
+        let need = self.blocks_needed(id, len);
+        if need > self.pool.available() {
             return Err(ModelError::KvFull {
                 needed: need,
-                free: self.free.len(),
+                free: self.pool.available(),
             });
         }
-        let start = self.free.len() - need;
-        let taken: Vec<u32> = self.free.drain(start..).rev().collect();
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {
-            s.blocks.extend(taken);
+            // Cannot come up short: `available()` blocks can all be allocated.
+            s.blocks
+                .extend(std::iter::from_fn(|| self.pool.alloc()).take(need));
         }
         Ok(())
     }

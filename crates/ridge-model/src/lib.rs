@@ -12,6 +12,7 @@
 
 mod act_policy;
 mod batch;
+mod block_pool;
 mod config;
 mod error;
 mod kv_cache;

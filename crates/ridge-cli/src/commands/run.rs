@@ -41,6 +41,7 @@ impl GenArgs {
                 top_k: self.top_k,
                 top_p: self.top_p,
                 seed: self.seed,
+                ..SamplingParams::default()
             },
             stop_tokens: if self.ignore_eos { Vec::new() } else { eog },
         }

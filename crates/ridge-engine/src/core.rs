@@ -1,0 +1,689 @@
+//! The engine core: a synchronous step function over waiting and running sequences.
+//!
+//! # One mechanism (vLLM v1's)
+//!
+//! Every sequence (one choice of one request) tracks its tokens — prompt plus output so far —
+//! and how many of them are `computed` (their K/V are in the cache). A step hands out a token
+//! budget: first to running sequences in arrival order (a decode needs one token, an unfinished
+//! prompt takes a chunk of what is left), then to waiting sequences. Prefill, chunked prefill
+//! and decode are the same thing — "compute the next tokens" — and a sequence samples when its
+//! computed tokens catch up with its tokens. A long prompt therefore never stalls the decodes
+//! of others: it advances one budget-sized chunk per step beside them.
+//!
+//! # Memory
+//!
+//! Blocks are reserved before the forward pass, so the pass itself never runs out. When a
+//! running sequence cannot grow, the newest running sequence is preempted: its blocks are
+//! released (full ones stay in the prefix cache) and it goes back to the front of the queue to
+//! be recomputed later — output already streamed stays valid, because recomputation reproduces
+//! the same K/V. New sequences are admitted only while every running sequence could still
+//! grow by a block, which keeps preemption rare. A request that could not fit even in an empty
+//! cache is refused at submission.
+//!
+//! # Prefix reuse and n > 1
+//!
+//! On admission a sequence adopts the longest cached run of full blocks matching its tokens
+//! (always leaving at least one token to compute, since sampling needs its logits). After each
+//! step, newly completed blocks are indexed. Choices 1..n of a request wait until choice 0 has
+//! computed the prompt, then find its blocks in the cache: the prompt is shared, not copied.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ridge_model::{Batch, KvCache, Model, SeqId, Workspace, KV_BLOCK_SIZE};
+use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
+
+use crate::request::{
+    ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
+};
+use crate::sampler::{logprobs, Sampler, TokenHistory};
+use crate::stats::EngineStats;
+use crate::stop::StopMatcher;
+use crate::{EngineError, FinishReason};
+
+/// Engine limits and sizes.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Most tokens through the model per step (decodes + prefill chunks).
+    pub max_batch_tokens: usize,
+    /// Most sequences running at once.
+    pub max_seqs: usize,
+    /// KV cache capacity in tokens (rounded up to whole blocks).
+    pub kv_cache_tokens: usize,
+    /// Reuse cached prompt prefixes.
+    pub prefix_caching: bool,
+    /// Most requests waiting for admission before new ones are refused.
+    pub max_queue: usize,
+    /// Measured memory read bandwidth, GB/s, for per-request roofline figures.
+    pub bandwidth_gbs: Option<f64>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_batch_tokens: 512,
+            max_seqs: 64,
+            kv_cache_tokens: 64 * 1024,
+            prefix_caching: true,
+            max_queue: 1024,
+            bandwidth_gbs: None,
+        }
+    }
+}
+
+/// Per-request settings shared by its choices.
+struct Shared {
+    id: RequestId,
+    sink: EventSink,
+    stop_token_ids: Vec<u32>,
+    ignore_eos: bool,
+    logprobs: Option<usize>,
+    max_new: usize,
+}
+
+/// One choice of one request.
+struct Seq {
+    req: Arc<Shared>,
+    index: usize,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    computed: usize,
+    kv: Option<SeqId>,
+    admitted_once: bool,
+    cached_tokens: usize,
+    sampler: Sampler,
+    history: TokenHistory,
+    decoder: IncrementalDecoder,
+    stop: StopMatcher,
+    timings: ChoiceTimings,
+    /// Set when the sequence is done; removed at the end of the step.
+    done: bool,
+}
+
+impl Seq {
+    fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+}
+
+/// Why a request was refused at submission.
+pub type SubmitError = EngineError;
+
+/// The synchronous engine: owns the model, the KV cache and every sequence.
+pub struct EngineCore {
+    model: Model,
+    tokenizer: Arc<Tokenizer>,
+    cfg: EngineConfig,
+    kv: KvCache,
+    ws: Workspace,
+    batch: Batch,
+    waiting: VecDeque<Seq>,
+    running: Vec<Seq>,
+    eog: Vec<u32>,
+    stats: Arc<EngineStats>,
+    roof: Option<Roof>,
+    /// Scratch: (running index, tokens) scheduled this step.
+    plan: Vec<(usize, usize)>,
+}
+
+impl EngineCore {
+    /// Builds the engine state; the KV pool is allocated here.
+    pub fn new(
+        model: Model,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+    ) -> Result<Self, EngineError> {
+        if cfg.max_batch_tokens == 0 || cfg.max_seqs == 0 {
+            return Err(EngineError::InvalidParam(
+                "max_batch_tokens and max_seqs must be at least 1".into(),
+            ));
+        }
+        let mcfg = model.config().clone();
+        let mut kv = KvCache::new(&mcfg, cfg.kv_cache_tokens.max(KV_BLOCK_SIZE));
+        kv.set_prefix_caching(cfg.prefix_caching);
+        let stats = Arc::new(EngineStats::default());
+        EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
+        let mut eog = tokenizer.eog_ids();
+        eog.retain(|&t| (t as usize) < mcfg.vocab);
+        let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
+            weight_bytes: model.weight_bytes_per_token() as f64,
+            kv_bytes_per_token: (2 * mcfg.n_layers * mcfg.kv_dim() * 2) as f64,
+            bandwidth: bw * 1e9,
+        });
+        Ok(EngineCore {
+            roof,
+            model,
+            tokenizer,
+            cfg,
+            kv,
+            ws: Workspace::new(),
+            batch: Batch::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            eog,
+            stats,
+            plan: Vec::new(),
+        })
+    }
+
+    /// The live statistics.
+    pub fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// KV blocks in the pool.
+    pub fn kv_total_blocks(&self) -> usize {
+        self.kv.total_blocks()
+    }
+
+    /// KV blocks owned by sequences.
+    pub fn kv_used_blocks(&self) -> usize {
+        self.kv.used_blocks()
+    }
+
+    /// True when some sequence is waiting or running.
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// Sequences running / waiting.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.running.len(), self.waiting.len())
+    }
+
+    /// Verifies the engine's bookkeeping: the KV pool against the block tables, every running
+    /// sequence holding a cache sequence that covers its computed tokens, waiting ones holding
+    /// none. For tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.kv.check_consistency()?;
+        for s in &self.running {
+            let seq = s.kv.ok_or("a running sequence has no cache sequence")?;
+            if self.kv.seq_len(seq) != s.computed || s.computed > s.tokens.len() {
+                return Err(format!(
+                    "running sequence: {} computed, {} cached, {} tokens",
+                    s.computed,
+                    self.kv.seq_len(seq),
+                    s.tokens.len()
+                ));
+            }
+        }
+        if self.waiting.iter().any(|s| s.kv.is_some()) {
+            return Err("a waiting sequence holds cache blocks".into());
+        }
+        if self.running.len() > self.cfg.max_seqs {
+            return Err(format!(
+                "{} sequences running, limit {}",
+                self.running.len(),
+                self.cfg.max_seqs
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a request against the model and the cache without queueing it.
+    pub fn check(&self, req: &Request) -> Result<(), SubmitError> {
+        check_request(
+            req,
+            self.model.config().ctx_len,
+            self.model.config().vocab,
+            self.kv.total_blocks(),
+        )
+    }
+
+    /// Queues a request (all its choices). Events go to `sink`.
+    pub fn submit(
+        &mut self,
+        id: RequestId,
+        req: Request,
+        sink: EventSink,
+        arrival: Instant,
+    ) -> Result<(), SubmitError> {
+        self.check(&req)?;
+        let ctx = self.model.config().ctx_len;
+        let shared = Arc::new(Shared {
+            id,
+            sink,
+            stop_token_ids: req.stop_token_ids.clone(),
+            ignore_eos: req.ignore_eos,
+            logprobs: req.logprobs,
+            max_new: req.max_tokens.min(ctx - req.prompt.len()),
+        });
+        for index in 0..req.n {
+            let mut sampling = req.sampling.clone();
+            sampling.seed = sampling.seed.map(|s| s.wrapping_add(index as u64));
+            self.waiting.push_back(Seq {
+                req: shared.clone(),
+                index,
+                tokens: req.prompt.clone(),
+                prompt_len: req.prompt.len(),
+                computed: 0,
+                kv: None,
+                admitted_once: false,
+                cached_tokens: 0,
+                history: TokenHistory::new(&req.prompt, &sampling),
+                sampler: Sampler::new(sampling),
+                decoder: IncrementalDecoder::new(!req.render_special),
+                stop: StopMatcher::new(&req.stop),
+                timings: ChoiceTimings::new(arrival),
+                done: false,
+            });
+        }
+        self.publish_gauges();
+        Ok(())
+    }
+
+    /// Aborts every choice of a request, wherever it is; its blocks are freed now.
+    pub fn abort(&mut self, id: RequestId) {
+        let mut removed: Vec<Seq> = Vec::new();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].req.id == id {
+                removed.extend(self.waiting.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].req.id == id {
+                removed.push(self.running.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        for mut s in removed {
+            self.finish(&mut s, FinishReason::Aborted, None);
+        }
+        self.publish_gauges();
+    }
+
+    /// Aborts everything (shutdown).
+    pub fn abort_all(&mut self) {
+        let ids: Vec<RequestId> = self
+            .waiting
+            .iter()
+            .chain(self.running.iter())
+            .map(|s| s.req.id)
+            .collect();
+        for id in ids {
+            self.abort(id);
+        }
+    }
+
+    /// After a panic inside a step: fails every sequence with an error and starts over with an
+    /// empty cache (its bookkeeping may be half-updated).
+    pub fn recover_from_panic(&mut self) {
+        let all: Vec<Seq> = self
+            .waiting
+            .drain(..)
+            .chain(self.running.drain(..))
+            .collect();
+        let total = self.kv.total_blocks() * KV_BLOCK_SIZE;
+        self.kv = KvCache::new(self.model.config(), total);
+        self.kv.set_prefix_caching(self.cfg.prefix_caching);
+        for mut s in all {
+            s.kv = None;
+            let msg = "internal error in the engine step; the request was dropped".to_string();
+            self.finish(&mut s, FinishReason::Aborted, Some(msg));
+        }
+        self.plan.clear();
+        self.publish_gauges();
+    }
+
+    /// Runs one scheduling step and forward pass. Returns false when there was nothing to do.
+    pub fn step(&mut self) -> bool {
+        if !self.has_work() {
+            return false;
+        }
+        self.schedule();
+        if self.plan.is_empty() {
+            // Nothing fits this step (all running were preempted): admit next step.
+            self.publish_gauges();
+            return !self.waiting.is_empty();
+        }
+        self.batch.clear();
+        for &(ri, n) in &self.plan {
+            let s = &self.running[ri];
+            if let Some(seq) = s.kv {
+                let from = s.computed;
+                let last = from + n == s.tokens.len();
+                self.batch
+                    .push_seq(&s.tokens[from..from + n], from, seq, last);
+            }
+        }
+        EngineStats::add(&self.stats.steps, 1);
+        EngineStats::add(&self.stats.step_tokens, self.batch.len());
+        let EngineCore {
+            model,
+            tokenizer,
+            kv,
+            ws,
+            batch,
+            running,
+            eog,
+            stats,
+            plan,
+            roof,
+            ..
+        } = self;
+        let vocab = model.config().vocab;
+        match model.forward(batch, kv, ws) {
+            Ok(logits) => {
+                let mut row = 0;
+                for &(ri, n) in plan.iter() {
+                    let s = &mut running[ri];
+                    s.computed += n;
+                    if s.computed == s.tokens.len() {
+                        let l = &logits[row * vocab..(row + 1) * vocab];
+                        row += 1;
+                        if let Some((reason, text)) = sample_token(s, l, tokenizer, eog, stats) {
+                            finish_seq(s, kv, stats, *roof, reason, text, None);
+                        }
+                    }
+                    if let Some(seq) = s.kv {
+                        kv.commit_blocks(seq, &s.tokens);
+                    }
+                }
+            }
+            Err(e) => {
+                // Internal failure: fail the scheduled sequences, keep serving the rest.
+                let msg = e.to_string();
+                for &(ri, _) in plan.iter() {
+                    let s = &mut running[ri];
+                    finish_seq(
+                        s,
+                        kv,
+                        stats,
+                        *roof,
+                        FinishReason::Aborted,
+                        String::new(),
+                        Some(msg.clone()),
+                    );
+                }
+            }
+        }
+        self.running.retain(|s| !s.done);
+        self.publish_gauges();
+        true
+    }
+
+    fn schedule(&mut self) {
+        self.plan.clear();
+        let mut budget = self.cfg.max_batch_tokens;
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let n = (self.running[i].tokens.len() - self.running[i].computed).min(budget);
+            let Some(seq) = self.running[i].kv else {
+                i += 1;
+                continue;
+            };
+            let target = self.running[i].computed + n;
+            let mut scheduled = true;
+            while self.kv.blocks_needed(seq, target) > self.kv.free_blocks() {
+                // Preempt the newest running sequence (possibly this one).
+                let victim = self.running.len() - 1;
+                let s = self.running.remove(victim);
+                self.preempt(s);
+                preempted = true;
+                if victim == i {
+                    scheduled = false;
+                    break;
+                }
+            }
+            if !scheduled {
+                break;
+            }
+            if self.kv.reserve(seq, target).is_err() {
+                break;
+            }
+            self.plan.push((i, n));
+            budget -= n;
+            i += 1;
+        }
+        if preempted {
+            return;
+        }
+        let mut w = 0;
+        while budget > 0 && self.running.len() < self.cfg.max_seqs && w < self.waiting.len() {
+            if self.waits_for_leader(&self.waiting[w]) {
+                w += 1;
+                continue;
+            }
+            let seq = self.kv.add_seq();
+            let s = &self.waiting[w];
+            let cached = self
+                .kv
+                .attach_cached_prefix(seq, &s.tokens, s.tokens.len() - 1);
+            let n = (s.tokens.len() - cached).min(budget);
+            let need = self.kv.blocks_needed(seq, cached + n);
+            if need + self.running.len() > self.kv.free_blocks()
+                || self.kv.reserve(seq, cached + n).is_err()
+            {
+                self.kv.remove_seq(seq);
+                break;
+            }
+            let Some(mut s) = self.waiting.remove(w) else {
+                self.kv.remove_seq(seq);
+                break;
+            };
+            if !s.admitted_once {
+                s.admitted_once = true;
+                s.cached_tokens = cached;
+                s.timings.scheduled = Some(Instant::now());
+                EngineStats::add(&self.stats.prompt_tokens, s.prompt_len);
+            }
+            EngineStats::add(&self.stats.prefix_queries, s.tokens.len());
+            EngineStats::add(&self.stats.prefix_hits, cached);
+            s.computed = cached;
+            s.kv = Some(seq);
+            self.running.push(s);
+            self.plan.push((self.running.len() - 1, n));
+            budget -= n;
+        }
+    }
+
+    /// Choices after the first wait until the first has computed the shared prompt.
+    fn waits_for_leader(&self, s: &Seq) -> bool {
+        if s.index == 0 {
+            return false;
+        }
+        let id = s.req.id;
+        self.waiting.iter().any(|o| o.req.id == id && o.index == 0)
+            || self
+                .running
+                .iter()
+                .any(|o| o.req.id == id && o.index == 0 && o.computed < o.prompt_len)
+    }
+
+    fn preempt(&mut self, mut s: Seq) {
+        if let Some(seq) = s.kv.take() {
+            self.kv.commit_blocks(seq, &s.tokens);
+            self.kv.remove_seq(seq);
+        }
+        s.computed = 0;
+        EngineStats::add(&self.stats.preemptions, 1);
+        self.waiting.push_front(s);
+    }
+
+    fn finish(&mut self, s: &mut Seq, reason: FinishReason, error: Option<String>) {
+        finish_seq(
+            s,
+            &mut self.kv,
+            &self.stats,
+            self.roof,
+            reason,
+            String::new(),
+            error,
+        );
+    }
+
+    fn publish_gauges(&self) {
+        let st = &self.stats;
+        EngineStats::set(&st.running, self.running.len());
+        EngineStats::set(&st.waiting, self.waiting.len());
+        EngineStats::set(&st.kv_used_blocks, self.kv.used_blocks());
+        EngineStats::set(&st.kv_cached_blocks, self.kv.cached_blocks());
+    }
+}
+
+/// Bytes per token of weights and of KV (per context token), and bandwidth in bytes/s: the
+/// inputs of a request's batch-1 roofline floor.
+#[derive(Clone, Copy, Debug)]
+struct Roof {
+    weight_bytes: f64,
+    kv_bytes_per_token: f64,
+    bandwidth: f64,
+}
+
+/// Samples the next token of `s` from its logits row, streams it, and says whether the choice
+/// ends (with the text released at the end).
+fn sample_token(
+    s: &mut Seq,
+    logits: &[f32],
+    tokenizer: &Tokenizer,
+    eog: &[u32],
+    stats: &EngineStats,
+) -> Option<(FinishReason, String)> {
+    let tok = s.sampler.sample_with(logits, Some(&s.history));
+    let lp = s.req.logprobs.map(|k| logprobs(logits, tok, k));
+    let now = Instant::now();
+    s.timings.first_token.get_or_insert(now);
+    s.timings.last_token = Some(now);
+    s.timings.tokens += 1;
+    EngineStats::add(&stats.generation_tokens, 1);
+    let is_stop_token =
+        (!s.req.ignore_eos && eog.contains(&tok)) || s.req.stop_token_ids.contains(&tok);
+    s.tokens.push(tok);
+    s.history.push(tok);
+    if is_stop_token {
+        return Some((FinishReason::Stop, drain_text(s)));
+    }
+    let piece = s.decoder.push(tokenizer, tok);
+    let out = s.stop.push(&piece);
+    let alive = (s.req.sink)(Event::Token(TokenEvent {
+        index: s.index,
+        token: tok,
+        text: out.emit,
+        logprobs: lp,
+        at: now,
+    }));
+    if !alive {
+        Some((FinishReason::Aborted, String::new()))
+    } else if out.stopped {
+        Some((FinishReason::Stop, String::new()))
+    } else if s.generated() >= s.req.max_new {
+        Some((FinishReason::Length, drain_text(s)))
+    } else {
+        None
+    }
+}
+
+/// Everything the decoder and the stop matcher still hold, at the end of a choice.
+fn drain_text(s: &mut Seq) -> String {
+    let rest = s.decoder.finish();
+    let out = s.stop.push(&rest);
+    let mut text = out.emit;
+    if !out.stopped {
+        text.push_str(&s.stop.flush());
+    }
+    text
+}
+
+/// Ends a choice: frees (and indexes) its blocks, counts it, sends its finish event.
+fn finish_seq(
+    s: &mut Seq,
+    kv: &mut KvCache,
+    stats: &EngineStats,
+    roof: Option<Roof>,
+    reason: FinishReason,
+    text: String,
+    error: Option<String>,
+) {
+    if s.done {
+        return;
+    }
+    s.done = true;
+    if let Some(seq) = s.kv.take() {
+        kv.commit_blocks(seq, &s.tokens);
+        kv.remove_seq(seq);
+    }
+    let counter = match (&error, reason) {
+        (Some(_), _) => &stats.finished_error,
+        (None, FinishReason::Stop) => &stats.finished_stop,
+        (None, FinishReason::Length) => &stats.finished_length,
+        (None, FinishReason::Aborted) => &stats.finished_abort,
+    };
+    EngineStats::add(counter, 1);
+    if let Some(r) = roof {
+        let ctx = s.prompt_len as f64 + s.generated() as f64 / 2.0;
+        let bytes = r.weight_bytes + r.kv_bytes_per_token * ctx;
+        s.timings.roofline_tpot_ms = Some(bytes / r.bandwidth * 1e3);
+    }
+    let _ = (s.req.sink)(Event::Finish(FinishEvent {
+        index: s.index,
+        reason,
+        text,
+        usage: Usage {
+            prompt_tokens: s.prompt_len,
+            completion_tokens: s.generated(),
+            cached_tokens: s.cached_tokens,
+        },
+        timings: s.timings.clone(),
+        error,
+    }));
+}
+
+/// Checks a request's shape against a model of context `ctx` and vocabulary `vocab`, and a KV
+/// pool of `total_blocks`.
+pub fn check_request(
+    req: &Request,
+    ctx: usize,
+    vocab: usize,
+    total_blocks: usize,
+) -> Result<(), SubmitError> {
+    req.sampling.validate()?;
+    if req.prompt.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    if req.prompt.len() >= ctx {
+        return Err(EngineError::PromptTooLong {
+            prompt: req.prompt.len(),
+            ctx,
+        });
+    }
+    if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(EngineError::InvalidParam(format!(
+            "token id {bad} is outside the vocabulary of {vocab} tokens"
+        )));
+    }
+    if req.max_tokens == 0 {
+        return Err(EngineError::InvalidParam(
+            "max_tokens must be at least 1".into(),
+        ));
+    }
+    if req.n == 0 {
+        return Err(EngineError::InvalidParam("n must be at least 1".into()));
+    }
+    let max_new = req.max_tokens.min(ctx - req.prompt.len());
+    let need = (req.prompt.len() + max_new).div_ceil(KV_BLOCK_SIZE);
+    if need > total_blocks {
+        return Err(EngineError::InvalidParam(format!(
+            "the request needs {} tokens of KV cache ({need} blocks) but the whole cache holds {} blocks of {KV_BLOCK_SIZE}",
+            req.prompt.len() + max_new,
+            total_blocks
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! The engine thread: [`EngineCore`] driven by one dedicated thread, fed through a channel.
+//!
+//! Clients (the HTTP server, the CLI, benchmarks) submit from any thread and receive events
+//! through their [`EventSink`]; the engine thread alone touches the model and the KV cache, so
+//! no lock sits on the hot path. The loop drains every pending command before each step (so an
+//! abort frees its blocks within one step), sleeps on the channel when idle, and survives a
+//! panic inside a step by failing the sequences of that moment and starting over with a fresh
+//! cache.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use ridge_model::Model;
+use ridge_tokenizer::Tokenizer;
+
+use crate::core::{check_request, EngineConfig, EngineCore};
+use crate::request::{Event, EventSink, Request, RequestId};
+use crate::stats::EngineStats;
+use crate::{EngineError, FinishReason};
+
+enum Command {
+    Submit(RequestId, Request, EventSink, Instant),
+    Abort(RequestId),
+    Shutdown,
+}
+
+/// Facts about the engine that submitters need without asking the thread.
+#[derive(Clone, Debug)]
+pub struct EngineInfo {
+    /// The model's context length.
+    pub ctx_len: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// KV blocks in the pool.
+    pub kv_total_blocks: usize,
+    /// The configuration it runs with.
+    pub config: EngineConfig,
+    /// Weight bytes read per decode step.
+    pub weight_bytes: usize,
+    /// KV bytes per cached token.
+    pub kv_bytes_per_token: usize,
+}
+
+/// A running engine. Dropping it aborts what is left and joins the thread.
+pub struct Engine {
+    tx: Sender<Command>,
+    stats: Arc<EngineStats>,
+    info: EngineInfo,
+    next_id: AtomicU64,
+    queued: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the engine thread over `model`.
+    pub fn start(
+        model: Model,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        let mcfg = model.config().clone();
+        let info = EngineInfo {
+            ctx_len: mcfg.ctx_len,
+            vocab: mcfg.vocab,
+            kv_total_blocks: 0,
+            config: cfg.clone(),
+            weight_bytes: model.weight_bytes_per_token(),
+            kv_bytes_per_token: 2 * mcfg.n_layers * mcfg.kv_dim() * 2,
+        };
+        let core = EngineCore::new(model, tokenizer, cfg)?;
+        let info = EngineInfo {
+            kv_total_blocks: core.kv_total_blocks(),
+            ..info
+        };
+        let stats = core.stats().clone();
+        let (tx, rx) = mpsc::channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let q = queued.clone();
+        let thread = std::thread::Builder::new()
+            .name("ridge-engine".into())
+            .spawn(move || run(core, rx, q))
+            .map_err(|e| {
+                EngineError::InvalidParam(format!("cannot start the engine thread: {e}"))
+            })?;
+        Ok(Engine {
+            tx,
+            stats,
+            info,
+            next_id: AtomicU64::new(1),
+            queued,
+            thread: Some(thread),
+        })
+    }
+
+    /// Static facts about the engine.
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    /// Live statistics.
+    pub fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+
+    /// Validates and queues a request; its events go to `sink`. Refused when it can never fit,
+    /// is malformed, or the queue is full.
+    pub fn submit(&self, req: Request, sink: EventSink) -> Result<RequestId, EngineError> {
+        check_request(
+            &req,
+            self.info.ctx_len,
+            self.info.vocab,
+            self.info.kv_total_blocks,
+        )?;
+        let waiting = self.stats.waiting.load(Ordering::Relaxed) as usize;
+        if waiting + self.queued.load(Ordering::Relaxed) >= self.info.config.max_queue {
+            return Err(EngineError::QueueFull(self.info.config.max_queue));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send(Command::Submit(id, req, sink, Instant::now()))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(id)
+    }
+
+    /// Aborts a request (no-op if it already ended).
+    pub fn abort(&self, id: RequestId) {
+        let _ = self.tx.send(Command::Abort(id));
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
+    loop {
+        let first = if core.has_work() {
+            match rx.try_recv() {
+                Ok(c) => Some(c),
+                Err(mpsc::TryRecvError::Empty) => None,
+                Err(mpsc::TryRecvError::Disconnected) => Some(Command::Shutdown),
+            }
+        } else {
+            Some(rx.recv().unwrap_or(Command::Shutdown))
+        };
+        let mut shutdown = false;
+        for cmd in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
+            match cmd {
+                Command::Submit(id, req, sink, arrival) => {
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    if let Err(e) = core.submit(id, req, sink.clone(), arrival) {
+                        // Checked at submission already; report rather than drop silently.
+                        let _ = sink(Event::Finish(crate::request::FinishEvent {
+                            index: 0,
+                            reason: FinishReason::Aborted,
+                            text: String::new(),
+                            usage: Default::default(),
+                            timings: crate::request::ChoiceTimings::new(arrival),
+                            error: Some(e.to_string()),
+                        }));
+                    }
+                }
+                Command::Abort(id) => core.abort(id),
+                Command::Shutdown => shutdown = true,
+            }
+        }
+        if shutdown {
+            core.abort_all();
+            return;
+        }
+        let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| core.step()));
+        if stepped.is_err() {
+            // A bug, not bad input (inputs are validated): fail what was in flight, keep going.
+            core.recover_from_panic();
+        }
+    }
+}

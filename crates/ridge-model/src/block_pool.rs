@@ -1,0 +1,283 @@
+//! The KV block pool: reference-counted blocks, and the prefix cache that lets a freed block be
+//! found again by the tokens it holds.
+//!
+//! # Why the prefix index lives next to the free list
+//!
+//! A block whose last owner finished is *either* free *or* still worth keeping because a later
+//! request may start with the same tokens. Allocation must pick between "truly free" and "cached
+//! but evictable" in one decision, and eviction must drop the block's index entry in the same
+//! step, so both belong to one structure. The engine decides *when* to look prefixes up and
+//! *which* blocks are complete enough to index; the pool keeps the bookkeeping consistent.
+//!
+//! # Invariants
+//!
+//! - Every block is in exactly one state: owned (`refs > 0`), evictable (`refs == 0`, indexed,
+//!   in `lru`), or free (`refs == 0`, unindexed, in `free`).
+//! - `index[h] == b` ⇔ `meta[b].hash == Some(h)`; only full blocks are indexed.
+//! - A block's hash chains its parent's hash with its own tokens, so equal hashes mean equal
+//!   whole prefixes; the stored tokens and parent hash are compared on every hit, so a 64-bit
+//!   collision can cost a miss but never returns wrong K/V.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+
+use crate::KV_BLOCK_SIZE;
+
+/// Hash of an empty prefix: the parent of every sequence's first block.
+pub(crate) const ROOT_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The chained hash of one full block of tokens after a prefix whose hash is `parent`.
+pub(crate) fn block_hash(parent: u64, tokens: &[u32]) -> u64 {
+    // std's SipHash with fixed keys: deterministic across runs, good enough to spread keys;
+    // correctness never rests on it (hits are verified).
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
+}
+
+#[derive(Clone, Debug, Default)]
+struct BlockMeta {
+    refs: u32,
+    hash: Option<u64>,
+    parent: u64,
+    tokens: [u32; KV_BLOCK_SIZE],
+    /// Tick of the last release, the LRU key while evictable.
+    released_at: u64,
+}
+
+/// Reference-counted blocks with a free list and an LRU of evictable cached blocks.
+#[derive(Debug)]
+pub(crate) struct BlockPool {
+    meta: Vec<BlockMeta>,
+    free: Vec<u32>,
+    lru: BTreeSet<(u64, u32)>,
+    index: HashMap<u64, u32>,
+    tick: u64,
+    caching: bool,
+}
+
+impl BlockPool {
+    pub(crate) fn new(n_blocks: usize) -> Self {
+        BlockPool {
+            meta: vec![BlockMeta::default(); n_blocks],
+            free: (0..n_blocks as u32).rev().collect(),
+            lru: BTreeSet::new(),
+            index: HashMap::new(),
+            tick: 0,
+            caching: true,
+        }
+    }
+
+    /// Turns the prefix index on or off; turning it off drops every cached block.
+    pub(crate) fn set_caching(&mut self, on: bool) {
+        self.caching = on;
+        if !on {
+            let cached: Vec<u32> = self.lru.iter().map(|&(_, b)| b).collect();
+            self.lru.clear();
+            for b in cached {
+                self.unindex(b);
+                self.free.push(b);
+            }
+            let owned: Vec<u32> = self.index.values().copied().collect();
+            for b in owned {
+                self.unindex(b);
+            }
+        }
+    }
+
+    /// Blocks that an allocation can take: free plus evictable.
+    pub(crate) fn available(&self) -> usize {
+        self.free.len() + self.lru.len()
+    }
+
+    /// Blocks held by at least one sequence.
+    pub(crate) fn used(&self) -> usize {
+        self.meta.len() - self.available()
+    }
+
+    /// Blocks kept only for prefix reuse.
+    pub(crate) fn cached(&self) -> usize {
+        self.lru.len()
+    }
+
+    fn unindex(&mut self, b: u32) {
+        if let Some(h) = self.meta[b as usize].hash.take() {
+            if self.index.get(&h) == Some(&b) {
+                self.index.remove(&h);
+            }
+        }
+    }
+
+    /// Takes one block (refcount 1): a free one, else the least recently released cached one.
+    pub(crate) fn alloc(&mut self) -> Option<u32> {
+        let b = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                let &(t, b) = self.lru.iter().next()?;
+                self.lru.remove(&(t, b));
+                self.unindex(b);
+                b
+            }
+        };
+        self.meta[b as usize].refs = 1;
+        Some(b)
+    }
+
+    /// Drops one reference; the last one frees the block or, if indexed, makes it evictable.
+    pub(crate) fn release(&mut self, b: u32) {
+        let m = &mut self.meta[b as usize];
+        debug_assert!(m.refs > 0, "release of an unowned block {b}");
+        m.refs = m.refs.saturating_sub(1);
+        if m.refs == 0 {
+            if m.hash.is_some() {
+                self.tick += 1;
+                m.released_at = self.tick;
+                self.lru.insert((self.tick, b));
+            } else {
+                self.free.push(b);
+            }
+        }
+    }
+
+    /// Looks up the block holding `tokens` after the prefix `parent` and takes a reference.
+    pub(crate) fn acquire_cached(&mut self, parent: u64, tokens: &[u32]) -> Option<(u32, u64)> {
+        if !self.caching {
+            return None;
+        }
+        let h = block_hash(parent, tokens);
+        let &b = self.index.get(&h)?;
+        let m = &mut self.meta[b as usize];
+        if m.parent != parent || m.tokens[..] != *tokens {
+            return None;
+        }
+        if m.refs == 0 {
+            self.lru.remove(&(m.released_at, b));
+        }
+        m.refs += 1;
+        Some((b, h))
+    }
+
+    /// Indexes a full owned block under the prefix `parent`; returns its hash. If another block
+    /// already holds the same prefix, this one stays unindexed (it is freed normally later).
+    pub(crate) fn register(&mut self, b: u32, parent: u64, tokens: &[u32]) -> u64 {
+        let h = block_hash(parent, tokens);
+        if !self.caching || self.meta[b as usize].hash.is_some() || self.index.contains_key(&h) {
+            return h;
+        }
+        let m = &mut self.meta[b as usize];
+        m.hash = Some(h);
+        m.parent = parent;
+        m.tokens.copy_from_slice(tokens);
+        self.index.insert(h, b);
+        h
+    }
+
+    /// Checks the invariants, given how many sequence tables reference each block.
+    pub(crate) fn check(&self, table_refs: &[u32]) -> Result<(), String> {
+        let mut seen = vec![0u8; self.meta.len()];
+        for &b in &self.free {
+            seen[b as usize] += 1;
+            let m = &self.meta[b as usize];
+            if m.refs != 0 || m.hash.is_some() {
+                return Err(format!("free block {b} is owned or indexed"));
+            }
+        }
+        for &(_, b) in &self.lru {
+            seen[b as usize] += 1;
+            let m = &self.meta[b as usize];
+            if m.refs != 0 || m.hash.is_none() {
+                return Err(format!("evictable block {b} is owned or unindexed"));
+            }
+        }
+        for (b, m) in self.meta.iter().enumerate() {
+            if m.refs > 0 {
+                seen[b] += 1;
+            }
+            if table_refs.get(b).copied().unwrap_or(0) != m.refs {
+                return Err(format!(
+                    "block {b} has {} references but {} tables hold it",
+                    m.refs,
+                    table_refs.get(b).copied().unwrap_or(0)
+                ));
+            }
+            if let Some(h) = m.hash {
+                if self.index.get(&h) != Some(&(b as u32)) {
+                    return Err(format!(
+                        "block {b} is indexed under a hash that names another"
+                    ));
+                }
+            }
+        }
+        if let Some(b) = seen.iter().position(|&s| s != 1) {
+            return Err(format!("block {b} is in {} states", seen[b]));
+        }
+        for (&h, &b) in &self.index {
+            if self.meta[b as usize].hash != Some(h) {
+                return Err(format!("index entry for block {b} is stale"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(seed: u32) -> Vec<u32> {
+        (0..KV_BLOCK_SIZE as u32).map(|i| seed * 100 + i).collect()
+    }
+
+    impl BlockPool {
+        /// Refs as the pool itself counts them (these tests have no tables).
+        fn self_check(&self) {
+            let refs: Vec<u32> = self.meta.iter().map(|m| m.refs).collect();
+            self.check(&refs).unwrap();
+        }
+    }
+
+    #[test]
+    fn released_indexed_blocks_are_reused_then_evicted_lru() {
+        let mut p = BlockPool::new(3);
+        let a = p.alloc().unwrap();
+        let b = p.alloc().unwrap();
+        let ha = p.register(a, ROOT_HASH, &toks(1));
+        p.register(b, ha, &toks(2));
+        p.release(a);
+        p.release(b);
+        p.self_check();
+        assert_eq!((p.available(), p.cached(), p.used()), (3, 2, 0));
+        // A hit takes the block back out of the LRU.
+        assert_eq!(p.acquire_cached(ROOT_HASH, &toks(1)), Some((a, ha)));
+        // Same tokens under another parent: a miss.
+        assert_eq!(p.acquire_cached(ROOT_HASH, &toks(2)), None);
+        p.self_check();
+        // Allocation prefers the free block, then evicts the oldest cached one (b).
+        let c = p.alloc().unwrap();
+        assert_ne!(c, b);
+        let d = p.alloc().unwrap();
+        assert_eq!(d, b);
+        assert_eq!(p.acquire_cached(ha, &toks(2)), None);
+        assert_eq!(p.alloc(), None);
+        p.self_check();
+    }
+
+    #[test]
+    fn duplicate_prefix_stays_unindexed_and_caching_off_frees_all() {
+        let mut p = BlockPool::new(4);
+        let a = p.alloc().unwrap();
+        let b = p.alloc().unwrap();
+        p.register(a, ROOT_HASH, &toks(1));
+        p.register(b, ROOT_HASH, &toks(1));
+        p.release(b);
+        p.self_check();
+        assert_eq!(p.cached(), 0);
+        p.release(a);
+        assert_eq!(p.cached(), 1);
+        p.set_caching(false);
+        p.self_check();
+        assert_eq!((p.cached(), p.available()), (0, 4));
+        assert_eq!(p.acquire_cached(ROOT_HASH, &toks(1)), None);
+    }
+}
