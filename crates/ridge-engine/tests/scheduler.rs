@@ -1,0 +1,365 @@
+//! The continuous-batching engine on tiny random models: scheduler invariants under random
+//! arrivals, lengths and aborts with a cache small enough to force preemption; outputs that do
+//! not depend on batching, chunking, preemption or prefix reuse; stop conditions; n > 1 sharing
+//! the prompt's blocks.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ridge_engine::{
+    generate, EngineConfig, EngineCore, Event, EventSink, FinishReason, GenerateParams, Request,
+    SamplingParams,
+};
+use ridge_gguf::GgufFile;
+use ridge_model::synthetic::{synthetic_llama, SyntheticSpec};
+use ridge_model::Model;
+use ridge_tokenizer::Tokenizer;
+
+struct Fixture {
+    _file: tempfile::NamedTempFile,
+    path: std::path::PathBuf,
+    tokenizer: Arc<Tokenizer>,
+}
+
+fn fixture(ctx_len: usize) -> Fixture {
+    let spec = SyntheticSpec {
+        ctx_len,
+        ..Default::default()
+    };
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&synthetic_llama(&spec)).unwrap();
+    f.flush().unwrap();
+    let g = GgufFile::open(f.path()).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    Fixture {
+        path: f.path().to_path_buf(),
+        _file: f,
+        tokenizer,
+    }
+}
+
+impl Fixture {
+    fn model(&self) -> Model {
+        Model::load(&self.path).unwrap()
+    }
+
+    fn core(&self, cfg: EngineConfig) -> EngineCore {
+        EngineCore::new(self.model(), self.tokenizer.clone(), cfg).unwrap()
+    }
+}
+
+type Log = Arc<Mutex<Vec<Event>>>;
+
+fn sink() -> (EventSink, Log) {
+    let log: Log = Arc::default();
+    let l = log.clone();
+    (
+        Arc::new(move |e| {
+            l.lock().unwrap().push(e);
+            true
+        }),
+        log,
+    )
+}
+
+/// Tokens and finish of choice `index` in a log.
+fn choice(log: &Log, index: usize) -> (Vec<u32>, Option<FinishReason>, String) {
+    let mut toks = Vec::new();
+    let mut fin = None;
+    let mut text = String::new();
+    for e in log.lock().unwrap().iter() {
+        match e {
+            Event::Token(t) if t.index == index => {
+                toks.push(t.token);
+                text.push_str(&t.text);
+            }
+            Event::Finish(f) if f.index == index => {
+                assert!(fin.is_none(), "two finish events for one choice");
+                fin = Some(f.reason);
+                text.push_str(&f.text);
+            }
+            _ => {}
+        }
+    }
+    (toks, fin, text)
+}
+
+fn run_to_end(core: &mut EngineCore) {
+    let mut guard = 0;
+    while core.step() {
+        core.check_invariants().unwrap();
+        guard += 1;
+        assert!(guard < 100_000, "engine did not finish");
+    }
+}
+
+fn prompt(rng: &mut ChaCha8Rng, len: usize) -> Vec<u32> {
+    (0..len).map(|_| rng.random_range(0..256)).collect()
+}
+
+/// Greedy generation of one request alone, the reference path (no scheduler, fresh cache).
+fn alone(fx: &Fixture, p: &[u32], max_tokens: usize) -> Vec<u32> {
+    let g = generate(
+        &fx.model(),
+        p,
+        &GenerateParams {
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            stop_tokens: vec![],
+        },
+        |_| true,
+    )
+    .unwrap();
+    g.tokens
+}
+
+#[test]
+fn random_load_keeps_invariants_and_matches_requests_run_alone() {
+    let fx = fixture(256);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    // 20 blocks of 16 tokens for up to 24 requests of up to ~110 tokens: preemption happens.
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 48,
+        max_seqs: 8,
+        kv_cache_tokens: 20 * 16,
+        prefix_caching: true,
+        ..Default::default()
+    });
+    let shared_prefix = prompt(&mut rng, 40);
+    let mut reqs = Vec::new();
+    let mut next_id = 1;
+    let mut aborted = Vec::new();
+    for step in 0..4000 {
+        if reqs.len() < 24 && rng.random_bool(0.3) {
+            let len = rng.random_range(1..70);
+            let mut p = if rng.random_bool(0.4) {
+                shared_prefix.clone()
+            } else {
+                Vec::new()
+            };
+            p.extend(prompt(&mut rng, len));
+            let max_tokens = rng.random_range(1..40);
+            let (s, log) = sink();
+            let mut r = Request::greedy(p.clone(), max_tokens);
+            r.ignore_eos = true;
+            core.submit(next_id, r, s, Instant::now()).unwrap();
+            reqs.push((next_id, p, max_tokens, log));
+            next_id += 1;
+        }
+        if !reqs.is_empty() && rng.random_bool(0.03) {
+            let id = reqs[rng.random_range(0..reqs.len())].0;
+            core.abort(id);
+            aborted.push(id);
+            core.check_invariants().unwrap();
+        }
+        let before = core
+            .stats()
+            .step_tokens
+            .load(std::sync::atomic::Ordering::Relaxed);
+        core.step();
+        let after = core
+            .stats()
+            .step_tokens
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            after - before <= 48,
+            "step {step} ran {} tokens",
+            after - before
+        );
+        core.check_invariants().unwrap();
+        if reqs.len() == 24 && !core.has_work() {
+            break;
+        }
+    }
+    run_to_end(&mut core);
+    assert_eq!(core.kv_used_blocks(), 0, "blocks leaked");
+    let preemptions = core
+        .stats()
+        .preemptions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(preemptions > 0, "the test should exercise preemption");
+    let hits = core
+        .stats()
+        .prefix_hits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(hits > 0, "the test should exercise prefix reuse");
+    let mut finished = 0;
+    for (id, p, max_tokens, log) in &reqs {
+        let (toks, fin, _) = choice(log, 0);
+        let fin = fin.expect("every request ends");
+        if aborted.contains(id) && fin == FinishReason::Aborted {
+            continue;
+        }
+        assert_eq!(fin, FinishReason::Length);
+        assert_eq!(toks, alone(&fx, p, *max_tokens), "request {id}");
+        finished += 1;
+    }
+    assert!(finished >= 12, "{finished}");
+}
+
+#[test]
+fn seeded_sampling_does_not_depend_on_the_batch() {
+    let fx = fixture(128);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let p = prompt(&mut rng, 20);
+    let sampled = |others: usize| {
+        let mut core = fx.core(EngineConfig {
+            max_batch_tokens: 64,
+            ..Default::default()
+        });
+        let mut r = Request::greedy(p.clone(), 30);
+        r.sampling = SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: Some(11),
+            ..Default::default()
+        };
+        r.ignore_eos = true;
+        let mut rng = ChaCha8Rng::seed_from_u64(others as u64);
+        for i in 0..others {
+            let (s, _) = sink();
+            let mut o = Request::greedy(prompt(&mut rng, 5 + i * 3), 25);
+            o.sampling = r.sampling.clone();
+            o.sampling.seed = None;
+            core.submit(100 + i as u64, o, s, Instant::now()).unwrap();
+        }
+        let (s, log) = sink();
+        core.submit(1, r, s, Instant::now()).unwrap();
+        run_to_end(&mut core);
+        choice(&log, 0).0
+    };
+    let a = sampled(0);
+    assert_eq!(a.len(), 30);
+    assert_eq!(a, sampled(5));
+    assert_eq!(a, sampled(9));
+}
+
+#[test]
+fn n_choices_share_the_prompt_blocks() {
+    let fx = fixture(256);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let p = prompt(&mut rng, 50);
+    let mut core = fx.core(EngineConfig::default());
+    let mut r = Request::greedy(p.clone(), 8);
+    r.n = 3;
+    r.ignore_eos = true;
+    let (s, log) = sink();
+    core.submit(1, r, s, Instant::now()).unwrap();
+    run_to_end(&mut core);
+    let expect = alone(&fx, &p, 8);
+    let mut cached = Vec::new();
+    for e in log.lock().unwrap().iter() {
+        if let Event::Finish(f) = e {
+            cached.push((f.index, f.usage.cached_tokens, f.usage.completion_tokens));
+        }
+    }
+    cached.sort();
+    // Choice 0 computes the prompt; 1 and 2 adopt its 3 full blocks (48 tokens).
+    assert_eq!(cached, vec![(0, 0, 8), (1, 48, 8), (2, 48, 8)]);
+    for i in 0..3 {
+        assert_eq!(choice(&log, i).0, expect, "greedy choices agree");
+    }
+}
+
+#[test]
+fn stop_strings_tokens_and_lengths_end_choices() {
+    let fx = fixture(256);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let p = prompt(&mut rng, 12);
+    let reference = alone(&fx, &p, 30);
+    let text = fx.tokenizer.decode(&reference, true);
+    let run = |r: Request| {
+        let mut core = fx.core(EngineConfig::default());
+        let (s, log) = sink();
+        core.submit(1, r, s, Instant::now()).unwrap();
+        run_to_end(&mut core);
+        choice(&log, 0)
+    };
+    // A stop token id: the choice ends at its first occurrence, the token is not text.
+    let stop_tok = reference[10];
+    let first = reference.iter().position(|&t| t == stop_tok).unwrap();
+    let mut r = Request::greedy(p.clone(), 30);
+    r.stop_token_ids = vec![stop_tok];
+    let (toks, fin, out) = run(r);
+    assert_eq!(fin, Some(FinishReason::Stop));
+    assert_eq!(toks, reference[..first]);
+    assert_eq!(out, fx.tokenizer.decode(&reference[..first], true));
+    // A stop string spanning tokens: cut just before it, never emitted.
+    let chars: Vec<char> = text.chars().collect();
+    let stop: String = chars[5..8].iter().collect();
+    let cut = text.find(&stop).unwrap();
+    let mut r = Request::greedy(p.clone(), 30);
+    r.stop = vec![stop.clone()];
+    let (_, fin, out) = run(r);
+    assert_eq!(fin, Some(FinishReason::Stop));
+    assert_eq!(out, text[..cut]);
+    // Length.
+    let (toks, fin, out) = run(Request::greedy(p.clone(), 7));
+    assert_eq!(
+        (toks.as_slice(), fin),
+        (&reference[..7], Some(FinishReason::Length))
+    );
+    assert_eq!(out, fx.tokenizer.decode(&reference[..7], true));
+}
+
+#[test]
+fn abort_frees_blocks_at_once_and_gone_clients_abort() {
+    let fx = fixture(256);
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut core = fx.core(EngineConfig::default());
+    let (s, log) = sink();
+    core.submit(
+        1,
+        Request::greedy(prompt(&mut rng, 60), 100),
+        s,
+        Instant::now(),
+    )
+    .unwrap();
+    core.step();
+    core.step();
+    assert!(core.kv_used_blocks() > 0);
+    core.abort(1);
+    assert_eq!(core.kv_used_blocks(), 0);
+    assert_eq!(choice(&log, 0).1, Some(FinishReason::Aborted));
+    // A sink that reports its receiver gone aborts the request on its next token.
+    let count = Arc::new(Mutex::new(0));
+    let c = count.clone();
+    let gone: EventSink = Arc::new(move |_| {
+        *c.lock().unwrap() += 1;
+        *c.lock().unwrap() < 3
+    });
+    core.submit(
+        2,
+        Request::greedy(prompt(&mut rng, 10), 100),
+        gone,
+        Instant::now(),
+    )
+    .unwrap();
+    run_to_end(&mut core);
+    assert_eq!(core.kv_used_blocks(), 0);
+    // Three token events, the third refused; then the finish event.
+    assert_eq!(*count.lock().unwrap(), 4);
+}
+
+#[test]
+fn requests_that_cannot_fit_are_refused_up_front() {
+    let fx = fixture(256);
+    let core = fx.core(EngineConfig {
+        kv_cache_tokens: 64,
+        ..Default::default()
+    });
+    let check = |p: usize, m: usize| core.check(&Request::greedy(vec![1; p], m));
+    assert!(check(40, 24).is_ok());
+    assert!(check(40, 25)
+        .unwrap_err()
+        .to_string()
+        .contains("whole cache"));
+    assert!(check(0, 5).is_err());
+    assert!(check(256, 5).is_err());
+    assert!(check(10, 0).is_err());
+    assert!(core.check(&Request::greedy(vec![300], 5)).is_err());
+}
