@@ -37,6 +37,8 @@ enum Command {
     Perplexity(commands::perplexity::Args),
     /// Measure this machine's memory read bandwidth and arithmetic rate.
     Probe(commands::probe::Args),
+    /// OpenAI-compatible HTTP server with continuous batching.
+    Serve(commands::serve::Args),
     /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
     Bench(commands::bench::Args),
 }
@@ -77,6 +79,7 @@ fn main() {
         Command::Perplexity(a) => commands::perplexity::main(a),
         Command::Probe(a) => commands::probe::main(a),
         Command::Bench(a) => commands::bench::main(a),
+        Command::Serve(a) => commands::serve::main(a),
     };
     if let Err(e) = result {
         let msg = format!("{e:#}").replace('\n', " ");

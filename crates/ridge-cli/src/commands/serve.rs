@@ -1,0 +1,173 @@
+//! `ridge serve`: the OpenAI-compatible server. Loads the model, starts the engine thread,
+//! measures the machine's read bandwidth once (so every answer's `timings` can say how close it
+//! ran to the roofline), and serves until SIGTERM/SIGINT, then drains in-flight requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ridge_engine::{Engine, EngineConfig};
+use ridge_model::KV_BLOCK_SIZE;
+use ridge_roofline::{probe, ProbeConfig};
+use ridge_server::AppState;
+use ridge_tokenizer::ChatTemplate;
+
+/// Arguments of `serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model path or known name (default: smollm2-135m).
+    #[arg(long, short)]
+    model: Option<String>,
+    /// Address to bind (loopback by default; use 0.0.0.0 to listen on every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on the API routes.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Name clients address the model by (default: the model argument).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 64)]
+    max_seqs: usize,
+    /// Most tokens through the model per step (decodes plus prefill chunks).
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
+    /// Most requests waiting for a slot before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    max_queue: usize,
+    /// KV cache size in MiB (default: room for max-seqs full contexts, at most 2048 MiB).
+    #[arg(long)]
+    kv_cache_mem: Option<usize>,
+    /// KV cache element type (f16 only for now).
+    #[arg(long, default_value = "f16")]
+    kv_cache_dtype: String,
+    /// Disable prefix caching.
+    #[arg(long)]
+    no_prefix_caching: bool,
+    /// Largest request body, bytes.
+    #[arg(long, default_value_t = ridge_server::DEFAULT_MAX_BODY)]
+    max_body_bytes: usize,
+    /// Read bandwidth in GB/s for the roofline figures (default: probe it at start, ~1 s).
+    #[arg(long)]
+    bandwidth_gbs: Option<f64>,
+    /// Seconds to let in-flight requests finish after SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    drain_seconds: u64,
+}
+
+/// Runs `serve`.
+pub fn main(a: Args) -> Result<()> {
+    if a.kv_cache_dtype != "f16" {
+        bail!(
+            "--kv-cache-dtype {}: only f16 is implemented so far",
+            a.kv_cache_dtype
+        );
+    }
+    if a.max_seqs == 0 || a.max_batch_tokens == 0 || a.max_queue == 0 {
+        bail!("--max-seqs, --max-batch-tokens and --max-queue must be at least 1");
+    }
+    if let Some(bw) = a.bandwidth_gbs {
+        if !(bw.is_finite() && bw > 0.0) {
+            bail!("--bandwidth-gbs must be a positive number of GB/s, got {bw}");
+        }
+    }
+    let addr: std::net::SocketAddr = format!("{}:{}", a.host, a.port)
+        .parse()
+        .or_else(|_| {
+            use std::net::ToSocketAddrs;
+            (a.host.as_str(), a.port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut it| it.next())
+                .ok_or(())
+        })
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "--host {:?} is not an address this machine can bind",
+                a.host
+            )
+        })?;
+    let name = a
+        .model
+        .clone()
+        .unwrap_or_else(|| ridge_model::registry::DEFAULT_MODEL.to_string());
+    let l = crate::load::load(a.model.as_deref())?;
+    let template = match ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("note: {e}; /v1/chat/completions will answer 400, /v1/completions works");
+            None
+        }
+    };
+    let cfg = l.model.config().clone();
+    let kv_bytes_per_token = 2 * cfg.n_layers * cfg.kv_dim() * 2;
+    let kv_tokens = match a.kv_cache_mem {
+        Some(0) => bail!("--kv-cache-mem must be at least 1 MiB"),
+        Some(mib) => mib.saturating_mul(1 << 20) / kv_bytes_per_token.max(1),
+        None => {
+            let want = a.max_seqs.saturating_mul(cfg.ctx_len);
+            want.min((2048usize << 20) / kv_bytes_per_token.max(1))
+        }
+    };
+    if kv_tokens < KV_BLOCK_SIZE {
+        bail!("the KV cache must hold at least {KV_BLOCK_SIZE} tokens");
+    }
+    let threads = ridge_kernels::pool::threads();
+    let bw = match a.bandwidth_gbs {
+        Some(b) => b,
+        None => probe::run(&ProbeConfig::quick(threads)).read_bandwidth_gbs,
+    };
+    let tokenizer = Arc::new(l.tokenizer);
+    let engine = Engine::start(
+        l.model,
+        tokenizer.clone(),
+        EngineConfig {
+            max_batch_tokens: a.max_batch_tokens,
+            max_seqs: a.max_seqs,
+            kv_cache_tokens: kv_tokens,
+            prefix_caching: !a.no_prefix_caching,
+            max_queue: a.max_queue,
+            bandwidth_gbs: Some(bw),
+        },
+    )?;
+    let info = engine.info().clone();
+    let state = Arc::new(AppState::new(
+        Arc::new(engine),
+        tokenizer,
+        template,
+        a.served_model_name.unwrap_or(name),
+        a.api_key,
+    ));
+    let app = ridge_server::router(state.clone(), a.max_body_bytes);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        eprintln!(
+            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s",
+            state.model_name,
+            info.kv_total_blocks,
+            info.kv_total_blocks * KV_BLOCK_SIZE,
+        );
+        ridge_server::serve(
+            listener,
+            app,
+            ridge_server::shutdown_signal(),
+            Duration::from_secs(a.drain_seconds),
+        )
+        .await
+        .context("server error")
+    })?;
+    eprintln!("ridge serve: stopped");
+    Ok(())
+}

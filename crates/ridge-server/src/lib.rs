@@ -1,0 +1,120 @@
+//! ridge's OpenAI-compatible HTTP server (axum on tokio).
+//!
+//! The server is a thin, strict shell around the engine: it validates every request field by
+//! field (`params`), renders chat templates and tokenizes, submits to the engine, and shapes
+//! the engine's events into OpenAI's JSON or SSE chunks (`generate`). It owns no model state;
+//! the engine thread does. What it adds is protocol — the exact shapes clients expect, errors
+//! as `{"error": {...}}` objects with a 4xx status, `timings` on every answer (how close the
+//! request ran to the hardware's limit), Prometheus metrics, bearer-token auth, and a graceful
+//! drain on SIGTERM/SIGINT.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
+//! `GET /metrics`, `POST /tokenize`, `POST /detokenize`. Unknown paths get a 404 error object.
+
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod error;
+pub mod generate;
+pub mod handlers;
+pub mod metrics;
+pub mod params;
+pub mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
+
+pub use state::AppState;
+
+/// Default largest request body, bytes.
+pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// The router over shared state.
+pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
+    let api = Router::new()
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/models", get(handlers::models))
+        .route("/tokenize", post(handlers::tokenize))
+        .route("/detokenize", post(handlers::detokenize))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .route("/health", get(handlers::health))
+        .route("/metrics", get(handlers::metrics))
+        .merge(api)
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(CatchPanicLayer::custom(|_| {
+            use axum::response::IntoResponse;
+            error::ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "internal error while handling this request",
+            )
+            .into_response()
+        }))
+        .with_state(state)
+}
+
+/// Serves on `listener` until `shutdown` resolves; then stops accepting and lets in-flight
+/// requests finish for up to `drain` before returning.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = tx.send(true);
+    });
+    let mut rx2 = rx.clone();
+    tokio::select! {
+        r = server => r,
+        _ = async move {
+            let _ = rx2.wait_for(|&v| v).await;
+            tokio::time::sleep(drain).await;
+        } => {
+            drop(rx);
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

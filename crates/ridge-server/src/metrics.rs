@@ -1,0 +1,140 @@
+//! Prometheus metrics with vLLM's names under a `ridge:` prefix.
+//!
+//! Counters and gauges that the engine already keeps (tokens, preemptions, prefix-cache
+//! lookups, queue and KV gauges) are copied from its lock-free [`EngineStats`] at scrape time,
+//! so the engine loop never calls into a metrics library. Latency histograms are recorded here
+//! from the engine's own timestamps when a choice finishes. The recorder is local to the
+//! server (not the process-global one), so several servers — tests — can live in one process.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use ridge_engine::{ChoiceTimings, EngineStats, FinishReason};
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+];
+
+/// The server's metric handles.
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    running: Gauge,
+    waiting: Gauge,
+    kv_usage: Gauge,
+    roofline: Gauge,
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    preemptions: Counter,
+    prefix_queries: Counter,
+    prefix_hits: Counter,
+    success_stop: Counter,
+    success_length: Counter,
+    success_abort: Counter,
+    ttft: Histogram,
+    itl: Histogram,
+    tpot: Histogram,
+    e2e: Histogram,
+    queue: Histogram,
+}
+
+static META: Metadata<'static> = Metadata::new("ridge", Level::INFO, Some("ridge_server"));
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+            .map(PrometheusBuilder::build_recorder)
+            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let handle = recorder.handle();
+        let c = |n: &'static str| recorder.register_counter(&Key::from_static_name(n), &META);
+        let g = |n: &'static str| recorder.register_gauge(&Key::from_static_name(n), &META);
+        let h = |n: &'static str| recorder.register_histogram(&Key::from_static_name(n), &META);
+        let success = |reason: &'static str| {
+            recorder.register_counter(
+                &Key::from_parts(
+                    "ridge:request_success_total",
+                    vec![Label::new("finished_reason", reason)],
+                ),
+                &META,
+            )
+        };
+        Metrics {
+            running: g("ridge:num_requests_running"),
+            waiting: g("ridge:num_requests_waiting"),
+            kv_usage: g("ridge:kv_cache_usage_perc"),
+            roofline: g("ridge:roofline_efficiency"),
+            prompt_tokens: c("ridge:prompt_tokens_total"),
+            generation_tokens: c("ridge:generation_tokens_total"),
+            preemptions: c("ridge:num_preemptions_total"),
+            prefix_queries: c("ridge:prefix_cache_queries_total"),
+            prefix_hits: c("ridge:prefix_cache_hits_total"),
+            success_stop: success("stop"),
+            success_length: success("length"),
+            success_abort: success("abort"),
+            ttft: h("ridge:time_to_first_token_seconds"),
+            itl: h("ridge:inter_token_latency_seconds"),
+            tpot: h("ridge:request_time_per_output_token_seconds"),
+            e2e: h("ridge:e2e_request_latency_seconds"),
+            queue: h("ridge:request_queue_time_seconds"),
+            recorder,
+            handle,
+        }
+    }
+
+    /// Records one gap between consecutive tokens of a choice, seconds.
+    pub fn inter_token(&self, secs: f64) {
+        self.itl.record(secs);
+    }
+
+    /// Records a finished choice.
+    pub fn finished(&self, reason: FinishReason, t: &ChoiceTimings) {
+        match reason {
+            FinishReason::Stop => self.success_stop.increment(1),
+            FinishReason::Length => self.success_length.increment(1),
+            FinishReason::Aborted => self.success_abort.increment(1),
+        }
+        if let Some(v) = t.ttft_ms() {
+            self.ttft.record(v / 1e3);
+        }
+        if let Some(v) = t.tpot_ms() {
+            self.tpot.record(v / 1e3);
+        }
+        if let Some(v) = t.e2e_ms() {
+            self.e2e.record(v / 1e3);
+        }
+        if let Some(v) = t.queue_ms() {
+            self.queue.record(v / 1e3);
+        }
+        if let Some(e) = t.roofline_efficiency() {
+            self.roofline.set(e);
+        }
+    }
+
+    /// The Prometheus text exposition, with engine gauges and counters read now.
+    pub fn render(&self, s: &EngineStats) -> String {
+        self.running.set(s.running.load(Relaxed) as f64);
+        self.waiting.set(s.waiting.load(Relaxed) as f64);
+        self.kv_usage.set(s.kv_usage());
+        self.prompt_tokens.absolute(s.prompt_tokens.load(Relaxed));
+        self.generation_tokens
+            .absolute(s.generation_tokens.load(Relaxed));
+        self.preemptions.absolute(s.preemptions.load(Relaxed));
+        self.prefix_queries.absolute(s.prefix_queries.load(Relaxed));
+        self.prefix_hits.absolute(s.prefix_hits.load(Relaxed));
+        let _ = &self.recorder;
+        self.handle.render()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
