@@ -39,6 +39,13 @@ pub struct KvCache {
     seqs: Vec<Option<SeqState>>,
 }
 
+/// `n` zero halves from the zeroing allocator: pages are mapped on first write, so a large pool
+/// costs memory only as sequences fill it.
+fn zeroed(n: usize) -> Vec<f16> {
+    use half::vec::HalfBitsVecExt;
+    vec![0u16; n].reinterpret_into()
+}
+
 impl KvCache {
     /// A cache able to hold `capacity_tokens` tokens (rounded up to whole blocks) for `cfg`.
     pub fn new(cfg: &ModelConfig, capacity_tokens: usize) -> Self {
@@ -47,8 +54,8 @@ impl KvCache {
         KvCache {
             kv_dim: cfg.kv_dim(),
             n_blocks,
-            k: (0..cfg.n_layers).map(|_| vec![f16::ZERO; slots]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![f16::ZERO; slots]).collect(),
+            k: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
+            v: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
             pool: BlockPool::new(n_blocks),
             seqs: Vec::new(),
         }

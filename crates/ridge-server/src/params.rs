@@ -170,7 +170,10 @@ pub fn common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
     let sampling = SamplingParams {
         temperature: f.f32_in("temperature", 1.0, 0.0, 2.0)?,
         top_k,
-        top_p: f.f32_in("top_p", 1.0, 0.0, 1.0)?.max(f32::MIN_POSITIVE),
+        top_p: match f.f32_in("top_p", 1.0, 0.0, 1.0)? {
+            p if p > 0.0 => p,
+            _ => return Err(ApiError::invalid("top_p", "`top_p` must be in (0, 1]")),
+        },
         min_p: f.f32_in("min_p", 0.0, 0.0, 1.0)?,
         repetition_penalty: f.f32_in("repetition_penalty", 1.0, 0.01, 10.0)?,
         presence_penalty: f.f32_in("presence_penalty", 0.0, -2.0, 2.0)?,

@@ -67,3 +67,4 @@ pub fn assert_clean_failure(o: &Output, needle: &str) {
     );
     assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
+pub mod server;

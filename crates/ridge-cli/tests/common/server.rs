@@ -1,0 +1,117 @@
+//! A real `ridge serve` on a free loopback port, killed when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// A running server.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// Starts `ridge serve` on the real model with extra args; waits until it listens.
+    pub fn start(extra: &[&str]) -> Server {
+        let model = super::smollm2();
+        let mut child = super::ridge()
+            .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+            .args(["--bandwidth-gbs", "20"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn ridge serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("on http://") {
+                    let rest = &line[i + "on http://".len()..];
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+                keep.lock().unwrap().push(line);
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("server did not start: {:?}", lines.lock().unwrap()));
+        Server {
+            child,
+            base: format!("http://{addr}"),
+            stderr: lines,
+        }
+    }
+
+    /// URL of a path.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A blocking client with a generous timeout.
+    pub fn client() -> reqwest::blocking::Client {
+        reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .unwrap()
+    }
+
+    /// POSTs JSON; returns status and parsed body.
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = Self::client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+
+    /// GETs a path as text.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let r = Self::client().get(self.url(path)).send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    }
+
+    /// A metric's value from /metrics: the sample named `name` (with its labels, if any).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads an SSE response: the JSON of every `data:` line before `[DONE]`, and whether
+/// `[DONE]` came.
+pub fn sse(resp: reqwest::blocking::Response) -> (Vec<serde_json::Value>, bool) {
+    let mut out = Vec::new();
+    for line in BufReader::new(resp).lines() {
+        let line = line.unwrap();
+        if let Some(d) = line.strip_prefix("data: ") {
+            if d == "[DONE]" {
+                return (out, true);
+            }
+            out.push(serde_json::from_str(d).unwrap());
+        }
+    }
+    (out, false)
+}
