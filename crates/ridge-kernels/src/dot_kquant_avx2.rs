@@ -16,8 +16,11 @@
 //!   16-element sub-scales of an activation block land in the low and high four lanes of the
 //!   pairwise sums, and a per-lane scale vector applies both at once.
 //!
-//! With f32 activations the weights are dequantized in registers (w = d·sc·q − dmin·m, or
-//! d·sc·(q − 32)) and multiplied into the activations, as the 32-element formats do.
+//! With f32 activations Q4_K/Q5_K weights are dequantized in registers (w = d·sc·q − dmin·m)
+//! and multiplied into the activations, as the 32-element formats do; the minimum is not
+//! factored out (d·sc·Σq·x − dmin·m·Σx nearly cancels and costs accuracy in f32). Q6_K has no
+//! minimum, so its exact integer weights q − 32 meet x first and d·sc scales each 16-element
+//! partial sum. Partial sums per sub-block keep each accumulator's dependency chain short.
 #![cfg(target_arch = "x86_64")]
 // Row index `r` and token index `t` address accumulators and pointers together.
 #![allow(clippy::needless_range_loop)]
@@ -235,13 +238,24 @@ unsafe fn q45_rows_f32<const FIVE: bool, const R: usize, const T: usize>(
                         _mm256_castsi256_si128(w[h]),
                         _mm256_extracti128_si256::<1>(w[h]),
                     );
+                    // A partial sum per sub-block keeps the dependency chain on `acc` short
+                    // (one add per 32 weights instead of four FMAs).
+                    let mut part = [_mm256_setzero_ps(); T];
                     for k in 0..4 {
                         let q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8(lo, hi, k)));
                         let wf = _mm256_fmsub_ps(q, sj, mj);
                         for t in 0..T {
                             let xp = x[t].as_ptr().add(kquant::QK_K * s + 32 * j + 8 * k);
-                            acc[r][t] = _mm256_fmadd_ps(wf, _mm256_loadu_ps(xp), acc[r][t]);
+                            let xv = _mm256_loadu_ps(xp);
+                            part[t] = if k == 0 {
+                                _mm256_mul_ps(wf, xv)
+                            } else {
+                                _mm256_fmadd_ps(wf, xv, part[t])
+                            };
                         }
+                    }
+                    for t in 0..T {
+                        acc[r][t] = _mm256_add_ps(acc[r][t], part[t]);
                     }
                 }
             }
@@ -382,15 +396,25 @@ unsafe fn q6k_rows_f32<const R: usize, const T: usize>(
                 for c in 0..4 {
                     let w = q6k_block(ql, qh, c);
                     let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-                    for k in 0..4 {
-                        // Elements 8k..8k + 8 of the block: sub-scale 8h + 2c + k / 2.
-                        let sc = bcast(dsc[h], 2 * c + k / 2);
-                        let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8(lo, hi, k)));
-                        let wf = _mm256_mul_ps(q, sc);
+                    // Per 16-element sub-block: Σ (q − 32)·x (exact weights, no cancellation),
+                    // then one FMA by d·sc into `acc`, which keeps its dependency chain short.
+                    for k2 in 0..2 {
+                        let sc = bcast(dsc[h], 2 * c + k2);
+                        let mut part = [_mm256_setzero_ps(); T];
+                        for k in 2 * k2..2 * k2 + 2 {
+                            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8(lo, hi, k)));
+                            for t in 0..T {
+                                let off = kquant::QK_K * s + 128 * h + 32 * c + 8 * k;
+                                let xv = _mm256_loadu_ps(x[t].as_ptr().add(off));
+                                part[t] = if k == 2 * k2 {
+                                    _mm256_mul_ps(q, xv)
+                                } else {
+                                    _mm256_fmadd_ps(q, xv, part[t])
+                                };
+                            }
+                        }
                         for t in 0..T {
-                            let off = kquant::QK_K * s + 128 * h + 32 * c + 8 * k;
-                            let xp = x[t].as_ptr().add(off);
-                            acc[r][t] = _mm256_fmadd_ps(wf, _mm256_loadu_ps(xp), acc[r][t]);
+                            acc[r][t] = _mm256_fmadd_ps(sc, part[t], acc[r][t]);
                         }
                     }
                 }
