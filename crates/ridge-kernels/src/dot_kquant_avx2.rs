@@ -142,7 +142,8 @@ unsafe fn q45_pair<const FIVE: bool>(b: *const u8, qh: __m256i, g: usize) -> [__
 /// Per-row super-block scales of Q4_K/Q5_K: `(d·sc_j, dmin·m_j)` with lane j = sub-block j.
 #[inline(always)]
 unsafe fn q45_scales(b: *const u8) -> (__m256, __m256) {
-    let (sc, m) = kquant::scales_mins(std::slice::from_raw_parts(b.add(4), 12));
+    // SAFETY: `b` is a whole super-block (callers' contract), whose bytes 4..16 are the scales.
+    let (sc, m) = kquant::scales_mins(unsafe { std::slice::from_raw_parts(b.add(4), 12) });
     (
         _mm256_mul_ps(_mm256_set1_ps(f16_ptr(b)), u8x8_ps(sc)),
         _mm256_mul_ps(_mm256_set1_ps(f16_ptr(b.add(2))), u8x8_ps(m)),
