@@ -6,7 +6,11 @@
 //! - Q4_0: `d: f16, qs: [u8; 16]`, element j < 16 in the low nibble of `qs[j]`, element j + 16
 //!   in its high nibble; x = d·(q − 8).
 //! - Q4_1: `d: f16, m: f16, qs: [u8; 16]` (nibbles as Q4_0), x = d·q + m.
+//! - Q5_0: `d: f16, qh: u32, qs: [u8; 16]` (low four bits as Q4_0's nibbles; bit j of `qh` is
+//!   element j's fifth, top bit), x = d·(q − 16).
+//! - Q4_K, Q5_K, Q6_K: 256-element super-blocks, see [`crate::kquant`].
 
+use crate::kquant::{self, QK_K};
 use crate::DType;
 use half::{bf16, f16};
 
@@ -64,6 +68,32 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        DType::Q5_0 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(22)) {
+                let d = f16_at(b);
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                for j in 0..16 {
+                    let lo = (b[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+                    let hi = (b[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                    o[j] = d * (lo as i32 - 16) as f32;
+                    o[j + 16] = d * (hi as i32 - 16) as f32;
+                }
+            }
+        }
+        DType::Q4_K | DType::Q5_K => {
+            let five = dtype == DType::Q5_K;
+            for (o, b) in out
+                .chunks_exact_mut(QK_K)
+                .zip(row.chunks_exact(dtype.block_bytes()))
+            {
+                kquant::dequantize_q45(b, five, o);
+            }
+        }
+        DType::Q6_K => {
+            for (o, b) in out.chunks_exact_mut(QK_K).zip(row.chunks_exact(210)) {
+                kquant::dequantize_q6_k(b, o);
+            }
+        }
     }
 }
 
@@ -116,6 +146,38 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
                 for j in 0..16 {
                     out.push(q(b[j]) | (q(b[j + 16]) << 4));
                 }
+            }
+        }
+        DType::Q5_0 => {
+            for b in x.chunks_exact(32) {
+                let max = b
+                    .iter()
+                    .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = max / -16.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q: Vec<u32> = b
+                    .iter()
+                    .map(|&v| ((v * id + 16.5) as i32).clamp(0, 31) as u32)
+                    .collect();
+                let qh = q
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |a, (j, &v)| a | (v >> 4) << j);
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&qh.to_le_bytes());
+                for j in 0..16 {
+                    out.push((q[j] & 0x0F) as u8 | ((q[j + 16] & 0x0F) as u8) << 4);
+                }
+            }
+        }
+        DType::Q4_K | DType::Q5_K => {
+            for b in x.chunks_exact(QK_K) {
+                kquant::quantize_q45(b, dtype == DType::Q5_K, &mut out);
+            }
+        }
+        DType::Q6_K => {
+            for b in x.chunks_exact(QK_K) {
+                kquant::quantize_q6_k(b, &mut out);
             }
         }
     }

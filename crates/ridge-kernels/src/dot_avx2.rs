@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -20,36 +20,9 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_ptr(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_ptr(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-}
-
-/// Q4_0 row · activations. `row.len() == 18 * x.len()`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0(row: &[u8], x: &[ActBlock]) -> f32 {
-    debug_assert_eq!(row.len(), 18 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows::<FMT_Q4_0, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
-}
-
-/// Q4_1 row · activations. `row.len() == 20 * x.len()`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1(row: &[u8], x: &[ActBlock]) -> f32 {
-    debug_assert_eq!(row.len(), 20 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows::<FMT_Q4_1, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
-}
-
-/// Q8_0 row · activations. `row.len() == 34 * x.len()`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0(row: &[u8], x: &[ActBlock]) -> f32 {
-    debug_assert_eq!(row.len(), 34 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows::<FMT_Q8_0, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
 }
 
 /// F32 row · f32. `row.len() == 4 * x.len()`.
@@ -161,48 +134,49 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
     }
 }
 
-/// Q4_0 row · f32. `row.len() == 18 * x.len() / 32`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0_f32(row: &[u8], x: &[f32]) -> f32 {
-    debug_assert_eq!(row.len() * 32, 18 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows_f32::<FMT_Q4_0, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
-}
-
-/// Q4_1 row · f32. `row.len() == 20 * x.len() / 32`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
-    debug_assert_eq!(row.len() * 32, 20 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows_f32::<FMT_Q4_1, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
-}
-
-/// Q8_0 row · f32. `row.len() == 34 * x.len() / 32`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0_f32(row: &[u8], x: &[f32]) -> f32 {
-    debug_assert_eq!(row.len() * 32, 34 * x.len());
-    let mut out = [0f32; 1];
-    dot_rows_f32::<FMT_Q8_0, 1>(row.as_ptr(), 0, x, &mut out);
-    out[0]
-}
-
-/// Block formats the multi-row kernels handle (a const parameter, folded at compile time).
 /// How many row groups ahead `dot_rows` prefetches.
-const PREFETCH_GROUPS: usize = 2;
+pub(crate) const PREFETCH_GROUPS: usize = 2;
 
+// Block formats the multi-row kernels handle (a const parameter, folded at compile time).
 pub(crate) const FMT_Q4_0: u8 = 0;
 pub(crate) const FMT_Q4_1: u8 = 1;
 pub(crate) const FMT_Q8_0: u8 = 2;
+pub(crate) const FMT_Q5_0: u8 = 3;
 
 #[inline(always)]
 const fn block_bytes(fmt: u8) -> usize {
     match fmt {
         FMT_Q4_0 => 18,
         FMT_Q4_1 => 20,
+        FMT_Q5_0 => 22,
         _ => 34,
     }
+}
+
+/// A Q5_0 block's 32 quants (0..32) as bytes, in element order: the nibbles as Q4_0's, each
+/// byte ORed with 16 where its bit of `qh` is set (bit `i` of the little-endian u32 at
+/// `b + 2` belongs to element `i`).
+#[inline(always)]
+unsafe fn q5_0_bytes(b: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(b.add(6) as *const __m128i);
+    let lo = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+        _mm256_set1_epi8(0x0F),
+    );
+    let qh = (b.add(2) as *const i32).read_unaligned();
+    // Byte i takes byte i / 8 of qh, then tests its bit i % 8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_or_si256(lo, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
 }
 
 /// Integer products of one weight block with one activation block, 8 f32 lanes (unscaled).
@@ -213,6 +187,7 @@ unsafe fn block_products(fmt: u8, b: *const u8, xv: __m256i) -> __m256 {
             let w = _mm256_loadu_si256(b.add(2) as *const __m256i);
             _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w))
         }
+        FMT_Q5_0 => _mm256_maddubs_epi16(q5_0_bytes(b), xv),
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -250,8 +225,8 @@ unsafe fn lane(v: __m128, r: usize) -> __m256 {
     _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(r as i32))
 }
 
-/// Per-row constant terms of one block for all rows at once: Q4_0 subtracts 8·d·dx·Σq, Q4_1
-/// adds m·dx·Σq (`dw` holds the rows' scales, `blk` points at row 0's block).
+/// Per-row constant terms of one block for all rows at once: Q4_0 subtracts 8·d·dx·Σq, Q5_0
+/// 16·d·dx·Σq, Q4_1 adds m·dx·Σq (`dw` holds the rows' scales, `blk` points at row 0's block).
 #[inline(always)]
 unsafe fn corrections<const FMT: u8, const R: usize>(
     blk: *const u8,
@@ -262,6 +237,7 @@ unsafe fn corrections<const FMT: u8, const R: usize>(
     let (dx, isum) = (_mm_set1_ps(a.d), _mm_set1_ps(a.isum as f32));
     match FMT {
         FMT_Q4_0 => _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(-8.0), dw), dx), isum),
+        FMT_Q5_0 => _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(-16.0), dw), dx), isum),
         FMT_Q4_1 => _mm_mul_ps(_mm_mul_ps(f16_lanes::<R>(blk.add(2), stride), dx), isum),
         _ => _mm_setzero_ps(),
     }
@@ -365,6 +341,10 @@ unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -
                 _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv1, w)),
             )
         }
+        FMT_Q5_0 => {
+            let w = q5_0_bytes(b);
+            (_mm256_maddubs_epi16(w, xv0), _mm256_maddubs_epi16(w, xv1))
+        }
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -381,7 +361,7 @@ unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -
     )
 }
 
-/// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q8_0).
+/// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q5_0, Q8_0).
 /// (No closures here: a closure does not inherit the caller's target features, so intrinsics
 /// inside one would compile to slow out-of-line calls.)
 #[inline(always)]
@@ -398,6 +378,19 @@ unsafe fn dequant_block(fmt: u8, b: *const u8) -> [__m256; 4] {
             _mm256_mul_ps(_mm256_cvtepi32_ps(q2), dv),
             _mm256_mul_ps(_mm256_cvtepi32_ps(q3), dv),
         ];
+    }
+    if fmt == FMT_Q5_0 {
+        let d = f16_ptr(b);
+        let (dv, mv) = (_mm256_set1_ps(d), _mm256_set1_ps(-16.0 * d));
+        let w = q5_0_bytes(b);
+        let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        let mut out = [_mm256_setzero_ps(); 4];
+        let parts = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
+        for k in 0..4 {
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+            out[k] = _mm256_fmadd_ps(q, dv, mv);
+        }
+        return out;
     }
     let d = f16_ptr(b);
     let (m, qs) = if fmt == FMT_Q4_1 {

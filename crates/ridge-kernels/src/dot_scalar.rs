@@ -3,6 +3,7 @@
 
 use crate::act::ActBlock;
 use crate::blocks::f16_at;
+use crate::kquant::{self, QK_K};
 use half::{bf16, f16};
 
 /// Q8_0 row · 8-bit activations.
@@ -120,4 +121,113 @@ pub fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
         sum += f16_at(b) * s + f16_at(&b[2..]) * xs;
     }
     sum
+}
+
+/// Q5_0 row · 8-bit activations.
+pub fn dot_q5_0(row: &[u8], x: &[ActBlock]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(22).zip(x) {
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        let mut s = 0i32;
+        for j in 0..16 {
+            let lo = (b[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+            let hi = (b[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+            s += lo as i32 * a.qs[j] as i32 + hi as i32 * a.qs[j + 16] as i32;
+        }
+        sum += f16_at(b) * a.d * (s - 16 * a.isum) as f32;
+    }
+    sum
+}
+
+/// Q4_K (`five == false`) or Q5_K row · 8-bit activations: per sub-block of 32,
+/// `d·sc·dx·Σq·qx − dmin·m·dx·Σqx`.
+fn dot_q45(row: &[u8], x: &[ActBlock], five: bool) -> f32 {
+    let bb = if five { 176 } else { 144 };
+    let mut sum = 0f32;
+    for (b, xs) in row.chunks_exact(bb).zip(x.chunks_exact(8)) {
+        let (d, dmin, sc, m, qh, qs) = kquant::split45(b, five);
+        for (j, a) in xs.iter().enumerate() {
+            let mut s = 0i32;
+            for i in 0..32 {
+                s += kquant::q45(qs, qh, j, i) as i32 * a.qs[i] as i32;
+            }
+            sum += d * kquant::lane(sc, j) as f32 * a.d * s as f32
+                - dmin * kquant::lane(m, j) as f32 * a.d * a.isum as f32;
+        }
+    }
+    sum
+}
+
+/// Q4_K row · 8-bit activations.
+pub fn dot_q4_k(row: &[u8], x: &[ActBlock]) -> f32 {
+    dot_q45(row, x, false)
+}
+
+/// Q5_K row · 8-bit activations.
+pub fn dot_q5_k(row: &[u8], x: &[ActBlock]) -> f32 {
+    dot_q45(row, x, true)
+}
+
+/// Q6_K row · 8-bit activations: each activation block spans two 16-element sub-blocks.
+pub fn dot_q6_k(row: &[u8], x: &[ActBlock]) -> f32 {
+    let mut sum = 0f32;
+    for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
+        let d = f16_at(&b[208..]);
+        for (j, a) in xs.iter().enumerate() {
+            let mut s = 0i32;
+            for half in 0..2 {
+                let k = 2 * j + half;
+                let mut p = 0i32;
+                for i in 16 * half..16 * half + 16 {
+                    p += (kquant::q6(b, 32 * j + i) as i32 - 32) * a.qs[i] as i32;
+                }
+                s += (b[192 + k] as i8) as i32 * p;
+            }
+            sum += d * a.d * s as f32;
+        }
+    }
+    sum
+}
+
+/// A super-block format's row · f32 activations: each super-block dequantized, then summed.
+fn dot_super_f32(row: &[u8], x: &[f32], bb: usize, deq: impl Fn(&[u8], &mut [f32])) -> f32 {
+    let mut w = [0f32; QK_K];
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(bb).zip(x.chunks_exact(QK_K)) {
+        deq(b, &mut w);
+        sum += w.iter().zip(xb).map(|(a, b)| a * b).sum::<f32>();
+    }
+    sum
+}
+
+/// Q5_0 row · f32 activations.
+pub fn dot_q5_0_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(22).zip(x.chunks_exact(32)) {
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        let mut s = 0f32;
+        for j in 0..16 {
+            let lo = (b[6 + j] & 0x0F) as i32 | (((qh >> j) & 1) << 4) as i32;
+            let hi = (b[6 + j] >> 4) as i32 | (((qh >> (j + 16)) & 1) << 4) as i32;
+            s += (lo - 16) as f32 * xb[j];
+            s += (hi - 16) as f32 * xb[j + 16];
+        }
+        sum += f16_at(b) * s;
+    }
+    sum
+}
+
+/// Q4_K row · f32 activations.
+pub fn dot_q4_k_f32(row: &[u8], x: &[f32]) -> f32 {
+    dot_super_f32(row, x, 144, |b, w| kquant::dequantize_q45(b, false, w))
+}
+
+/// Q5_K row · f32 activations.
+pub fn dot_q5_k_f32(row: &[u8], x: &[f32]) -> f32 {
+    dot_super_f32(row, x, 176, |b, w| kquant::dequantize_q45(b, true, w))
+}
+
+/// Q6_K row · f32 activations.
+pub fn dot_q6_k_f32(row: &[u8], x: &[f32]) -> f32 {
+    dot_super_f32(row, x, 210, kquant::dequantize_q6_k)
 }

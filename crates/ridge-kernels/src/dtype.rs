@@ -1,6 +1,8 @@
 //! Weight element formats ridge computes with, and their block geometry.
 
-/// A weight storage format. Quantized formats store blocks of 32 elements with a scale.
+/// A weight storage format. Quantized formats store blocks of 32 elements with a scale, or
+/// (the k-quants) super-blocks of 256 elements: eight or sixteen sub-blocks whose scales are
+/// themselves quantized against one f16 super-block scale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
 pub enum DType {
@@ -16,6 +18,15 @@ pub enum DType {
     Q4_0,
     /// 32 × 4-bit with f16 scale and minimum, value = d·q + m (20 bytes).
     Q4_1,
+    /// 32 × 5-bit with an f16 scale, value = d·(q − 16) (22 bytes).
+    Q5_0,
+    /// 256 × 4-bit in 8 sub-blocks of 32 with 6-bit scales and minimums, value = d·sc·q − dmin·m
+    /// (144 bytes).
+    Q4_K,
+    /// As Q4_K with a fifth bit per element, q in 0..32 (176 bytes).
+    Q5_K,
+    /// 256 × 6-bit in 16 sub-blocks of 16 with int8 scales, value = d·sc·(q − 32) (210 bytes).
+    Q6_K,
 }
 
 impl DType {
@@ -23,7 +34,8 @@ impl DType {
     pub fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 => 32,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
 
@@ -35,6 +47,10 @@ impl DType {
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
         }
     }
 
@@ -43,7 +59,7 @@ impl DType {
         n / self.block_size() * self.block_bytes()
     }
 
-    /// True for the 8-bit-activation integer formats.
+    /// True for the quantized (block) formats, which meet activations as 8-bit blocks or f32.
     pub fn is_quantized(self) -> bool {
         self.block_size() > 1
     }

@@ -3,9 +3,11 @@
 //!
 //! Design:
 //! - Weights are computed in their stored block format ([`DType`]); nothing is dequantized into
-//!   a second copy of the model. Quantized weights (Q4_0, Q4_1, Q8_0) are multiplied against
-//!   activations quantized on the fly to 8-bit blocks ([`act::ActBlock`]), so the inner loop is an
-//!   integer dot product; float weights (F32, F16, BF16) multiply f32 activations.
+//!   a second copy of the model. Quantized weights (Q4_0, Q4_1, Q5_0, Q8_0, and the k-quants
+//!   Q4_K, Q5_K, Q6_K) are multiplied against activations quantized on the fly to 8-bit blocks
+//!   of 32 ([`act::ActBlock`]), so the inner loop is an integer dot product (a k-quant
+//!   super-block meets eight activation blocks); float weights (F32, F16, BF16) multiply f32
+//!   activations.
 //! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C today) are selected once
 //!   by [`Isa::detect`] and tested against the scalar path on random data.
 //! - Each output element of a matrix product is reduced in the same order whatever the batch
@@ -17,8 +19,10 @@ pub mod attention;
 pub mod blocks;
 mod cpu;
 mod dot_avx2;
+mod dot_kquant_avx2;
 pub mod dot_scalar;
 mod dtype;
+pub mod kquant;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

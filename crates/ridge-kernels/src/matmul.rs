@@ -68,74 +68,117 @@ pub struct MatmulScratch {
 /// One row dot product in the given path.
 #[inline]
 fn dot_row(isa: Isa, dtype: DType, int8: bool, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f32 {
-    if !int8 && dtype.is_quantized() {
-        return match isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as below.
-            Isa::Avx2 => unsafe {
-                use crate::dot_avx2 as k;
-                match dtype {
-                    DType::Q4_0 => k::dot_q4_0_f32(row, xf),
-                    DType::Q4_1 => k::dot_q4_1_f32(row, xf),
-                    _ => k::dot_q8_0_f32(row, xf),
-                }
-            },
-            _ => match dtype {
-                DType::Q4_0 => dot_scalar::dot_q4_0_f32(row, xf),
-                DType::Q4_1 => dot_scalar::dot_q4_1_f32(row, xf),
-                _ => dot_scalar::dot_q8_0_f32(row, xf),
-            },
-        };
-    }
-    match isa {
-        #[cfg(target_arch = "x86_64")]
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
         // SAFETY: Isa::Avx2 exists only after Isa::detect verified avx2, fma and f16c; the
-        // slice lengths match the format (checked by WeightMatrix::new and matmul's asserts).
-        Isa::Avx2 => unsafe {
+        // slice lengths match the format (checked by WeightMatrix::new and matmul's asserts),
+        // and a single row needs no stride.
+        return unsafe {
             use crate::dot_avx2 as k;
             match dtype {
-                DType::Q4_0 => k::dot_q4_0(row, xq),
-                DType::Q4_1 => k::dot_q4_1(row, xq),
-                DType::Q8_0 => k::dot_q8_0(row, xq),
                 DType::F32 => k::dot_f32(row, xf),
                 DType::F16 => k::dot_f16(row, xf),
                 DType::BF16 => k::dot_bf16(row, xf),
+                _ => rows1::<1>(dtype, int8, row.as_ptr(), 0, xq, xf)[0],
             }
-        },
-        _ => match dtype {
-            DType::Q4_0 => dot_scalar::dot_q4_0(row, xq),
-            DType::Q4_1 => dot_scalar::dot_q4_1(row, xq),
-            DType::Q8_0 => dot_scalar::dot_q8_0(row, xq),
-            DType::F32 => dot_scalar::dot_f32(row, xf),
-            DType::F16 => dot_scalar::dot_f16(row, xf),
-            DType::BF16 => dot_scalar::dot_bf16(row, xf),
-        },
+        };
+    }
+    let _ = isa;
+    use dot_scalar as s;
+    match (dtype, int8) {
+        (DType::F32, _) => s::dot_f32(row, xf),
+        (DType::F16, _) => s::dot_f16(row, xf),
+        (DType::BF16, _) => s::dot_bf16(row, xf),
+        (DType::Q8_0, true) => s::dot_q8_0(row, xq),
+        (DType::Q4_0, true) => s::dot_q4_0(row, xq),
+        (DType::Q4_1, true) => s::dot_q4_1(row, xq),
+        (DType::Q5_0, true) => s::dot_q5_0(row, xq),
+        (DType::Q4_K, true) => s::dot_q4_k(row, xq),
+        (DType::Q5_K, true) => s::dot_q5_k(row, xq),
+        (DType::Q6_K, true) => s::dot_q6_k(row, xq),
+        (DType::Q8_0, false) => s::dot_q8_0_f32(row, xf),
+        (DType::Q4_0, false) => s::dot_q4_0_f32(row, xf),
+        (DType::Q4_1, false) => s::dot_q4_1_f32(row, xf),
+        (DType::Q5_0, false) => s::dot_q5_0_f32(row, xf),
+        (DType::Q4_K, false) => s::dot_q4_k_f32(row, xf),
+        (DType::Q5_K, false) => s::dot_q5_k_f32(row, xf),
+        (DType::Q6_K, false) => s::dot_q6_k_f32(row, xf),
     }
 }
 
-/// Four consecutive quantized rows against one activation row (int8 blocks or f32).
+/// `R` (1 or 4) consecutive rows of a quantized format against one activation row (int8
+/// blocks `xq` or f32 `xf`).
 ///
 /// # Safety
-/// The CPU supports AVX2/FMA/F16C; `base` points at 4 rows of `stride` bytes, each matching the
-/// activation length.
+/// The CPU supports AVX2/FMA/F16C; `base` points at `R` rows of `stride` bytes, each matching
+/// the activation length.
 #[cfg(target_arch = "x86_64")]
-unsafe fn rows4(
+unsafe fn rows1<const R: usize>(
     dtype: DType,
     int8: bool,
     base: *const u8,
     stride: usize,
     xq: &[ActBlock],
     xf: &[f32],
-) -> [f32; 4] {
-    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q8_0};
-    let mut o = [0f32; 4];
+) -> [f32; R] {
+    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
+    let mut o = [0f32; R];
     match (dtype, int8) {
-        (DType::Q4_0, true) => k::dot_rows::<FMT_Q4_0, 4>(base, stride, xq, &mut o),
-        (DType::Q4_1, true) => k::dot_rows::<FMT_Q4_1, 4>(base, stride, xq, &mut o),
-        (_, true) => k::dot_rows::<FMT_Q8_0, 4>(base, stride, xq, &mut o),
-        (DType::Q4_0, false) => k::dot_rows_f32::<FMT_Q4_0, 4>(base, stride, xf, &mut o),
-        (DType::Q4_1, false) => k::dot_rows_f32::<FMT_Q4_1, 4>(base, stride, xf, &mut o),
-        (_, false) => k::dot_rows_f32::<FMT_Q8_0, 4>(base, stride, xf, &mut o),
+        (DType::Q4_0, true) => k::dot_rows::<FMT_Q4_0, R>(base, stride, xq, &mut o),
+        (DType::Q4_1, true) => k::dot_rows::<FMT_Q4_1, R>(base, stride, xq, &mut o),
+        (DType::Q5_0, true) => k::dot_rows::<FMT_Q5_0, R>(base, stride, xq, &mut o),
+        (DType::Q8_0, true) => k::dot_rows::<FMT_Q8_0, R>(base, stride, xq, &mut o),
+        (DType::Q4_0, false) => k::dot_rows_f32::<FMT_Q4_0, R>(base, stride, xf, &mut o),
+        (DType::Q4_1, false) => k::dot_rows_f32::<FMT_Q4_1, R>(base, stride, xf, &mut o),
+        (DType::Q5_0, false) => k::dot_rows_f32::<FMT_Q5_0, R>(base, stride, xf, &mut o),
+        (DType::Q8_0, false) => k::dot_rows_f32::<FMT_Q8_0, R>(base, stride, xf, &mut o),
+        (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => {
+            let mut oo = [o];
+            crate::dot_kquant_avx2::rows::<R, 1>(dtype, int8, base, stride, [xq], [xf], &mut oo);
+            o = oo[0];
+        }
+        (DType::F32 | DType::F16 | DType::BF16, _) => {
+            unreachable!("float formats take the f32 dot products")
+        }
+    }
+    o
+}
+
+/// As [`rows1`] for two activation rows at once (prefill, batched decode): each weight block
+/// is unpacked once for both. Every output is reduced with exactly the operations of
+/// [`rows1`], in the same order, so results are bitwise identical to two single calls.
+///
+/// # Safety
+/// As [`rows1`], for both activation rows.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows2<const R: usize>(
+    dtype: DType,
+    int8: bool,
+    base: *const u8,
+    stride: usize,
+    xq: [&[ActBlock]; 2],
+    xf: [&[f32]; 2],
+) -> [[f32; R]; 2] {
+    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
+    let mut o = [[0f32; R]; 2];
+    let [o0, o1] = &mut o;
+    let ([q0, q1], [f0, f1]) = (xq, xf);
+    match (dtype, int8) {
+        (DType::Q4_0, true) => k::dot_rows_x2::<FMT_Q4_0, R>(base, stride, q0, q1, o0, o1),
+        (DType::Q4_1, true) => k::dot_rows_x2::<FMT_Q4_1, R>(base, stride, q0, q1, o0, o1),
+        (DType::Q5_0, true) => k::dot_rows_x2::<FMT_Q5_0, R>(base, stride, q0, q1, o0, o1),
+        (DType::Q8_0, true) => k::dot_rows_x2::<FMT_Q8_0, R>(base, stride, q0, q1, o0, o1),
+        (DType::Q4_0, false) => k::dot_rows_f32_x2::<FMT_Q4_0, R>(base, stride, f0, f1, o0, o1),
+        (DType::Q4_1, false) => k::dot_rows_f32_x2::<FMT_Q4_1, R>(base, stride, f0, f1, o0, o1),
+        (DType::Q5_0, false) => k::dot_rows_f32_x2::<FMT_Q5_0, R>(base, stride, f0, f1, o0, o1),
+        (DType::Q8_0, false) => k::dot_rows_f32_x2::<FMT_Q8_0, R>(base, stride, f0, f1, o0, o1),
+        (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => {
+            crate::dot_kquant_avx2::rows::<R, 2>(dtype, int8, base, stride, xq, xf, &mut o)
+        }
+        (DType::F32 | DType::F16 | DType::BF16, _) => {
+            unreachable!("float formats take the f32 dot products")
+        }
     }
     o
 }
@@ -193,44 +236,16 @@ pub fn matmul(
                 while r < r1 {
                     let group = if r + 4 <= r1 { 4 } else { 1 };
                     let base = w.row(r).as_ptr();
+                    let (xq2, xf2) = ([x0, x1], [f0, f1]);
                     let (mut o0, mut o1) = ([0f32; 4], [0f32; 4]);
                     // SAFETY: Isa::Avx2 was detected; rows r..r+group lie inside w.data and
-                    // hold `nb` blocks each, matching x0/x1.
+                    // hold `nb` blocks each, matching x0/x1 (int8) or f0/f1 (f32).
                     unsafe {
-                        use crate::dot_avx2 as k;
-                        macro_rules! go {
-                            ($g:literal) => {{
-                                let (a, b) = (
-                                    &mut *(o0.as_mut_ptr() as *mut [f32; $g]),
-                                    &mut *(o1.as_mut_ptr() as *mut [f32; $g]),
-                                );
-                                use k::{FMT_Q4_0 as A, FMT_Q4_1 as B, FMT_Q8_0 as C};
-                                match (w.dtype, int8) {
-                                    (DType::Q4_0, true) => {
-                                        k::dot_rows_x2::<A, $g>(base, stride, x0, x1, a, b)
-                                    }
-                                    (DType::Q4_1, true) => {
-                                        k::dot_rows_x2::<B, $g>(base, stride, x0, x1, a, b)
-                                    }
-                                    (_, true) => {
-                                        k::dot_rows_x2::<C, $g>(base, stride, x0, x1, a, b)
-                                    }
-                                    (DType::Q4_0, false) => {
-                                        k::dot_rows_f32_x2::<A, $g>(base, stride, f0, f1, a, b)
-                                    }
-                                    (DType::Q4_1, false) => {
-                                        k::dot_rows_f32_x2::<B, $g>(base, stride, f0, f1, a, b)
-                                    }
-                                    (_, false) => {
-                                        k::dot_rows_f32_x2::<C, $g>(base, stride, f0, f1, a, b)
-                                    }
-                                }
-                            }};
-                        }
                         if group == 4 {
-                            go!(4)
+                            [o0, o1] = rows2::<4>(w.dtype, int8, base, stride, xq2, xf2);
                         } else {
-                            go!(1)
+                            let [a, b] = rows2::<1>(w.dtype, int8, base, stride, xq2, xf2);
+                            (o0[0], o1[0]) = (a[0], b[0]);
                         }
                     }
                     for j in 0..group {
@@ -264,7 +279,8 @@ pub fn matmul(
                 while r + 4 <= r1 {
                     // SAFETY: Isa::Avx2 was detected; rows r..r+4 lie inside w.data (r + 4 <=
                     // r1 <= rows) and each holds `nb` blocks, matching xqt (int8) or xf (f32).
-                    let out = unsafe { rows4(w.dtype, int8, w.row(r).as_ptr(), stride, xqt, xf) };
+                    let out =
+                        unsafe { rows1::<4>(w.dtype, int8, w.row(r).as_ptr(), stride, xqt, xf) };
                     for (j, v) in out.into_iter().enumerate() {
                         // SAFETY: rows r..r+4 of token t lie inside y; chunks are disjoint.
                         unsafe { *yp.ptr().add(t * rows + r + j) = v };

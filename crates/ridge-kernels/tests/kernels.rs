@@ -8,14 +8,23 @@ use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
 use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
 
-const ALL: [DType; 6] = [
+const ALL: [DType; 10] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
+    DType::Q5_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
 ];
+
+/// `cols` rounded up to a whole number of `dtype`'s blocks.
+fn cols_for(dtype: DType, cols: usize) -> usize {
+    cols.next_multiple_of(dtype.block_size())
+}
 
 const PRECS: [ActPrecision; 2] = [ActPrecision::Int8, ActPrecision::F32];
 
@@ -69,6 +78,7 @@ fn matmul_matches_reference_for_every_format_and_path() {
     let mut rng = StdRng::seed_from_u64(7);
     for &dtype in &ALL {
         for &(rows, cols, n) in &[(1, 32, 1), (17, 64, 3), (40, 576, 5), (300, 96, 2)] {
+            let cols = cols_for(dtype, cols);
             let wf = randv(&mut rng, rows * cols);
             let w: Vec<u8> = wf
                 .chunks(cols)
@@ -95,8 +105,8 @@ fn matmul_matches_reference_for_every_format_and_path() {
 #[test]
 fn batch_rows_are_bitwise_independent_of_batch() {
     let mut rng = StdRng::seed_from_u64(11);
-    let (rows, cols) = (70, 128);
     for &dtype in &ALL {
+        let (rows, cols) = (70, cols_for(dtype, 128).max(2 * dtype.block_size()));
         let wf = randv(&mut rng, rows * cols);
         let w: Vec<u8> = wf
             .chunks(cols)
@@ -147,6 +157,13 @@ fn quantize_round_trip_error_is_bounded() {
         (DType::Q8_0, 2.0 / 127.0),
         (DType::Q4_0, 2.0 / 7.0),
         (DType::Q4_1, 4.0 / 15.0),
+        // Largest magnitude maps to −16: the opposite end may clip by one step (2/16).
+        (DType::Q5_0, 2.0 / 16.0),
+        // Half a sub-block step ((range/15 + d)/2), or the minimum's rounding (≤ dmin ≈ 2/63).
+        (DType::Q4_K, 0.15),
+        (DType::Q5_K, 0.08),
+        // Half a step of 2/31 per 16 elements (scales rounded up, so nothing clips).
+        (DType::Q6_K, 0.035),
     ] {
         let q = quantize_row(dtype, &x);
         assert_eq!(q.len(), dtype.row_bytes(x.len()));
@@ -298,6 +315,78 @@ fn grouped_attention_equals_per_head_attention() {
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Dequantization of Q5_0 and the k-quants against the `gguf` Python package's dequantizer on
+/// random blocks (fixtures from `tools/reference/quant_fixtures.py`). Both evaluate the same
+/// f32 operations (d·sc in f32, times q, minus dmin·m), so the values agree to the bit.
+#[test]
+fn dequantize_matches_gguf_reference_fixtures() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
+    for (name, dtype) in [
+        ("q5_0", DType::Q5_0),
+        ("q4_k", DType::Q4_K),
+        ("q5_k", DType::Q5_K),
+        ("q6_k", DType::Q6_K),
+    ] {
+        let blocks = std::fs::read(format!("{dir}{name}.blocks")).unwrap();
+        let want: Vec<f32> = std::fs::read(format!("{dir}{name}.f32"))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(blocks.len(), dtype.row_bytes(want.len()), "{name}");
+        let mut got = vec![0f32; want.len()];
+        dequantize_row(dtype, &blocks, &mut got);
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{name} element {i}: {a} vs {b}");
+        }
+    }
+}
+
+/// Each SIMD dot product against the scalar reference, row by row, on random bytes (any bit
+/// pattern is a valid block once the f16 scales are finite), both activation precisions.
+#[test]
+fn simd_dot_products_match_scalar_on_random_blocks() {
+    let isa = Isa::detect();
+    if isa == Isa::Scalar {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(13);
+    for dtype in [DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        let (rows, cols) = (9, 3 * 256);
+        let mut w: Vec<u8> = (0..rows * dtype.row_bytes(cols))
+            .map(|_| rng.random())
+            .collect();
+        // Finite f16 scales in [-1, 1] at each block's scale offsets.
+        let scale_offsets: &[usize] = match dtype {
+            DType::Q5_0 => &[0],
+            DType::Q4_K | DType::Q5_K => &[0, 2],
+            _ => &[208],
+        };
+        for b in w.chunks_exact_mut(dtype.block_bytes()) {
+            for &o in scale_offsets {
+                let v = f16::from_f32(rng.random_range(-1.0f32..1.0));
+                b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let x = randv(&mut rng, 3 * cols);
+        for prec in PRECS {
+            let mut want = vec![0f32; 3 * rows];
+            let mut got = vec![0f32; 3 * rows];
+            let mut s = MatmulScratch::default();
+            matmul(Isa::Scalar, prec, &wm, &x, 3, &mut want, &mut s);
+            matmul(isa, prec, &wm, &x, 3, &mut got, &mut s);
+            let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * scale,
+                    "{dtype:?} {prec:?} elem {i}: {a} vs {b}"
+                );
             }
         }
     }

@@ -1,15 +1,33 @@
-//! The [`Tokenizer`]: special-token partition, then pre-tokenizer + BPE per text fragment;
-//! decoding by concatenating precomputed per-token byte pieces.
+//! The [`Tokenizer`]: special-token partition, then per text fragment either pre-tokenizer +
+//! byte-level BPE (`gpt2`) or SentencePiece merges by score (`llama`, see `spm.rs`); decoding
+//! by concatenating precomputed per-token byte pieces.
 
 use aho_corasick::AhoCorasick;
 use ridge_gguf::GgufFile;
 use tokenizers::models::bpe::{Vocab as BpeVocab, BPE};
-use tokenizers::Model;
+use tokenizers::Model as _;
 
 use crate::bytes::{decode_token_text, encode_bytes};
 use crate::pretok::{self, Splitter};
-use crate::vocab::{attr, Vocab, KEY_ADD_BOS, KEY_ADD_EOS, KEY_MODEL, KEY_PRE};
+use crate::spm::{parse_byte_token, Spm};
+use crate::vocab::{attr, Kind, Vocab, KEY_ADD_BOS, KEY_ADD_EOS, KEY_MODEL, KEY_PRE};
 use crate::TokenizerError;
+
+const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+
+/// The per-fragment encoder of each vocabulary kind.
+enum Encoder {
+    /// Byte-level BPE: regex pre-tokenizer, then the `tokenizers` crate's BPE per word.
+    /// (The BPE model is boxed: it is several hundred bytes.)
+    Bpe { bpe: Box<BPE>, splitter: Splitter },
+    /// SentencePiece BPE over the whole fragment.
+    Spm {
+        spm: Spm,
+        /// Put `▁` in front of a fragment that starts the text or follows a special token
+        /// (`tokenizer.ggml.add_space_prefix`, default true as in llama.cpp).
+        add_space_prefix: bool,
+    },
+}
 
 /// A text tokenizer built from GGUF metadata. Immutable after construction, `Send + Sync`;
 /// share one behind an `Arc`.
@@ -18,8 +36,7 @@ pub struct Tokenizer {
     pre_name: String,
     add_bos: bool,
     add_eos: bool,
-    bpe: BPE,
-    splitter: Splitter,
+    model: Encoder,
     /// Control, user-defined and unknown tokens, longest text first (ties by id), matched
     /// verbatim in the input before any pre-tokenization.
     specials: Vec<u32>,
@@ -34,7 +51,7 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("model", &"gpt2")
+            .field("model", &self.model_name())
             .field("pre", &self.pre_name)
             .field("vocab_size", &self.vocab_size())
             .field("bos", &self.bos_id())
@@ -56,18 +73,24 @@ enum Fragment {
 impl Tokenizer {
     /// Builds the tokenizer described by a GGUF file's `tokenizer.*` metadata.
     ///
-    /// Only `tokenizer.ggml.model = "gpt2"` (byte-level BPE) is implemented; other models give
-    /// [`TokenizerError::Unsupported`]. The pre-tokenizer is chosen by `tokenizer.ggml.pre`
-    /// (llama.cpp's `default` when absent); an unknown name is
-    /// [`TokenizerError::UnknownPreTokenizer`]. Inconsistent metadata is
+    /// `tokenizer.ggml.model = "gpt2"` (byte-level BPE) and `"llama"` (SentencePiece BPE) are
+    /// implemented; other models give [`TokenizerError::Unsupported`]. For `gpt2` the
+    /// pre-tokenizer is chosen by `tokenizer.ggml.pre` (llama.cpp's `default` when absent); an
+    /// unknown name is [`TokenizerError::UnknownPreTokenizer`]. SentencePiece has no
+    /// pre-tokenizer and ignores the key, as llama.cpp does. Inconsistent metadata is
     /// [`TokenizerError::Malformed`].
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let model = gguf.get_str(KEY_MODEL)?;
-        if model != "gpt2" {
-            return Err(TokenizerError::Unsupported(format!(
-                "{KEY_MODEL} = {model:?}; only byte-level BPE (\"gpt2\") is implemented"
-            )));
-        }
+        let kind = match model {
+            "gpt2" => Kind::Bpe,
+            "llama" => Kind::Spm,
+            _ => {
+                return Err(TokenizerError::Unsupported(format!(
+                    "{KEY_MODEL} = {model:?}; implemented: byte-level BPE (\"gpt2\") and \
+                     SentencePiece BPE (\"llama\")"
+                )))
+            }
+        };
         let pre_name = match gguf.get(KEY_PRE) {
             None => None,
             Some(v) => Some(
@@ -75,10 +98,15 @@ impl Tokenizer {
                     .ok_or_else(|| TokenizerError::malformed(KEY_PRE, "expected a string"))?,
             ),
         };
-        let spec = pretok::lookup(pre_name)?;
-        let mut vocab = Vocab::from_gguf(gguf)?;
+        let spec = match kind {
+            Kind::Bpe => Some(pretok::lookup(pre_name)?),
+            Kind::Spm => None,
+        };
+        let mut vocab = Vocab::from_gguf(gguf, kind)?;
 
-        let add_bos = gguf.get_bool_opt(KEY_ADD_BOS)?.unwrap_or(spec.add_bos);
+        // SentencePiece vocabularies add BOS unless told otherwise (llama.cpp's default).
+        let default_add_bos = spec.as_ref().is_none_or(|s| s.add_bos);
+        let add_bos = gguf.get_bool_opt(KEY_ADD_BOS)?.unwrap_or(default_add_bos);
         let add_eos = gguf.get_bool_opt(KEY_ADD_EOS)?.unwrap_or(false);
         if add_bos && vocab.ids.bos.is_none() {
             return Err(TokenizerError::malformed(
@@ -93,18 +121,36 @@ impl Tokenizer {
             ));
         }
 
-        let bpe_vocab: BpeVocab = vocab
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(bpe_vocab, std::mem::take(&mut vocab.merges))
-            .ignore_merges(spec.ignore_merges)
-            .build()
-            .map_err(|e| TokenizerError::malformed("tokenizer.ggml.merges", e.to_string()))?;
-        let splitter = Splitter::new(&spec)?;
+        let model = match spec {
+            Some(spec) => {
+                let bpe_vocab: BpeVocab = vocab
+                    .tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.clone(), i as u32))
+                    .collect();
+                let bpe = BPE::builder()
+                    .vocab_and_merges(bpe_vocab, std::mem::take(&mut vocab.merges))
+                    .ignore_merges(spec.ignore_merges)
+                    .build()
+                    .map_err(|e| {
+                        TokenizerError::malformed("tokenizer.ggml.merges", e.to_string())
+                    })?;
+                let splitter = Splitter::new(&spec)?;
+                Encoder::Bpe {
+                    bpe: Box::new(bpe),
+                    splitter,
+                }
+            }
+            None => Encoder::Spm {
+                spm: Spm::new(
+                    &vocab.tokens,
+                    std::mem::take(&mut vocab.scores),
+                    vocab.ids.unk,
+                ),
+                add_space_prefix: gguf.get_bool_opt(KEY_ADD_SPACE_PREFIX)?.unwrap_or(true),
+            },
+        };
 
         let mut specials: Vec<u32> = (0..vocab.tokens.len() as u32)
             .filter(|&i| {
@@ -131,7 +177,10 @@ impl Tokenizer {
                 // Added tokens are stored as plain text, not in the byte-level alphabet.
                 piece_bytes.extend_from_slice(text.as_bytes());
             } else if a & attr::NORMAL != 0 {
-                decode_token_text(text, &mut piece_bytes);
+                match kind {
+                    Kind::Bpe => decode_token_text(text, &mut piece_bytes),
+                    Kind::Spm => piece_bytes.extend_from_slice(text.replace('▁', " ").as_bytes()),
+                }
             } else if a & attr::BYTE != 0 {
                 match parse_byte_token(text) {
                     Some(b) => piece_bytes.push(b),
@@ -146,8 +195,7 @@ impl Tokenizer {
             pre_name: pre_name.unwrap_or("default").to_string(),
             add_bos,
             add_eos,
-            bpe,
-            splitter,
+            model,
             specials,
             special_finder,
             piece_bytes,
@@ -173,10 +221,18 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.vocab.ids.bos);
         }
+        // SentencePiece: a fragment at the start or after a special token gets a space prefix.
+        let mut after_special = true;
         for fragment in self.partition(text, parse_special) {
             match fragment {
-                Fragment::Text(start, end) => self.encode_plain(&text[start..end], &mut out)?,
-                Fragment::Token(id) => out.push(id),
+                Fragment::Text(start, end) => {
+                    self.encode_plain(&text[start..end], after_special, &mut out)?;
+                    after_special = false;
+                }
+                Fragment::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                }
             }
         }
         if add_special && self.add_eos {
@@ -209,17 +265,32 @@ impl Tokenizer {
         }
     }
 
-    /// Byte-level BPE of text that contains no special tokens.
-    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+    /// Encodes text that contains no special tokens. `after_special`: the text starts the input
+    /// or follows a special token (SentencePiece's space prefix goes there).
+    fn encode_plain(
+        &self,
+        text: &str,
+        after_special: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
         if text.is_empty() {
             return Ok(());
         }
+        let (bpe, splitter) = match &self.model {
+            Encoder::Bpe { bpe, splitter } => (bpe, splitter),
+            Encoder::Spm {
+                spm,
+                add_space_prefix,
+            } => {
+                let prefix = *add_space_prefix && after_special;
+                return spm.encode(&self.vocab.tokens, text, prefix, out);
+            }
+        };
         let mut word = String::new();
-        for (start, end) in self.splitter.split(text) {
+        for (start, end) in splitter.split(text) {
             word.clear();
             encode_bytes(&text[start..end], &mut word);
-            let tokens = self
-                .bpe
+            let tokens = bpe
                 .tokenize(&word)
                 .map_err(|e| TokenizerError::Encode(e.to_string()))?;
             out.extend(tokens.iter().map(|t| t.id));
@@ -375,28 +446,45 @@ impl Tokenizer {
         self.vocab.tokens.len()
     }
 
-    /// The vocabulary string of a token (in the byte-level alphabet for ordinary tokens, e.g.
-    /// `Ġthe` for " the").
+    /// The vocabulary string of a token (in the byte-level alphabet for ordinary byte-level BPE
+    /// tokens, e.g. `Ġthe` for " the"; with `▁` for spaces in SentencePiece, e.g. `▁the`).
     pub fn token_str(&self, id: u32) -> Option<&str> {
         self.vocab.tokens.get(id as usize).map(String::as_str)
     }
 
     /// The id of a vocabulary string, exact match.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.bpe.token_to_id(token)
+        match &self.model {
+            Encoder::Bpe { bpe, .. } => bpe.token_to_id(token),
+            Encoder::Spm { spm, .. } => spm.token_id(&self.vocab.tokens, token),
+        }
     }
 
-    /// The pre-tokenizer name in use (`tokenizer.ggml.pre`, or `default`).
+    /// The pre-tokenizer name in use (`tokenizer.ggml.pre`, or `default`). SentencePiece
+    /// vocabularies have no pre-tokenizer; the name is reported as found in the file.
     pub fn pre_tokenizer(&self) -> &str {
         &self.pre_name
     }
-}
 
-/// `<0xAB>` -> 0xAB.
-fn parse_byte_token(text: &str) -> Option<u8> {
-    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 {
-        return None;
+    /// The vocabulary kind, `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"`
+    /// (SentencePiece BPE).
+    pub fn model_name(&self) -> &'static str {
+        match self.model {
+            Encoder::Bpe { .. } => "gpt2",
+            Encoder::Spm { .. } => "llama",
+        }
     }
-    u8::from_str_radix(hex, 16).ok()
+
+    /// Whether a SentencePiece tokenizer puts a space (`▁`) in front of text that starts the
+    /// input or follows a special token (`tokenizer.ggml.add_space_prefix`); always false for
+    /// byte-level BPE.
+    pub fn add_space_prefix(&self) -> bool {
+        matches!(
+            self.model,
+            Encoder::Spm {
+                add_space_prefix: true,
+                ..
+            }
+        )
+    }
 }

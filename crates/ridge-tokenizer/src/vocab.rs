@@ -29,8 +29,18 @@ pub(crate) const KEY_PRE: &str = "tokenizer.ggml.pre";
 pub(crate) const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
 pub(crate) const KEY_TYPES: &str = "tokenizer.ggml.token_type";
 pub(crate) const KEY_MERGES: &str = "tokenizer.ggml.merges";
+pub(crate) const KEY_SCORES: &str = "tokenizer.ggml.scores";
 pub(crate) const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 pub(crate) const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+
+/// The two vocabulary kinds implemented, by `tokenizer.ggml.model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `"gpt2"`: byte-level BPE with an explicit merge list.
+    Bpe,
+    /// `"llama"`: SentencePiece-style BPE, merges chosen by token score.
+    Spm,
+}
 
 /// Special-token ids read from the file (all optional).
 #[derive(Debug, Default, Clone, Copy)]
@@ -144,8 +154,11 @@ pub(crate) struct Vocab {
     /// Attribute bit set per token.
     pub attrs: Vec<u8>,
     /// Merges as (left, right) pairs in rank order, duplicates removed (first kept). Moved
-    /// into the BPE model when the tokenizer is built.
+    /// into the BPE model when the tokenizer is built. Empty for SentencePiece.
     pub merges: Vec<(String, String)>,
+    /// Score per token (SentencePiece only; empty for byte-level BPE). Moved into the
+    /// SentencePiece encoder when the tokenizer is built.
+    pub scores: Vec<f32>,
     pub ids: SpecialIds,
     /// End-of-generation flag per token.
     pub eog: Vec<bool>,
@@ -200,8 +213,8 @@ fn split_merge(rule: &str) -> Option<(&str, &str)> {
 }
 
 impl Vocab {
-    /// Reads the byte-level BPE vocabulary. `default_add_bos` comes from the pre-tokenizer.
-    pub(crate) fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
+    /// Reads and validates the vocabulary of the given kind.
+    pub(crate) fn from_gguf(gguf: &GgufFile, kind: Kind) -> Result<Self, TokenizerError> {
         let raw_tokens = gguf.get_string_array(KEY_TOKENS)?;
         let n = raw_tokens.len();
         if n == 0 {
@@ -259,15 +272,23 @@ impl Vocab {
             .map(|(i, t)| (t.as_str(), i as u32))
             .collect();
 
-        let merges = read_merges(gguf, &index)?;
+        let (merges, scores) = match kind {
+            Kind::Bpe => (read_merges(gguf, &index)?, Vec::new()),
+            Kind::Spm => (Vec::new(), read_scores(gguf, n)?),
+        };
 
-        // Special ids. gpt2-type vocabularies default BOS and EOS to id 11 (llama.cpp's choice,
-        // kept so that files relying on it behave the same); an explicit key overrides.
-        let default_11 = (11 < n).then_some(11u32);
+        // Special ids, defaults as in llama.cpp (kept so that files relying on them behave the
+        // same); an explicit key overrides. gpt2-type vocabularies default BOS and EOS to id
+        // 11; SentencePiece ones to BOS 1, EOS 2 and unknown 0 (the Llama layout).
+        let default = |id: u32| (id < n as u32).then_some(id);
+        let (d_bos, d_eos, d_unk) = match kind {
+            Kind::Bpe => (default(11), default(11), None),
+            Kind::Spm => (default(1), default(2), default(0)),
+        };
         let mut ids = SpecialIds {
-            bos: optional_id(gguf, "tokenizer.ggml.bos_token_id", n)?.or(default_11),
-            eos: optional_id(gguf, "tokenizer.ggml.eos_token_id", n)?.or(default_11),
-            unk: optional_id(gguf, "tokenizer.ggml.unknown_token_id", n)?,
+            bos: optional_id(gguf, "tokenizer.ggml.bos_token_id", n)?.or(d_bos),
+            eos: optional_id(gguf, "tokenizer.ggml.eos_token_id", n)?.or(d_eos),
+            unk: optional_id(gguf, "tokenizer.ggml.unknown_token_id", n)?.or(d_unk),
             pad: optional_id(gguf, "tokenizer.ggml.padding_token_id", n)?,
             eot: optional_id(gguf, "tokenizer.ggml.eot_token_id", n)?,
             eom: optional_id(gguf, "tokenizer.ggml.eom_token_id", n)?,
@@ -286,6 +307,7 @@ impl Vocab {
             tokens,
             attrs,
             merges,
+            scores,
             ids,
             eog,
         })
@@ -336,6 +358,50 @@ fn read_merges(
         }
     }
     Ok(merges)
+}
+
+/// `tokenizer.ggml.scores`: float32 (or integer) per token. Required for SentencePiece, where
+/// the scores decide the merge order; llama.cpp would silently use 0 for every token, which
+/// turns the tokenizer into "leftmost merge first" and quietly changes every tokenization.
+fn read_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>, TokenizerError> {
+    let scores: Vec<f32> = match gguf.get(KEY_SCORES) {
+        None => {
+            return Err(TokenizerError::malformed(
+                KEY_SCORES,
+                "missing; a SentencePiece (\"llama\") vocabulary needs one score per token",
+            ))
+        }
+        Some(MetadataValue::Array(ArrayValue::F32(v))) => v.clone(),
+        Some(MetadataValue::Array(ArrayValue::F64(v))) => v.iter().map(|&x| x as f32).collect(),
+        // llama.cpp also accepts int32 scores.
+        Some(MetadataValue::Array(a)) if !matches!(a, ArrayValue::String(_)) => a
+            .to_i64_vec()
+            .ok_or_else(|| {
+                TokenizerError::malformed(KEY_SCORES, "expected an array of float32 or integers")
+            })?
+            .iter()
+            .map(|&x| x as f32)
+            .collect(),
+        Some(v) => {
+            return Err(TokenizerError::malformed(
+                KEY_SCORES,
+                format!("expected an array of float32, found {}", short_type(v)),
+            ))
+        }
+    };
+    if scores.len() != n {
+        return Err(TokenizerError::malformed(
+            KEY_SCORES,
+            format!("has {} entries but there are {n} tokens", scores.len()),
+        ));
+    }
+    if let Some(i) = scores.iter().position(|s| s.is_nan()) {
+        return Err(TokenizerError::malformed(
+            KEY_SCORES,
+            format!("token {i} has score NaN; expected a number"),
+        ));
+    }
+    Ok(scores)
 }
 
 fn short_type(v: &MetadataValue) -> String {

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Fixtures for ridge-kernels' dequantization tests of the Q5_0 and k-quant block formats.
+
+For each format: a few blocks of random bytes (the f16 scale fields replaced by random finite
+values, so no block decodes to inf/NaN), dequantized by the `gguf` Python package
+(`gguf.quants.dequantize`), the independent reference. Writes, per format,
+
+    crates/ridge-kernels/tests/data/<fmt>.blocks   the raw block bytes
+    crates/ridge-kernels/tests/data/<fmt>.f32      the expected values, little-endian f32
+
+Run from the repository root: python3 tools/reference/quant_fixtures.py
+Requires only numpy and gguf. Deterministic (fixed seed).
+"""
+
+import os
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.quants import dequantize
+
+OUT = "crates/ridge-kernels/tests/data"
+
+# format -> (blocks, byte offsets of its f16 scale fields)
+FORMATS = {
+    "q5_0": (T.Q5_0, 8, [0]),
+    "q4_k": (T.Q4_K, 3, [0, 2]),
+    "q5_k": (T.Q5_K, 3, [0, 2]),
+    "q6_k": (T.Q6_K, 3, [208]),
+}
+
+
+def main():
+    rng = np.random.default_rng(20240607)
+    os.makedirs(OUT, exist_ok=True)
+    for name, (qtype, n_blocks, f16_fields) in FORMATS.items():
+        block_size, type_size = GGML_QUANT_SIZES[qtype]
+        raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+        for off in f16_fields:
+            d = rng.uniform(-2.0, 2.0, size=n_blocks).astype(np.float16)
+            raw[:, off : off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+        vals = dequantize(raw.reshape(-1), qtype).astype("<f4")
+        assert vals.size == n_blocks * block_size and np.isfinite(vals).all()
+        raw.tofile(os.path.join(OUT, f"{name}.blocks"))
+        vals.tofile(os.path.join(OUT, f"{name}.f32"))
+        print(f"{name}: {n_blocks} blocks, {raw.size} bytes, {vals.size} values")
+
+
+if __name__ == "__main__":
+    main()
