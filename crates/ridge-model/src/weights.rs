@@ -41,6 +41,10 @@ fn dtype_of(t: GgmlType) -> Option<DType> {
         GgmlType::Q8_0 => DType::Q8_0,
         GgmlType::Q4_0 => DType::Q4_0,
         GgmlType::Q4_1 => DType::Q4_1,
+        GgmlType::Q5_0 => DType::Q5_0,
+        GgmlType::Q4_K => DType::Q4_K,
+        GgmlType::Q5_K => DType::Q5_K,
+        GgmlType::Q6_K => DType::Q6_K,
         _ => return None,
     })
 }

@@ -35,6 +35,10 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
             ridge_gguf::GgmlType::Q8_0 => DType::Q8_0,
             ridge_gguf::GgmlType::Q4_0 => DType::Q4_0,
             ridge_gguf::GgmlType::Q4_1 => DType::Q4_1,
+            ridge_gguf::GgmlType::Q5_0 => DType::Q5_0,
+            ridge_gguf::GgmlType::Q4_K => DType::Q4_K,
+            ridge_gguf::GgmlType::Q5_K => DType::Q5_K,
+            ridge_gguf::GgmlType::Q6_K => DType::Q6_K,
             other => panic!("{other:?}"),
         };
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
