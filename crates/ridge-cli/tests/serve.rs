@@ -501,3 +501,20 @@ fn sigterm_drains_streams_in_flight_and_exits_zero() {
     // New connections are refused after shutdown.
     assert!(Server::client().get(s.url("/health")).send().is_err());
 }
+
+#[test]
+fn the_official_openai_python_sdk_works_unchanged() {
+    let s = Server::start(&[]);
+    let script = common::repo().join("tools/tests/openai_sdk_check.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&s.base)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n(install the SDK with: python3 -m pip install -r tools/requirements-test.txt)",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

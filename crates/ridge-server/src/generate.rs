@@ -161,7 +161,7 @@ impl Answer {
                 if c.finish.is_some() {
                     return None;
                 }
-                metrics.finished(f.reason, &f.timings);
+                metrics.finished(&f.timings);
                 if let Some(e) = f.error {
                     self.error = Some(e);
                 }

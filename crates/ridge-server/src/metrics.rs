@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use ridge_engine::{ChoiceTimings, EngineStats, FinishReason};
+use ridge_engine::{ChoiceTimings, EngineStats};
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -93,13 +93,9 @@ impl Metrics {
         self.itl.record(secs);
     }
 
-    /// Records a finished choice.
-    pub fn finished(&self, reason: FinishReason, t: &ChoiceTimings) {
-        match reason {
-            FinishReason::Stop => self.success_stop.increment(1),
-            FinishReason::Length => self.success_length.increment(1),
-            FinishReason::Aborted => self.success_abort.increment(1),
-        }
+    /// Records the latencies of a finished choice (outcome counts come from the engine, which
+    /// also sees choices whose client is gone).
+    pub fn finished(&self, t: &ChoiceTimings) {
         if let Some(v) = t.ttft_ms() {
             self.ttft.record(v / 1e3);
         }
@@ -128,6 +124,11 @@ impl Metrics {
         self.preemptions.absolute(s.preemptions.load(Relaxed));
         self.prefix_queries.absolute(s.prefix_queries.load(Relaxed));
         self.prefix_hits.absolute(s.prefix_hits.load(Relaxed));
+        self.success_stop.absolute(s.finished_stop.load(Relaxed));
+        self.success_length
+            .absolute(s.finished_length.load(Relaxed));
+        self.success_abort
+            .absolute(s.finished_abort.load(Relaxed) + s.finished_error.load(Relaxed));
         let _ = &self.recorder;
         self.handle.render()
     }
