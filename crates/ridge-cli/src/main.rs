@@ -39,6 +39,8 @@ enum Command {
     Probe(commands::probe::Args),
     /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
     Bench(commands::bench::Args),
+    /// Predict decode and prefill floors, throughput and cost of a model on a machine.
+    Roofline(commands::roofline::Args),
 }
 
 fn main() {
@@ -77,6 +79,7 @@ fn main() {
         Command::Perplexity(a) => commands::perplexity::main(a),
         Command::Probe(a) => commands::probe::main(a),
         Command::Bench(a) => commands::bench::main(a),
+        Command::Roofline(a) => commands::roofline::main(a),
     };
     if let Err(e) = result {
         let msg = format!("{e:#}").replace('\n', " ");

@@ -5,5 +5,6 @@ pub mod chat;
 pub mod perplexity;
 pub mod probe;
 pub mod pull;
+pub mod roofline;
 pub mod run;
 pub mod tokenize;
