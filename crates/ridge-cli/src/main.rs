@@ -41,6 +41,8 @@ enum Command {
     Serve(commands::serve::Args),
     /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
     Bench(commands::bench::Args),
+    /// Predict decode and prefill floors, throughput and cost of a model on a machine.
+    Roofline(commands::roofline::Args),
 }
 
 fn main() {
@@ -80,6 +82,7 @@ fn main() {
         Command::Probe(a) => commands::probe::main(a),
         Command::Bench(a) => commands::bench::main(a),
         Command::Serve(a) => commands::serve::main(a),
+        Command::Roofline(a) => commands::roofline::main(a),
     };
     if let Err(e) = result {
         let msg = format!("{e:#}").replace('\n', " ");

@@ -26,6 +26,15 @@
 //!   (peak f32 FMA, and ridge's real quantized matrix kernel on cache-resident data).
 //! - [`model`] turns a model's byte counts and a batch's contexts into the bytes one step reads
 //!   and the floor on its latency.
+//! - [`hardware`] is the table of machines people ask about (H100, H200, A100, B200, MI300X:
+//!   datasheet bandwidth and dense peaks) plus `local`, measured by [`probe`].
+//! - [`spec`] reads what the model needs to know about a model from a GGUF file's tensor index
+//!   or a Hugging Face `config.json` (for models that cannot be loaded here).
+//! - [`analytic`] is DESIGN.md's model in full: bytes and FLOPs per step, arithmetic intensity
+//!   against the ridge point, the binding roof, TPOT and TTFT floors, throughput and cost per
+//!   token — the numbers `ridge roofline` prints.
+//! - [`chart`] draws them (plotters, SVG or PNG), and holds the chart plumbing `ridge-bench`
+//!   shares.
 //!
 //! The bandwidth and FMA probes run on plain `std::thread::scope` threads: they are measurement
 //! code, not the hot path, and should not depend on the kernels' thread pool to be trusted. The
@@ -34,8 +43,15 @@
 
 #![warn(missing_docs)]
 
+pub mod analytic;
+pub mod chart;
+pub mod hardware;
 pub mod model;
 pub mod probe;
+pub mod spec;
 
+pub use analytic::{Bound, KvDtype, OperatingPoint, Setup};
+pub use hardware::{Hardware, Precision};
 pub use model::{floor_ms, step_bytes, RooflineInputs};
 pub use probe::{ProbeConfig, ProbeReport};
+pub use spec::ModelSpec;

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod perplexity;
 pub mod probe;
 pub mod pull;
+pub mod roofline;
 pub mod run;
 pub mod serve;
 pub mod tokenize;

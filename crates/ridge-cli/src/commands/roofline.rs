@@ -1,0 +1,247 @@
+//! `ridge roofline --model M --hardware NAME|local [--batch 1,8,64] [--context 0,4096]
+//! [--prompt-len N] [--kv-dtype f16|q8_0] [--precision bf16|fp8] [--price-per-hour USD]
+//! [--json] [--plot FILE]`: the analytic floor of `ridge_roofline::analytic` for a GGUF model
+//! (path or known name) or a Hugging Face `config.json`, on a built-in machine or this one.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use ridge_roofline::analytic::Setup;
+use ridge_roofline::chart::{self, RooflineChart};
+use ridge_roofline::{Hardware, KvDtype, ModelSpec, OperatingPoint, Precision};
+
+/// Arguments of `roofline`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF path or known name, or a Hugging Face config.json (or a folder holding one).
+    #[arg(long, short, default_value = ridge_model::registry::DEFAULT_MODEL)]
+    model: String,
+    /// Machine: h100-sxm, h200, a100-80gb, b200, mi300x, or local (probed, about 2 s).
+    #[arg(long)]
+    hardware: String,
+    /// Batch sizes, comma-separated: sequences decoded together.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u64, 8, 64])]
+    batch: Vec<u64>,
+    /// Context lengths, comma-separated: cached positions each sequence attends over.
+    #[arg(long, value_delimiter = ',', default_values_t = [0u64, 4096])]
+    context: Vec<u64>,
+    /// Prompt length of the TTFT floor (default: each row's context, at least 1).
+    #[arg(long)]
+    prompt_len: Option<u64>,
+    /// KV cache element format: f16 (2 bytes) or q8_0 (34 bytes per 32).
+    #[arg(long, default_value = "f16")]
+    kv_dtype: KvDtype,
+    /// Whose peak bounds compute: bf16 or fp8.
+    #[arg(long, default_value = "bf16")]
+    precision: Precision,
+    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
+    #[arg(long)]
+    weight_dtype: Option<String>,
+    /// Price of the machine in USD per hour, for cost per million output tokens.
+    #[arg(long)]
+    price_per_hour: Option<f64>,
+    /// One JSON object per (batch, context) per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Draw the roofline chart into FILE (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Bytes per parameter of the formats `--weight-dtype` accepts.
+fn bytes_per_param(name: &str) -> Result<f64> {
+    Ok(match name {
+        "bf16" | "f16" => 2.0,
+        "fp8" | "int8" => 1.0,
+        "int4" => 0.5,
+        "f32" => 4.0,
+        other => bail!(
+            "--weight-dtype: unknown format `{other}` (expected bf16, f16, fp8, int8, int4 or f32)"
+        ),
+    })
+}
+
+/// The config.json that `arg` names, if it names one (a `.json` file or a folder with one).
+fn hf_config_path(arg: &str) -> Option<PathBuf> {
+    let p = Path::new(arg);
+    if p.is_dir() {
+        let c = p.join("config.json");
+        return c.is_file().then_some(c);
+    }
+    p.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        .then(|| p.to_path_buf())
+}
+
+fn load_spec(a: &Args) -> Result<ModelSpec> {
+    if let Some(path) = hf_config_path(&a.model) {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{}: cannot read", path.display()))?;
+        let format = a.weight_dtype.as_deref().unwrap_or("bf16");
+        let spec = ModelSpec::from_hf_config(
+            &text,
+            &path.display().to_string(),
+            bytes_per_param(format)?,
+            format,
+        )?;
+        return Ok(spec);
+    }
+    if a.weight_dtype.is_some() {
+        bail!("--weight-dtype applies to config.json models; a GGUF file's tensor index already says how its weights are stored");
+    }
+    let path = ridge_model::registry::resolve(&a.model, false)?;
+    let file = ridge_gguf::GgufFile::open(&path)?;
+    Ok(ModelSpec::from_gguf(&file)?)
+}
+
+fn hardware(name: &str) -> Result<Hardware> {
+    if name.eq_ignore_ascii_case("local") {
+        return Ok(Hardware::probe_local(ridge_kernels::pool::threads()));
+    }
+    Hardware::builtin(name).with_context(|| {
+        format!(
+            "--hardware: unknown machine `{name}` (known: {}, local)",
+            Hardware::builtin_names().join(", ")
+        )
+    })
+}
+
+/// Runs `roofline`.
+pub fn main(a: Args) -> Result<()> {
+    if a.batch.is_empty() || a.batch.contains(&0) {
+        bail!("--batch: give batch sizes of at least 1");
+    }
+    if a.context.is_empty() {
+        bail!("--context: give at least one context length");
+    }
+    if let Some(p) = a.plot.as_deref() {
+        chart::ChartFormat::from_path(p)?;
+    }
+    let spec = load_spec(&a)?;
+    let setup = Setup {
+        hardware: hardware(&a.hardware)?,
+        precision: a.precision,
+        kv_dtype: a.kv_dtype,
+        price_per_hour: a.price_per_hour,
+    };
+    let mut points: Vec<OperatingPoint> = Vec::new();
+    for &ctx in &a.context {
+        for &b in &a.batch {
+            let prompt = a.prompt_len.unwrap_or(ctx.max(1));
+            points.push(setup.point(&spec, b, ctx, prompt)?);
+        }
+    }
+    let hw = &setup.hardware;
+    let peak = hw.peak_tflops(setup.precision).unwrap_or(0.0);
+    if a.json {
+        for p in &points {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "model": spec.name,
+                    "hardware": hw.name,
+                    "batch": p.batch,
+                    "context": p.context,
+                    "prompt_len": p.prompt_len,
+                    "tpot_min_ms": p.tpot_min_ms,
+                    "ttft_min_ms": p.ttft_min_ms,
+                    "weights_bytes": p.weights_bytes,
+                    "kv_bytes_per_token": p.kv_bytes_per_token,
+                    "kv_bytes": p.kv_bytes,
+                    "step_bytes": p.step_bytes,
+                    "step_flops": p.step_flops,
+                    "params": spec.params,
+                    "arithmetic_intensity": p.arithmetic_intensity,
+                    "ridge_point": p.ridge_point,
+                    "bound": p.bound.name(),
+                    "prefill_bound": p.prefill_bound.name(),
+                    "memory_time_ms": p.memory_time_ms,
+                    "compute_time_ms": p.compute_time_ms,
+                    "tokens_per_s": p.tokens_per_s,
+                    "tokens_per_s_per_user": p.tokens_per_s_per_user,
+                    "attained_tflops": p.attained_tflops,
+                    "cost_per_mtok": p.cost_per_mtok,
+                    "price_per_hour": setup.price_per_hour,
+                    "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+                    "peak_tflops": peak,
+                    "precision": setup.precision.name(),
+                    "kv_dtype": setup.kv_dtype.name(),
+                })
+            );
+        }
+    } else {
+        print_table(&spec, &setup, &points);
+    }
+    if let Some(path) = a.plot.as_deref() {
+        let c = RooflineChart {
+            model: &spec,
+            setup: &setup,
+            points: &points,
+        };
+        chart::render(&c, path)?;
+        if !a.json {
+            println!("chart written to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
+    let hw = &setup.hardware;
+    let peak = hw.peak_tflops(setup.precision).unwrap_or(0.0);
+    println!(
+        "{}: {:.1} MB of {} weights read per step, {:.1}M params, {} B of {} KV cache per token",
+        spec.name,
+        spec.weight_bytes as f64 / 1e6,
+        spec.weights_format,
+        spec.params as f64 / 1e6,
+        setup.kv_bytes_per_token(spec),
+        setup.kv_dtype.name()
+    );
+    println!(
+        "{} ({}): {:.1} GB/s, {:.1} TFLOP/s {}; ridge point {:.1} FLOP/byte",
+        hw.description,
+        hw.source,
+        hw.memory_bandwidth_gbs,
+        peak,
+        setup.precision,
+        points.first().map(|p| p.ridge_point).unwrap_or(0.0)
+    );
+    println!(
+        "{:>6} {:>8} {:>11} {:>11} {:>9} {:>8} {:>10} {:>11} {:>12} {:>7} {:>11} {:>9}",
+        "batch",
+        "context",
+        "MB/step",
+        "GFLOP/step",
+        "FLOP/B",
+        "bound",
+        "TPOT ms",
+        "tok/s/user",
+        "tok/s total",
+        "prompt",
+        "TTFT ms",
+        "$/Mtok"
+    );
+    for p in points {
+        let cost = p
+            .cost_per_mtok
+            .map(|c| format!("{c:.4}"))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:>6} {:>8} {:>11.2} {:>11.3} {:>9.2} {:>8} {:>10.4} {:>11.1} {:>12.1} {:>7} {:>11.4} {:>9}",
+            p.batch,
+            p.context,
+            p.step_bytes / 1e6,
+            p.step_flops / 1e9,
+            p.arithmetic_intensity,
+            p.bound.name(),
+            p.tpot_min_ms,
+            p.tokens_per_s_per_user,
+            p.tokens_per_s,
+            p.prompt_len,
+            p.ttft_min_ms,
+            cost
+        );
+    }
+    println!("floors: datasheet peaks, zero overhead; TTFT is one prompt prefilled alone");
+}

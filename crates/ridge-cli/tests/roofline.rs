@@ -1,0 +1,278 @@
+//! `ridge roofline` through the real binary: the issue's bar (SmolLM2-135M on an H100 at batch
+//! 1, contexts 0 and 4096) against hand-computed values, the JSON contract, config.json models,
+//! charts, and clean errors.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn lines(o: &std::process::Output) -> Vec<Value> {
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+fn smollm2_on_h100_meets_the_bar() {
+    let path = smollm2();
+    let p = path.to_str().unwrap();
+    let o = run(&[
+        "roofline",
+        "--model",
+        p,
+        "--hardware",
+        "h100-sxm",
+        "--batch",
+        "1",
+        "--context",
+        "0,4096",
+        "--json",
+    ]);
+    let rows = lines(&o);
+    assert_eq!(rows.len(), 2);
+    // The weight bytes the analytic model reads from the GGUF tensor index are exactly the
+    // bytes ridge's own forward pass reads per token.
+    let model = ridge_model::Model::load(&path).unwrap();
+    let w = model.weight_bytes_per_token() as f64;
+    assert_eq!(w, 96_576_768.0, "SmolLM2-135M Q4_1 weight bytes");
+    for row in &rows {
+        assert_eq!(num(row, "weights_bytes"), w);
+        // 2 (K, V) · 30 layers · 3 KV heads · 64 · 2 bytes.
+        assert_eq!(num(row, "kv_bytes_per_token"), 23_040.0);
+        assert_eq!(row["bound"], "memory");
+        assert_eq!(num(row, "batch"), 1.0);
+    }
+    // By hand: ctx 0 → 96 576 768 B / 3.35e12 B/s = 0.028 828 886 ms;
+    // ctx 4096 → (96 576 768 + 2·30·4096·3·64·2 = 94 371 840) = 190 948 608 B → 0.056 999 584 ms.
+    let want = [(0.0, 0.028_828_886), (4096.0, 0.056_999_584)];
+    for (row, (ctx, ms)) in rows.iter().zip(want) {
+        assert_eq!(num(row, "context"), ctx);
+        let got = num(row, "tpot_min_ms");
+        assert!(
+            (got - ms).abs() / ms < 0.03,
+            "ctx {ctx}: {got} vs {ms} (3% bar)"
+        );
+        assert!(
+            (got - ms).abs() / ms < 1e-6,
+            "ctx {ctx}: {got} vs {ms} (exact)"
+        );
+        assert_eq!(
+            num(row, "tpot_min_ms"),
+            (w + 2.0 * 30.0 * ctx * 3.0 * 64.0 * 2.0) / 3.35e12 * 1e3
+        );
+        assert!((num(row, "tokens_per_s") - 1e3 / ms).abs() / (1e3 / ms) < 1e-6);
+    }
+    // Every contract field is there; no price → null cost.
+    for k in [
+        "batch",
+        "context",
+        "tpot_min_ms",
+        "ttft_min_ms",
+        "weights_bytes",
+        "kv_bytes_per_token",
+        "arithmetic_intensity",
+        "bound",
+        "tokens_per_s",
+        "cost_per_mtok",
+    ] {
+        assert!(rows[0].get(k).is_some(), "{k} missing");
+    }
+    assert!(rows[0]["cost_per_mtok"].is_null());
+}
+
+#[test]
+fn batching_price_and_q8_cache() {
+    let path = smollm2();
+    let o = run(&[
+        "roofline",
+        "--model",
+        path.to_str().unwrap(),
+        "--hardware",
+        "a100-80gb",
+        "--batch",
+        "64",
+        "--context",
+        "1000",
+        "--kv-dtype",
+        "q8_0",
+        "--price-per-hour",
+        "1.8",
+        "--prompt-len",
+        "100",
+        "--json",
+    ]);
+    let row = &lines(&o)[0];
+    // q8_0 KV: 2 · 30 · 192 · 34/32 = 12 240 B/token; 64 sequences × 1000 positions.
+    assert_eq!(num(row, "kv_bytes_per_token"), 12_240.0);
+    let bytes = 96_576_768.0 + 64.0 * 1000.0 * 12_240.0;
+    assert_eq!(num(row, "step_bytes"), bytes);
+    let t = bytes / 2.039e12;
+    assert!((num(row, "tpot_min_ms") - t * 1e3).abs() < 1e-12);
+    // $1.80/h over 64/t tokens/s, per million.
+    let cost = 1.8 / 3600.0 / (64.0 / t) * 1e6;
+    assert!((num(row, "cost_per_mtok") - cost).abs() < 1e-12 * cost.max(1.0));
+    // Prefill of 100 tokens: 2 · 134 479 872 · 100 + 4 · 30 · 9 · 64 · 100 · 101 / 2 FLOPs
+    // over 312 TFLOP/s — compute-bound.
+    let flops = 2.0 * 134_479_872.0 * 100.0 + 4.0 * 30.0 * 9.0 * 64.0 * 5050.0;
+    assert!((num(row, "ttft_min_ms") - flops / 312e12 * 1e3).abs() < 1e-12);
+    assert_eq!(row["prefill_bound"], "compute");
+}
+
+#[test]
+fn hugging_face_config_and_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
+            "tie_word_embeddings": true}"#,
+    )
+    .unwrap();
+    let svg = dir.path().join("roof.svg");
+    let o = run(&[
+        "roofline",
+        "--model",
+        dir.path().to_str().unwrap(),
+        "--hardware",
+        "h200",
+        "--batch",
+        "1,8",
+        "--context",
+        "0",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let rows = lines(&o);
+    // bf16: (134 479 872 params + 35 136 norm weights) · 2 bytes.
+    assert_eq!(num(&rows[0], "weights_bytes"), 269_030_016.0);
+    assert!((num(&rows[0], "tpot_min_ms") - 269_030_016.0 / 4.8e12 * 1e3).abs() < 1e-12);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg"), "not an SVG");
+    for label in ["Roofline", "ridge point", "B=8", "context 0", "TPOT floor"] {
+        assert!(text.contains(label), "{label} not drawn");
+    }
+    // int4 weights quarter the bytes of bf16 (exactly, up to rounding of the half byte).
+    let o = run(&[
+        "roofline",
+        "--model",
+        cfg.to_str().unwrap(),
+        "--hardware",
+        "h200",
+        "--batch",
+        "1",
+        "--context",
+        "0",
+        "--weight-dtype",
+        "int4",
+        "--json",
+    ]);
+    assert_eq!(num(&lines(&o)[0], "weights_bytes"), 67_257_504.0);
+}
+
+#[test]
+fn table_and_png() {
+    let path = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("roof.png");
+    let o = run(&[
+        "roofline",
+        "--model",
+        path.to_str().unwrap(),
+        "--hardware",
+        "b200",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("TPOT ms") && out.contains("ridge point"),
+        "{out}"
+    );
+    // Default grid: batches 1, 8, 64 × contexts 0, 4096.
+    let rows = out
+        .lines()
+        .filter(|l| l.contains(" memory ") || l.contains(" compute "))
+        .count();
+    assert_eq!(rows, 6, "{out}");
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn errors_are_one_line() {
+    let path = smollm2();
+    let p = path.to_str().unwrap();
+    assert_clean_failure(
+        &run(&["roofline", "--model", p, "--hardware", "tpu-v9"]),
+        "unknown machine `tpu-v9`",
+    );
+    assert_clean_failure(
+        &run(&[
+            "roofline",
+            "--model",
+            p,
+            "--hardware",
+            "a100-80gb",
+            "--precision",
+            "fp8",
+        ]),
+        "a100-80gb has no fp8",
+    );
+    assert_clean_failure(
+        &run(&[
+            "roofline",
+            "--model",
+            p,
+            "--hardware",
+            "h100-sxm",
+            "--plot",
+            "x.pdf",
+        ]),
+        ".svg or .png",
+    );
+    assert_clean_failure(
+        &run(&[
+            "roofline",
+            "--model",
+            p,
+            "--hardware",
+            "h100-sxm",
+            "--batch",
+            "0",
+        ]),
+        "--batch",
+    );
+    assert_clean_failure(
+        &run(&[
+            "roofline",
+            "--model",
+            "/nonexistent/config.json",
+            "--hardware",
+            "h100-sxm",
+        ]),
+        "config.json",
+    );
+    assert_clean_failure(
+        &run(&[
+            "roofline",
+            "--model",
+            p,
+            "--hardware",
+            "h100-sxm",
+            "--weight-dtype",
+            "int4",
+        ]),
+        "config.json models",
+    );
+}

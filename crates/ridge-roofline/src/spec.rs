@@ -1,0 +1,395 @@
+//! What the analytic model needs to know about a model: how many bytes of weights one decode
+//! step reads, how many parameters it multiplies, and the attention shape that sizes the KV
+//! cache.
+//!
+//! Two sources, because the question "how fast could this run on an H100?" is usually asked
+//! about models that cannot be loaded here:
+//!
+//! - a **GGUF file**: bytes and parameter counts come from the tensor index, so quantization is
+//!   accounted for exactly (a Q4_1 matrix reads its quantized size, norms their f32 size); the
+//!   shape comes from the `{arch}.*` metadata keys every llama.cpp-style architecture writes,
+//!   so models ridge cannot *run* (gemma3, qwen, …) can still be *predicted*;
+//! - a **Hugging Face `config.json`**: the shape is given and the parameter count is derived for
+//!   a dense decoder (attention with grouped KV heads, gated MLP, untied or tied output head),
+//!   at a chosen bytes per parameter (bf16 by default).
+//!
+//! "Read per step" follows [`crate::model`]: every layer matrix, every norm and the output head
+//! are read once; the token embedding contributes one row per token (negligible) unless it is
+//! tied to the output head, in which case it *is* the output head.
+
+use ridge_gguf::GgufFile;
+
+/// Errors of building a [`ModelSpec`]; messages name the file and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The GGUF file could not be read or lacks a key.
+    #[error(transparent)]
+    Gguf(#[from] ridge_gguf::GgufError),
+    /// A config.json that is not JSON, or lacks or mistypes a field.
+    #[error("{path}: {message}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A model this analytic model does not describe.
+    #[error("{path}: {message}")]
+    Unsupported {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The shape and byte counts of a model, as the analytic model uses them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelSpec {
+    /// A name for titles (the GGUF file's stem, or the config's `_name_or_path`).
+    pub name: String,
+    /// Transformer layers.
+    pub n_layers: u64,
+    /// Query heads.
+    pub n_heads: u64,
+    /// Key/value heads (grouped-query attention shares each among `n_heads / n_kv_heads`).
+    pub n_kv_heads: u64,
+    /// Elements per head.
+    pub head_dim: u64,
+    /// Bytes of weights one forward pass reads (quantized size for GGUF).
+    pub weight_bytes: u64,
+    /// Parameters multiplied per token: every matrix a token passes through, output head
+    /// included, the embedding lookup excluded. One token costs `2 · params` FLOPs outside
+    /// attention.
+    pub params: u64,
+    /// How the weights are stored, for display (`Q4_1`, `bf16`, …).
+    pub weights_format: String,
+}
+
+impl ModelSpec {
+    /// Reads the spec of a GGUF file (see the module doc for what counts as read).
+    pub fn from_gguf(f: &GgufFile) -> Result<ModelSpec, SpecError> {
+        let path = f.path().display().to_string();
+        let arch = f.get_str("general.architecture")?.to_string();
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_layers = f.get_u64(&k("block_count"))?;
+        let d_model = f.get_u64(&k("embedding_length"))?;
+        let n_heads = f.get_u64(&k("attention.head_count"))?;
+        let n_kv_heads = match f.get(&k("attention.head_count_kv")) {
+            None => n_heads,
+            Some(v) => v.as_u64().ok_or_else(|| SpecError::Unsupported {
+                path: path.clone(),
+                message: format!(
+                    "{}: per-layer KV head counts are not modelled (expected one integer)",
+                    k("attention.head_count_kv")
+                ),
+            })?,
+        };
+        let head_dim = match f.get(&k("attention.key_length")) {
+            Some(_) => f.get_u64(&k("attention.key_length"))?,
+            None if n_heads > 0 => d_model / n_heads,
+            None => 0,
+        };
+        if n_layers == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
+            return Err(SpecError::Unsupported {
+                path,
+                message: format!(
+                    "layers {n_layers}, heads {n_heads}, KV heads {n_kv_heads}, head dim \
+                     {head_dim}: all must be at least 1"
+                ),
+            });
+        }
+        let tied = !f.has_tensor("output.weight");
+        let mut weight_bytes = 0u64;
+        let mut params = 0u64;
+        let mut formats: Vec<(String, u64)> = Vec::new();
+        for t in f.tensors() {
+            if t.name == "token_embd.weight" && !tied {
+                continue; // looked up one row per token, not read whole
+            }
+            weight_bytes += t.size as u64;
+            if t.dims.len() >= 2 {
+                params += t.n_elements();
+                let name = format!("{:?}", t.ty);
+                match formats.iter_mut().find(|(n, _)| *n == name) {
+                    Some(e) => e.1 += t.size as u64,
+                    None => formats.push((name, t.size as u64)),
+                }
+            }
+        }
+        // The format holding most of the bytes names the model's quantization.
+        formats.sort_by_key(|f| std::cmp::Reverse(f.1));
+        let weights_format = formats
+            .first()
+            .map(|f| f.0.clone())
+            .unwrap_or_else(|| "none".to_string());
+        // The file's name is what the user typed or pulled; `general.name` is often a
+        // training-run label.
+        let name = file_stem(&path);
+        Ok(ModelSpec {
+            name,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            weight_bytes,
+            params,
+            weights_format,
+        })
+    }
+
+    /// Builds the spec of a dense decoder from a Hugging Face `config.json` (`text` is its
+    /// contents, `path` names it in errors) at `bytes_per_param` bytes per weight.
+    ///
+    /// Parameters read per token, per layer: `q` (`d · H · hd`), `k` and `v` (`d · KV · hd`
+    /// each), `o` (`H · hd · d`), the gated MLP (`3 · d · ff`) and two norms (`2 · d`); then the
+    /// final norm (`d`) and the output head (`vocab · d`, tied or not — the head is read either
+    /// way). A multimodal config's `text_config` is used when the top level has no
+    /// `hidden_size`. Mixture-of-experts configs are refused: which experts a batch touches
+    /// decides their bytes, and that is not a function of the config.
+    pub fn from_hf_config(
+        text: &str,
+        path: &str,
+        bytes_per_param: f64,
+        format: &str,
+    ) -> Result<ModelSpec, SpecError> {
+        let cfg_err = |message: String| SpecError::Config {
+            path: path.to_string(),
+            message,
+        };
+        let root: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| cfg_err(format!("not valid JSON: {e}")))?;
+        let c = if root.get("hidden_size").is_none() {
+            root.get("text_config").unwrap_or(&root)
+        } else {
+            &root
+        };
+        let get = |key: &str| -> Result<Option<u64>, SpecError> {
+            match c.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => v.as_u64().filter(|&n| n > 0).map(Some).ok_or_else(|| {
+                    cfg_err(format!("`{key}` must be a positive integer, found {v}"))
+                }),
+            }
+        };
+        let need = |key: &str| -> Result<u64, SpecError> {
+            get(key)?.ok_or_else(|| cfg_err(format!("`{key}` is missing")))
+        };
+        for moe in ["num_local_experts", "num_experts", "n_routed_experts"] {
+            if get(moe)?.is_some_and(|n| n > 1) {
+                return Err(SpecError::Unsupported {
+                    path: path.to_string(),
+                    message: format!(
+                        "`{moe}`: mixture-of-experts models are not modelled (bytes read depend \
+                         on which experts a batch routes to)"
+                    ),
+                });
+            }
+        }
+        let d = need("hidden_size")?;
+        let n_layers = need("num_hidden_layers")?;
+        let n_heads = need("num_attention_heads")?;
+        let n_kv_heads = get("num_key_value_heads")?.unwrap_or(n_heads);
+        let head_dim = get("head_dim")?.unwrap_or(d / n_heads);
+        let ff = need("intermediate_size")?;
+        let vocab = need("vocab_size")?;
+        if head_dim == 0 {
+            return Err(cfg_err(format!(
+                "hidden_size {d} / num_attention_heads {n_heads} gives a zero head dimension"
+            )));
+        }
+        let per_layer = d * n_heads * head_dim
+            + 2 * d * n_kv_heads * head_dim
+            + n_heads * head_dim * d
+            + 3 * d * ff;
+        let matrices = n_layers * per_layer + vocab * d;
+        let norms = n_layers * 2 * d + d;
+        if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
+            return Err(cfg_err(format!(
+                "bytes per parameter must be positive, got {bytes_per_param}"
+            )));
+        }
+        let weight_bytes = ((matrices + norms) as f64 * bytes_per_param).round() as u64;
+        let name = root
+            .get("_name_or_path")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let p = std::path::Path::new(path);
+                p.parent()
+                    .and_then(|d| d.file_name())
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| file_stem(path))
+            });
+        Ok(ModelSpec {
+            name,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            weight_bytes,
+            params: matrices,
+            weights_format: format.to_string(),
+        })
+    }
+
+    /// Elements of K (or V) one token adds to the cache over all layers:
+    /// `n_layers · n_kv_heads · head_dim`.
+    pub fn kv_elems_per_token(&self) -> u64 {
+        self.n_layers * self.n_kv_heads * self.head_dim
+    }
+}
+
+fn file_stem(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M's config.json fields.
+    const SMOLLM2: &str = r#"{
+        "_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
+        "tie_word_embeddings": true, "torch_dtype": "bfloat16"
+    }"#;
+
+    #[test]
+    fn hf_config_parameter_count_by_hand() {
+        let s = ModelSpec::from_hf_config(SMOLLM2, "config.json", 2.0, "bf16").unwrap();
+        assert_eq!(s.name, "HuggingFaceTB/SmolLM2-135M-Instruct");
+        assert_eq!(
+            (s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim),
+            (30, 9, 3, 64)
+        );
+        // Per layer: q 576·576 = 331 776; k, v 576·192 = 110 592 each; o 331 776;
+        // MLP 3·576·1536 = 2 654 208 → 3 538 944. × 30 = 106 168 320; head 49 152·576 =
+        // 28 311 552 → 134 479 872 (the "135M").
+        assert_eq!(s.params, 134_479_872);
+        // Norms 30·2·576 + 576 = 35 136; (134 479 872 + 35 136) · 2 bytes.
+        assert_eq!(s.weight_bytes, 269_030_016);
+        assert_eq!(s.kv_elems_per_token(), 30 * 3 * 64);
+    }
+
+    /// A two-layer gemma3-shaped GGUF (an architecture ridge cannot run, but can predict):
+    /// Q4_1 matrices, f32 norms, tied or untied head.
+    fn tiny_gguf(tied: bool) -> tempfile::NamedTempFile {
+        use ridge_gguf::{GgmlType, GgufWriter, MetadataValue as V};
+        use std::io::Write;
+        let (d, ff, vocab, heads, kv, hd) = (64u64, 96u64, 100u64, 4u64, 2u64, 32u64);
+        let mut w = GgufWriter::new();
+        w.meta("general.architecture", V::String("gemma3".into()))
+            .meta("general.name", V::String("tiny".into()))
+            .meta("gemma3.block_count", V::U32(2))
+            .meta("gemma3.embedding_length", V::U32(d as u32))
+            .meta("gemma3.attention.head_count", V::U32(heads as u32))
+            .meta("gemma3.attention.head_count_kv", V::U32(kv as u32))
+            .meta("gemma3.attention.key_length", V::U32(hd as u32));
+        // Q4_1: 20 bytes per 32 elements.
+        let q = |n: u64| vec![0u8; (n / 32 * 20) as usize];
+        let f = |n: u64| vec![0u8; (n * 4) as usize];
+        w.tensor(
+            "token_embd.weight",
+            &[d, vocab],
+            GgmlType::Q4_1,
+            q(d * vocab),
+        );
+        for l in 0..2 {
+            let t = |s: &str| format!("blk.{l}.{s}.weight");
+            w.tensor(
+                &t("attn_q"),
+                &[d, heads * hd],
+                GgmlType::Q4_1,
+                q(d * heads * hd),
+            )
+            .tensor(&t("attn_k"), &[d, kv * hd], GgmlType::Q4_1, q(d * kv * hd))
+            .tensor(&t("attn_v"), &[d, kv * hd], GgmlType::Q4_1, q(d * kv * hd))
+            .tensor(
+                &t("attn_output"),
+                &[heads * hd, d],
+                GgmlType::Q4_1,
+                q(d * heads * hd),
+            )
+            .tensor(&t("ffn_gate"), &[d, ff], GgmlType::Q4_1, q(d * ff))
+            .tensor(&t("ffn_up"), &[d, ff], GgmlType::Q4_1, q(d * ff))
+            .tensor(&t("ffn_down"), &[ff, d], GgmlType::Q4_1, q(d * ff))
+            .tensor(&t("attn_norm"), &[d], GgmlType::F32, f(d))
+            .tensor(&t("ffn_norm"), &[d], GgmlType::F32, f(d));
+        }
+        w.tensor("output_norm.weight", &[d], GgmlType::F32, f(d));
+        if !tied {
+            w.tensor(
+                "output.weight",
+                &[d, vocab],
+                GgmlType::F16,
+                vec![0; (d * vocab * 2) as usize],
+            );
+        }
+        let mut file = tempfile::Builder::new().suffix(".gguf").tempfile().unwrap();
+        file.write_all(&w.to_bytes()).unwrap();
+        file.flush().unwrap();
+        file
+    }
+
+    #[test]
+    fn gguf_bytes_and_params_from_the_tensor_index() {
+        // Per layer: q, o 64·128 = 8192 each; k, v 64·64 = 4096 each; gate, up, down 64·96 =
+        // 6144 each → 43 008 params; Q4_1 bytes = 43 008 / 32 · 20 = 26 880; norms 2·64·4 = 512.
+        let f = ridge_gguf::GgufFile::open(tiny_gguf(true).path()).unwrap();
+        let s = ModelSpec::from_gguf(&f).unwrap();
+        assert!(f
+            .path()
+            .to_string_lossy()
+            .ends_with(&format!("{}.gguf", s.name)));
+        assert_eq!(
+            (s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim),
+            (2, 4, 2, 32)
+        );
+        // Tied: the embedding table (6400 params, 4000 bytes) is the output head and is read.
+        assert_eq!(s.params, 2 * 43_008 + 6_400);
+        assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 4_000);
+        assert_eq!(s.weights_format, "Q4_1");
+        assert_eq!(s.kv_elems_per_token(), 2 * 2 * 32);
+        // Untied: the embedding is a lookup (not read whole), the f16 head is read.
+        let f = ridge_gguf::GgufFile::open(tiny_gguf(false).path()).unwrap();
+        let s = ModelSpec::from_gguf(&f).unwrap();
+        assert_eq!(s.params, 2 * 43_008 + 6_400);
+        assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 12_800);
+    }
+
+    #[test]
+    fn hf_config_defaults_and_errors() {
+        // No num_key_value_heads → multi-head attention; no head_dim → hidden / heads.
+        let cfg = r#"{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 128, "vocab_size": 100}"#;
+        let s = ModelSpec::from_hf_config(cfg, "m/config.json", 1.0, "int8").unwrap();
+        assert_eq!((s.n_kv_heads, s.head_dim), (4, 16));
+        assert_eq!(s.name, "m");
+        // 2 · (4096 + 2·4096 + 4096 + 3·64·128) + 100·64 = 2·40 960 + 6 400.
+        assert_eq!(s.params, 88_320);
+        // Nested text_config (multimodal wrappers).
+        let nested = format!(r#"{{"text_config": {cfg}}}"#);
+        assert_eq!(
+            ModelSpec::from_hf_config(&nested, "c.json", 1.0, "int8")
+                .unwrap()
+                .params,
+            88_320
+        );
+        let err = |t: &str| {
+            ModelSpec::from_hf_config(t, "c.json", 2.0, "bf16")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("{").contains("not valid JSON"));
+        assert!(err(r#"{"hidden_size": 64}"#).contains("`num_hidden_layers` is missing"));
+        assert!(err(r#"{"hidden_size": "big"}"#).contains("positive integer"));
+        let moe = cfg.replace("\"vocab_size\"", "\"num_local_experts\": 8, \"vocab_size\"");
+        assert!(err(&moe).contains("mixture-of-experts"));
+    }
+}
