@@ -270,33 +270,49 @@ impl Sampler {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
             self.cand.truncate(k);
         }
-        self.cand.sort_unstable_by(by_logit_desc);
-        let max = self.cand[0].0;
+        let max = self
+            .cand
+            .iter()
+            .map(|c| c.0)
+            .fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
         for c in self.cand.iter_mut() {
             c.0 = (c.0 - max).exp();
             sum += c.0;
         }
-        // Top-p over the sorted probabilities.
+        // Top-p needs the most likely tokens in order, but only as many as the nucleus holds:
+        // select a growing head and sort just that (a full sort of a 50k–260k vocabulary per
+        // token would cost milliseconds).
         let mut keep = self.cand.len();
         if p.top_p < 1.0 {
-            let mut acc = 0f32;
-            for (i, c) in self.cand.iter().enumerate() {
-                acc += c.0 / sum;
-                if acc >= p.top_p {
+            let target = p.top_p * sum;
+            let mut m = 64.min(keep);
+            loop {
+                if m < self.cand.len() {
+                    self.cand.select_nth_unstable_by(m - 1, by_logit_desc);
+                }
+                self.cand[..m].sort_unstable_by(by_logit_desc);
+                let mut acc = 0f32;
+                let found = self.cand[..m].iter().position(|c| {
+                    acc += c.0;
+                    acc >= target
+                });
+                if let Some(i) = found {
                     keep = i + 1;
                     break;
                 }
+                if m == self.cand.len() {
+                    break;
+                }
+                m = (m * 4).min(self.cand.len());
             }
         }
+        self.cand.truncate(keep);
         // Min-p: relative to the most likely token (weight 1 after the shift above).
         if p.min_p > 0.0 {
-            keep = self.cand[..keep]
-                .iter()
-                .take_while(|c| c.0 >= p.min_p)
-                .count()
-                .max(1);
+            self.cand.retain(|c| c.0 >= p.min_p);
         }
+        let keep = self.cand.len();
         let total: f32 = self.cand[..keep].iter().map(|c| c.0).sum();
         let mut r = self.rng.random::<f32>() * total;
         for c in &self.cand[..keep] {
