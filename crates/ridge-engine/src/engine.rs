@@ -23,7 +23,7 @@ use crate::stats::EngineStats;
 use crate::{EngineError, FinishReason};
 
 enum Command {
-    Submit(RequestId, Request, EventSink, Instant),
+    Submit(RequestId, Box<Request>, EventSink, Instant),
     Abort(RequestId),
     Shutdown,
 }
@@ -122,7 +122,7 @@ impl Engine {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.queued.fetch_add(1, Ordering::Relaxed);
         self.tx
-            .send(Command::Submit(id, req, sink, Instant::now()))
+            .send(Command::Submit(id, Box::new(req), sink, Instant::now()))
             .map_err(|_| EngineError::Stopped)?;
         Ok(id)
     }
@@ -161,7 +161,7 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
             match cmd {
                 Command::Submit(id, req, sink, arrival) => {
                     queued.fetch_sub(1, Ordering::Relaxed);
-                    if let Err(e) = core.submit(id, req, sink.clone(), arrival) {
+                    if let Err(e) = core.submit(id, *req, sink.clone(), arrival) {
                         // Checked at submission already; report rather than drop silently.
                         let _ = sink(Event::Finish(crate::request::FinishEvent {
                             index: 0,
