@@ -359,6 +359,12 @@ impl Tokenizer {
     /// Decodes ids to text. With `skip_special`, control and unknown tokens render as nothing;
     /// otherwise as their text. Byte sequences that are not valid UTF-8 become U+FFFD. Ids
     /// outside the vocabulary render as nothing.
+    ///
+    /// The text is the plain concatenation of [`Tokenizer::token_to_piece`] (SentencePiece:
+    /// `▁` is a space, `<0xNN>` its byte). So with a SentencePiece `add_space_prefix`
+    /// vocabulary the space the encoder put in front is kept; llama.cpp's `llama_detokenize`
+    /// drops it only when the first id is not BOS, which cannot be reproduced token by token by
+    /// [`IncrementalDecoder`](crate::IncrementalDecoder), whose output must equal this.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         for &id in ids {

@@ -9,7 +9,8 @@
 #
 # It also writes vocabs_llama_cpp_ids.json: the same corpus (minus the long case) through the
 # vocabulary-only GGUFs llama.cpp ships in its models/ directory (one per pre-tokenizer family:
-# gpt-2, llama-bpe, qwen2, falcon, ...), found in $LLAMA_CPP_MODELS or BIN/../../models.
+# gpt-2, llama-bpe, qwen2, falcon, ...; and the SentencePiece llama-spm, phi-3, baichuan), found
+# in $LLAMA_CPP_MODELS or BIN/../../models.
 #
 # Each text is written to a file byte for byte and passed with -f (llama-tokenize reads it
 # verbatim), with --no-escape so backslashes stay literal. llama-tokenize adds BOS/EOS as the
@@ -59,9 +60,10 @@ with tempfile.TemporaryDirectory() as tmp:
         out["cases"].append({"name": case["name"], "text": case["text"], "ids": ids})
         print(f"{case['name']:24} {len(ids):5} tokens")
 
-    # Vocabulary-only GGUFs from llama.cpp's repository, byte-level BPE ones only.
+    # Vocabulary-only GGUFs from llama.cpp's repository: byte-level BPE ones, then the
+    # SentencePiece ones (tokenizer.ggml.model = "llama", add_space_prefix left at its default).
     vocabs = ["gpt-2", "llama-bpe", "qwen2", "falcon", "mpt", "starcoder", "refact",
-              "command-r", "gpt-neox", "aquila"]
+              "command-r", "gpt-neox", "aquila", "llama-spm", "phi-3", "baichuan"]
     voc = {"source": out["source"], "models_dir": "llama.cpp/models", "vocabs": {}}
     for name in vocabs:
         path = os.path.join(models_dir, f"ggml-vocab-{name}.gguf")
