@@ -19,6 +19,7 @@ mod request;
 mod sampler;
 mod stats;
 mod stop;
+mod throughput;
 mod timing;
 
 pub use crate::core::{check_request, EngineConfig, EngineCore};
@@ -31,6 +32,7 @@ pub use request::{
 pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
 pub use stats::EngineStats;
 pub use stop::{StopMatcher, StopOutcome};
+pub use throughput::{run_concurrent, ThroughputRun};
 pub use timing::RequestTimings;
 
 /// Engine errors.
