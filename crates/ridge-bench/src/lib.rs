@@ -27,8 +27,14 @@
 //! With `reps > 1` the whole measurement repeats and each metric is the median over reps. A
 //! short warm-up pass precedes each batch size so that page-faulting the memory-mapped weights
 //! and waking the thread pool are not billed to the first rep.
+//!
+//! The [`serve`] module is the other half of the crate: a load generator that measures any
+//! OpenAI-compatible server over HTTP (`ridge bench serve`, `ridge bench sweep`), with the
+//! same metric definitions.
 
 #![warn(missing_docs)]
+
+pub mod serve;
 
 use std::time::Instant;
 

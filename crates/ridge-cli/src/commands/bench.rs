@@ -1,14 +1,25 @@
 //! `ridge bench --model M [--prompt 512] [--gen 128] [--batch 1,16,64] [--reps 3] [--json]
 //! [--bandwidth-gbs X]`: the offline benchmark of `ridge-bench`, judged against this machine's
 //! probed read bandwidth (or a given one).
+//!
+//! `ridge bench serve --url URL …` and `ridge bench sweep --url URL …` measure a running
+//! OpenAI-compatible server instead (`ridge_bench::serve`); they are subcommands of `bench` so
+//! the offline form keeps its flags unchanged.
 
-use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use ridge_bench::serve::{self, report, sweep, DatasetSpec, LoadOptions, Session, Slo};
 use ridge_bench::{roofline_inputs, BenchConfig, BenchResult};
 use ridge_roofline::{probe, ProbeConfig};
 
 /// Arguments of `bench` (threads come from the global `--threads`).
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// Measure a running server instead of a model file.
+    #[command(subcommand)]
+    server: Option<Box<ServerBench>>,
     /// Model path or known name (default: smollm2-135m, pulled on first use).
     #[arg(long, short)]
     model: Option<String>,
@@ -37,6 +48,11 @@ pub struct Args {
 
 /// Runs `bench`.
 pub fn main(a: Args) -> Result<()> {
+    match a.server.map(|s| *s) {
+        Some(ServerBench::Serve(s)) => return serve_main(s),
+        Some(ServerBench::Sweep(s)) => return sweep_main(s),
+        None => {}
+    }
     let cfg = BenchConfig {
         prompt_tokens: a.prompt,
         gen_tokens: a.gen,
@@ -130,4 +146,246 @@ pub fn main(a: Args) -> Result<()> {
     };
     ridge_bench::run(model, &cfg, bw, print)?;
     Ok(())
+}
+
+/// `bench serve` and `bench sweep`.
+#[derive(clap::Subcommand)]
+enum ServerBench {
+    /// Load a running OpenAI-compatible server and measure TTFT, TPOT, ITL, E2EL, throughput.
+    Serve(ServeArgs),
+    /// Run `bench serve` at several request rates or concurrencies: the latency–throughput curve.
+    Sweep(SweepArgs),
+}
+
+/// The load and what to measure, shared by `serve` and `sweep`.
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// Server base URL, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    url: String,
+    /// Model: the `model` field of requests, and the tokenizer when it is a GGUF path or known
+    /// name (else the first model the server lists).
+    #[arg(long)]
+    model: Option<String>,
+    /// The `model` field to send, when it differs from --model.
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Tokenizer for prompt lengths: a GGUF path or known name (default: --model if it is one,
+    /// else the server's /tokenize).
+    #[arg(long)]
+    tokenizer: Option<String>,
+    /// Path of the endpoint (default /v1/completions, or /v1/chat/completions with --chat).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Use the chat completions API.
+    #[arg(long)]
+    chat: bool,
+    /// Requests to send.
+    #[arg(long, default_value_t = 100)]
+    num_prompts: usize,
+    /// Prompt tokens per request (random dataset).
+    #[arg(long, default_value_t = 1024)]
+    input_len: usize,
+    /// Output tokens per request (default 128; sharegpt: each reply's length).
+    #[arg(long)]
+    output_len: Option<usize>,
+    /// Lengths vary uniformly in L·(1 ± R) (random dataset).
+    #[arg(long, default_value_t = 0.0)]
+    range_ratio: f64,
+    /// Burstiness of arrivals: gamma shape (1 = Poisson, <1 burstier).
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
+    /// At most this many requests in flight.
+    #[arg(long)]
+    max_concurrency: Option<usize>,
+    /// random, file:PATH (one prompt per line) or sharegpt:PATH.
+    #[arg(long, default_value = "random")]
+    dataset: DatasetSpec,
+    /// SLOs for goodput: ttft:MS,tpot:MS,e2el:MS (any subset).
+    #[arg(long)]
+    goodput: Option<String>,
+    /// Seed of prompts and arrivals.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// Arguments of `bench serve`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Requests per second (default: all at once).
+    #[arg(long)]
+    request_rate: Option<f64>,
+    /// Print one JSON line instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write the summary and every request's timings to FILE (JSON).
+    #[arg(long)]
+    save: Option<PathBuf>,
+}
+
+/// Arguments of `bench sweep`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("axis").required(true).args(["request_rates", "concurrencies"])))]
+struct SweepArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Request rates to sweep, comma-separated (inf = all at once).
+    #[arg(long, value_delimiter = ',')]
+    request_rates: Vec<f64>,
+    /// Concurrency caps to sweep, comma-separated (requests sent all at once).
+    #[arg(long, value_delimiter = ',')]
+    concurrencies: Vec<usize>,
+    /// Write every point's summary to FILE (JSON).
+    #[arg(long)]
+    save: PathBuf,
+    /// Draw TPOT and TTFT against output throughput into FILE (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Print one JSON line per point instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl LoadArgs {
+    fn options(&self, request_rate: Option<f64>) -> Result<LoadOptions> {
+        let slo = self
+            .goodput
+            .as_deref()
+            .map(Slo::parse)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        Ok(LoadOptions {
+            url: self.url.clone(),
+            model: self.model.clone(),
+            served_model_name: self.served_model_name.clone(),
+            tokenizer: self.tokenizer.clone(),
+            endpoint: self.endpoint.clone(),
+            chat: self.chat,
+            num_prompts: self.num_prompts,
+            input_len: self.input_len,
+            output_len: self.output_len,
+            range_ratio: self.range_ratio,
+            request_rate,
+            burstiness: self.burstiness,
+            max_concurrency: self.max_concurrency,
+            dataset: self.dataset.clone(),
+            slo,
+            seed: self.seed,
+            progress: true,
+        })
+    }
+}
+
+fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))
+}
+
+fn serve_main(a: ServeArgs) -> Result<()> {
+    let rt = serve::runtime()?;
+    rt.block_on(async {
+        let p = Session::prepare(&a.load.options(a.request_rate)?).await?;
+        let r = p.run().await?;
+        if a.json {
+            println!("{}", report::summary_json(&r.summary, &p.info));
+        } else {
+            print!("{}", report::table(&r.summary, &p.info));
+        }
+        if let Some(path) = &a.save {
+            write_json(path, &report::saved_json(&r, &p.info))?;
+        }
+        if r.summary.completed == 0 {
+            let why = r
+                .records
+                .iter()
+                .find_map(|r| r.error.clone())
+                .unwrap_or_default();
+            bail!("every request failed (first error: {why})");
+        }
+        Ok(())
+    })
+}
+
+fn sweep_main(a: SweepArgs) -> Result<()> {
+    let axis = if !a.request_rates.is_empty() {
+        if let Some(r) = a.request_rates.iter().find(|r| r.is_nan() || **r <= 0.0) {
+            bail!("--request-rates: rates must be positive (or inf), got {r}");
+        }
+        sweep::SweepAxis::RequestRate(a.request_rates.clone())
+    } else {
+        if a.concurrencies.contains(&0) {
+            bail!("--concurrencies: caps must be at least 1");
+        }
+        sweep::SweepAxis::Concurrency(a.concurrencies.clone())
+    };
+    if let Some(p) = &a.plot {
+        ridge_roofline::chart::ChartFormat::from_path(p)?;
+    }
+    let rt = serve::runtime()?;
+    rt.block_on(async {
+        let p = Session::prepare(&a.load.options(None)?).await?;
+        if !a.json {
+            println!(
+                "{:>16} {:>6} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10}",
+                "load", "ok", "req/s", "out tok/s", "TTFT med", "TTFT p99", "TPOT med", "TPOT p99"
+            );
+        }
+        let points = p
+            .sweep(&axis, |pt| {
+                let s = &pt.summary;
+                if a.json {
+                    let mut v = report::summary_json(s, &p.info);
+                    v["label"] = serde_json::json!(pt.label);
+                    v["request_rate"] = serde_json::json!(pt.request_rate);
+                    v["max_concurrency"] = serde_json::json!(pt.max_concurrency);
+                    println!("{v}");
+                } else {
+                    println!(
+                        "{:>16} {:>6} {:>10.2} {:>11.1} {:>10.1} {:>10.1} {:>10.2} {:>10.2}",
+                        pt.label,
+                        s.completed,
+                        s.request_throughput,
+                        s.output_throughput,
+                        s.ttft_ms.median,
+                        s.ttft_ms.p99,
+                        s.tpot_ms.median,
+                        s.tpot_ms.p99
+                    );
+                }
+            })
+            .await?;
+        let saved = serde_json::json!({
+            "url": p.info.url,
+            "model": p.info.model,
+            "dataset": p.info.dataset,
+            "tokenizer": p.info.tokenizer,
+            "burstiness": p.info.burstiness,
+            "seed": p.info.seed,
+            "points": points.iter().map(|pt| {
+                let mut v = report::summary_json(&pt.summary, &p.info);
+                v["label"] = serde_json::json!(pt.label);
+                v["request_rate"] = serde_json::json!(pt.request_rate);
+                v["max_concurrency"] = serde_json::json!(pt.max_concurrency);
+                v
+            }).collect::<Vec<_>>(),
+        });
+        write_json(&a.save, &saved)?;
+        if let Some(path) = &a.plot {
+            let chart = sweep::SweepChart {
+                title: format!(
+                    "{} — latency vs throughput",
+                    p.info.model.as_deref().unwrap_or(&p.info.url)
+                ),
+                subtitle: format!("{} · {}", p.info.url, p.info.dataset),
+                points: &points,
+            };
+            ridge_roofline::chart::render(&chart, path)?;
+            if !a.json {
+                println!("chart written to {}", path.display());
+            }
+        }
+        Ok(())
+    })
 }
