@@ -44,6 +44,10 @@ pub struct Args {
     /// One JSON object per batch size per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run the sequences through the model's batched forward pass directly, without the
+    /// continuous-batching scheduler (the default runs B concurrent requests through it).
+    #[arg(long)]
+    direct: bool,
 }
 
 /// Runs `bench`.
@@ -79,13 +83,14 @@ pub fn main(a: Args) -> Result<()> {
         ),
     };
     let inputs = roofline_inputs(model);
-    let name = &model.config().name;
+    let name = model.config().name.clone();
+    let isa = model.isa().name();
     if !a.json {
         println!(
             "{name}: {:.1} MB of weights read per step, {} B of KV cache per token; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({})",
             inputs.weight_bytes as f64 / 1e6,
             inputs.kv_bytes_per_token,
-            model.isa().name(),
+            isa,
             if probed { "probed" } else { "given" },
         );
         println!(
@@ -125,8 +130,9 @@ pub fn main(a: Args) -> Result<()> {
                     "read_bandwidth_gbs": bw,
                     "bandwidth_probed": probed,
                     "threads": threads,
-                    "isa": model.isa().name(),
+                    "isa": isa,
                     "model": name,
+                    "path": if a.direct { "direct" } else { "scheduler" },
                 })
             );
         } else {
@@ -144,7 +150,79 @@ pub fn main(a: Args) -> Result<()> {
             );
         }
     };
-    ridge_bench::run(model, &cfg, bw, print)?;
+    if a.direct {
+        ridge_bench::run(model, &cfg, bw, print)?;
+    } else {
+        run_scheduler(loaded, &cfg, bw, print)?;
+    }
+    Ok(())
+}
+
+/// Each batch size as B concurrent greedy requests through the engine's scheduler (token
+/// budget 512, prefix caching off so repetitions do not reuse each other's prompts).
+fn run_scheduler(
+    loaded: crate::load::Loaded,
+    cfg: &BenchConfig,
+    bw: f64,
+    print: impl Fn(&BenchResult),
+) -> Result<()> {
+    use ridge_engine::{run_concurrent, EngineConfig, EngineCore};
+    let inputs = roofline_inputs(&loaded.model);
+    let vocab = loaded.model.config().vocab;
+    let max_b = cfg.batch_sizes.iter().copied().max().unwrap_or(1);
+    let per_seq = (cfg.prompt_tokens + cfg.gen_tokens).div_ceil(ridge_model::KV_BLOCK_SIZE)
+        * ridge_model::KV_BLOCK_SIZE;
+    let mut core = EngineCore::new(
+        loaded.model,
+        std::sync::Arc::new(loaded.tokenizer),
+        EngineConfig {
+            max_batch_tokens: 512,
+            max_seqs: max_b,
+            kv_cache_tokens: max_b * per_seq,
+            prefix_caching: false,
+            ..Default::default()
+        },
+    )?;
+    for &b in &cfg.batch_sizes {
+        let prompts: Vec<Vec<u32>> = (0..b)
+            .map(|i| ridge_bench::random_prompt(cfg.seed, i, cfg.prompt_tokens, vocab))
+            .collect();
+        // Warm-up: touch the weights and grow the buffers.
+        run_concurrent(&mut core, &prompts[..1], 2);
+        let runs: Vec<_> = (0..cfg.reps)
+            .map(|_| run_concurrent(&mut core, &prompts, cfg.gen_tokens))
+            .collect();
+        let med = |f: fn(&ridge_engine::ThroughputRun) -> f64| {
+            let mut v: Vec<f64> = runs.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (floor, step_bytes) =
+            ridge_bench::decode_floor(&inputs, b, cfg.prompt_tokens, cfg.gen_tokens, bw);
+        let tpot = med(|r| r.tpot_ms);
+        let prefill_tok_s = med(|r| r.prefill_tok_s);
+        let decode_tok_s = med(|r| r.decode_tok_s);
+        print(&BenchResult {
+            batch: b,
+            prompt_tokens: cfg.prompt_tokens,
+            gen_tokens: cfg.gen_tokens,
+            reps: cfg.reps,
+            prefill_tok_s,
+            decode_tok_s,
+            ttft_ms: med(|r| r.ttft_ms),
+            tpot_ms: tpot,
+            roofline_tpot_ms: floor,
+            roofline_efficiency: if tpot > 0.0 { floor / tpot } else { 0.0 },
+            step_bytes,
+            mean_decode_context: cfg.prompt_tokens as f64 + cfg.gen_tokens as f64 / 2.0,
+            prefill_ms: if prefill_tok_s > 0.0 {
+                (b * cfg.prompt_tokens) as f64 / prefill_tok_s * 1e3
+            } else {
+                0.0
+            },
+            decode_ms: tpot * cfg.gen_tokens.saturating_sub(1) as f64,
+        });
+    }
     Ok(())
 }
 
