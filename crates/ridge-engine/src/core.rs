@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ridge_model::{Batch, KvCache, Model, SeqId, Workspace, KV_BLOCK_SIZE};
+use ridge_model::{Batch, KvCache, KvDtype, Model, SeqId, Workspace, KV_BLOCK_SIZE};
 use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::request::{
@@ -57,6 +57,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Measured memory read bandwidth, GB/s, for per-request roofline figures.
     pub bandwidth_gbs: Option<f64>,
+    /// Element type of the KV cache.
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for EngineConfig {
@@ -68,6 +70,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             max_queue: 1024,
             bandwidth_gbs: None,
+            kv_dtype: KvDtype::F16,
         }
     }
 }
@@ -140,7 +143,8 @@ impl EngineCore {
             ));
         }
         let mcfg = model.config().clone();
-        let mut kv = KvCache::new(&mcfg, cfg.kv_cache_tokens.max(KV_BLOCK_SIZE));
+        let mut kv =
+            KvCache::with_dtype(&mcfg, cfg.kv_cache_tokens.max(KV_BLOCK_SIZE), cfg.kv_dtype)?;
         kv.set_prefix_caching(cfg.prefix_caching);
         let stats = Arc::new(EngineStats::default());
         EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
@@ -148,7 +152,7 @@ impl EngineCore {
         eog.retain(|&t| (t as usize) < mcfg.vocab);
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,
-            kv_bytes_per_token: (2 * mcfg.n_layers * mcfg.kv_dim() * 2) as f64,
+            kv_bytes_per_token: (2 * mcfg.n_layers * cfg.kv_dtype.row_bytes(mcfg.kv_dim())) as f64,
             bandwidth: bw * 1e9,
         });
         Ok(EngineCore {
@@ -330,7 +334,8 @@ impl EngineCore {
             .chain(self.running.drain(..))
             .collect();
         let total = self.kv.total_blocks() * KV_BLOCK_SIZE;
-        self.kv = KvCache::new(self.model.config(), total);
+        self.kv = KvCache::with_dtype(self.model.config(), total, self.cfg.kv_dtype)
+            .unwrap_or_else(|_| KvCache::new(self.model.config(), total));
         self.kv.set_prefix_caching(self.cfg.prefix_caching);
         for mut s in all {
             s.kv = None;

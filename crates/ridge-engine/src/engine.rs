@@ -69,7 +69,7 @@ impl Engine {
             kv_total_blocks: 0,
             config: cfg.clone(),
             weight_bytes: model.weight_bytes_per_token(),
-            kv_bytes_per_token: 2 * mcfg.n_layers * mcfg.kv_dim() * 2,
+            kv_bytes_per_token: 2 * mcfg.n_layers * cfg.kv_dtype.row_bytes(mcfg.kv_dim()),
         };
         let core = EngineCore::new(model, tokenizer, cfg)?;
         let info = EngineInfo {

@@ -3,7 +3,7 @@
 //! empty cache; when the model adds BOS, BOS replaces each chunk's first token; only the second
 //! half of each chunk is scored (logits at positions ctx/2 … ctx−2 predicting the next token).
 
-use ridge_model::{Batch, KvCache, Model, Workspace};
+use ridge_model::{Batch, KvCache, KvDtype, Model, Workspace};
 
 use crate::EngineError;
 
@@ -28,6 +28,20 @@ pub fn perplexity(
     ctx: usize,
     bos: Option<u32>,
     max_chunks: Option<usize>,
+    on_chunk: impl FnMut(usize, usize, f64),
+) -> Result<PerplexityResult, EngineError> {
+    perplexity_kv(model, tokens, ctx, bos, max_chunks, KvDtype::F16, on_chunk)
+}
+
+/// As [`perplexity`], with the KV cache stored as `kv_dtype` (to measure what a quantized
+/// cache costs in accuracy).
+pub fn perplexity_kv(
+    model: &Model,
+    tokens: &[u32],
+    ctx: usize,
+    bos: Option<u32>,
+    max_chunks: Option<usize>,
+    kv_dtype: KvDtype,
     mut on_chunk: impl FnMut(usize, usize, f64),
 ) -> Result<PerplexityResult, EngineError> {
     if ctx < 4 || ctx > model.config().ctx_len {
@@ -46,7 +60,7 @@ pub fn perplexity(
     let n_chunks = max_chunks.map_or(available, |m| m.min(available));
     let first = ctx / 2;
     let vocab = model.config().vocab;
-    let mut kv = KvCache::new(model.config(), ctx);
+    let mut kv = KvCache::with_dtype(model.config(), ctx, kv_dtype)?;
     let mut ws = Workspace::new();
     let mut batch = Batch::new();
     let mut nll = 0f64;

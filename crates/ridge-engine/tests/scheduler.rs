@@ -25,10 +25,13 @@ struct Fixture {
 }
 
 fn fixture(ctx_len: usize) -> Fixture {
-    let spec = SyntheticSpec {
+    fixture_with(SyntheticSpec {
         ctx_len,
         ..Default::default()
-    };
+    })
+}
+
+fn fixture_with(spec: SyntheticSpec) -> Fixture {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&synthetic_llama(&spec)).unwrap();
     f.flush().unwrap();
@@ -362,4 +365,45 @@ fn requests_that_cannot_fit_are_refused_up_front() {
     assert!(check(256, 5).is_err());
     assert!(check(10, 0).is_err());
     assert!(core.check(&Request::greedy(vec![300], 5)).is_err());
+}
+
+#[test]
+fn a_q8_0_kv_cache_serves_the_same_mechanism() {
+    // head_dim 32: Q8_0 blocks cover a head exactly.
+    let fx = fixture_with(SyntheticSpec {
+        ctx_len: 256,
+        n_heads: 2,
+        n_kv_heads: 1,
+        ..Default::default()
+    });
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 32,
+        kv_cache_tokens: 12 * 16,
+        kv_dtype: ridge_model::KvDtype::Q8_0,
+        ..Default::default()
+    });
+    let shared = prompt(&mut rng, 40);
+    let mut logs = Vec::new();
+    for i in 0..6 {
+        let mut p = shared.clone();
+        p.extend(prompt(&mut rng, 5 + i));
+        let mut r = Request::greedy(p, 20);
+        r.ignore_eos = true;
+        let (s, log) = sink();
+        core.submit(i as u64 + 1, r, s, Instant::now()).unwrap();
+        logs.push(log);
+    }
+    run_to_end(&mut core);
+    assert_eq!(core.kv_used_blocks(), 0);
+    for log in &logs {
+        let (toks, fin, _) = choice(log, 0);
+        assert_eq!((toks.len(), fin), (20, Some(FinishReason::Length)));
+    }
+    assert!(
+        core.stats()
+            .prefix_hits
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 32
+    );
 }

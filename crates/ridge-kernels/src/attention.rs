@@ -6,21 +6,85 @@
 //! (`slot = table[pos / block_size] · block_size + pos % block_size`). Grouped-query attention:
 //! query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
 
-use crate::{dot_scalar, ops, Isa};
+use crate::{ops, Isa};
 use half::f16;
 use std::cell::RefCell;
+
+/// Cached K and V storage of one layer: `n_slots` rows of `kv_dim` elements each.
+#[derive(Clone, Copy)]
+pub enum KvData<'a> {
+    /// f16 elements.
+    F16 {
+        /// Keys.
+        k: &'a [f16],
+        /// Values.
+        v: &'a [f16],
+    },
+    /// Q8_0 blocks (f16 scale + 32 int8) — half the bytes of f16; needs `head_dim % 32 == 0`.
+    Q8_0 {
+        /// Keys, `kv_dim / 32 · 34` bytes per row.
+        k: &'a [u8],
+        /// Values, same layout.
+        v: &'a [u8],
+    },
+}
 
 /// The cached keys and values of one layer, addressed by slot.
 #[derive(Clone, Copy)]
 pub struct KvLayer<'a> {
-    /// Keys, `n_slots × kv_dim`.
-    pub k: &'a [f16],
-    /// Values, `n_slots × kv_dim`.
-    pub v: &'a [f16],
+    /// The storage.
+    pub data: KvData<'a>,
     /// Elements per slot row.
     pub kv_dim: usize,
     /// Tokens per block.
     pub block_size: usize,
+}
+
+/// Bytes of one Q8_0 block of 32 elements.
+pub const Q8_BLOCK_BYTES: usize = 34;
+
+impl<'a> KvLayer<'a> {
+    /// f16 storage.
+    pub fn f16(k: &'a [f16], v: &'a [f16], kv_dim: usize, block_size: usize) -> Self {
+        KvLayer {
+            data: KvData::F16 { k, v },
+            kv_dim,
+            block_size,
+        }
+    }
+
+    /// Q8_0 storage.
+    pub fn q8_0(k: &'a [u8], v: &'a [u8], kv_dim: usize, block_size: usize) -> Self {
+        KvLayer {
+            data: KvData::Q8_0 { k, v },
+            kv_dim,
+            block_size,
+        }
+    }
+
+    /// KV head `group`'s K (`value = false`) or V row at `slot`, as f32 (`out.len()` is the
+    /// head dimension).
+    pub fn load_head(&self, value: bool, slot: usize, group: usize, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        let hd = out.len();
+        match self.data {
+            KvData::F16 { k, v } => {
+                let r = slot * self.kv_dim + group * hd;
+                let src = if value { v } else { k };
+                src[r..r + hd].convert_to_f32_slice(out);
+            }
+            KvData::Q8_0 { k, v } => {
+                let row = self.kv_dim / 32 * Q8_BLOCK_BYTES;
+                let r = slot * row + group * hd / 32 * Q8_BLOCK_BYTES;
+                let src = if value { v } else { k };
+                crate::blocks::dequantize_row(
+                    crate::DType::Q8_0,
+                    &src[r..r + hd / 32 * Q8_BLOCK_BYTES],
+                    out,
+                );
+            }
+        }
+    }
 }
 
 /// Attention shape parameters.
@@ -84,7 +148,12 @@ pub fn attend_group(
 ) {
     debug_assert!(gs <= MAX_GROUP && q.len() == gs * shape.head_dim);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && shape.head_dim.is_multiple_of(8) {
+    let simd_ok = match kv.data {
+        KvData::F16 { .. } => shape.head_dim.is_multiple_of(8),
+        KvData::Q8_0 { .. } => shape.head_dim.is_multiple_of(32),
+    };
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && simd_ok {
         SCORES.with(|sc| {
             let mut scores = sc.borrow_mut();
             let len = n_ctx - first;
@@ -129,10 +198,8 @@ fn attend_group_scalar(
     q: &[f32],
     out: &mut [f32],
 ) {
-    use half::slice::HalfFloatSliceExt;
     let hd = shape.head_dim;
     let len = n_ctx - first;
-    let off = group * hd;
     let slot =
         |pos: usize| table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
     SCORES.with(|sc| {
@@ -146,8 +213,7 @@ fn attend_group_scalar(
             }
             let row = &mut row[..hd];
             for j in 0..len {
-                let r = slot(first + j) * kv.kv_dim + off;
-                kv.k[r..r + hd].convert_to_f32_slice(row);
+                kv.load_head(false, slot(first + j), group, row);
                 for h in 0..gs {
                     scores[h * len + j] = dot_f32(row, &q[h * hd..(h + 1) * hd]) * shape.scale;
                 }
@@ -157,8 +223,7 @@ fn attend_group_scalar(
             }
             out[..gs * hd].fill(0.0);
             for j in 0..len {
-                let r = slot(first + j) * kv.kv_dim + off;
-                kv.v[r..r + hd].convert_to_f32_slice(row);
+                kv.load_head(true, slot(first + j), group, row);
                 for h in 0..gs {
                     let p = scores[h * len + j];
                     for (o, v) in out[h * hd..(h + 1) * hd].iter_mut().zip(row.iter()) {
@@ -188,7 +253,7 @@ pub fn attend_head(
 ) {
     let hd = shape.head_dim;
     let g = head / (shape.n_heads / shape.n_kv_heads);
-    let off = g * hd;
+    let mut row = vec![0f32; hd];
     let slot =
         |pos: usize| table[pos / kv.block_size] as usize * kv.block_size + pos % kv.block_size;
     SCORES.with(|cell| {
@@ -198,14 +263,17 @@ pub fn attend_head(
         }
         let s = &mut scores[..n_ctx - first];
         for (j, sj) in s.iter_mut().enumerate() {
-            let row = slot(first + j) * kv.kv_dim + off;
-            *sj = dot_scalar::dot_f16_f32(&kv.k[row..row + hd], q) * shape.scale;
+            kv.load_head(false, slot(first + j), g, &mut row);
+            let d: f64 = row.iter().zip(q).map(|(a, b)| *a as f64 * *b as f64).sum();
+            *sj = d as f32 * shape.scale;
         }
         ops::softmax_inplace(s);
         out.fill(0.0);
         for (j, &p) in s.iter().enumerate() {
-            let row = slot(first + j) * kv.kv_dim + off;
-            dot_scalar::axpy_f16(out, p, &kv.v[row..row + hd]);
+            kv.load_head(true, slot(first + j), g, &mut row);
+            for (o, v) in out.iter_mut().zip(&row) {
+                *o += p * v;
+            }
         }
     });
 }

@@ -498,9 +498,18 @@ pub(crate) unsafe fn attend_group(
     let hd = shape.head_dim;
     let len = n_ctx - first;
     let bs = kv.block_size;
+    let (kp, vp, q8) = match kv.data {
+        crate::attention::KvData::F16 { k, v } => {
+            (k.as_ptr() as *const u8, v.as_ptr() as *const u8, false)
+        }
+        crate::attention::KvData::Q8_0 { k, v } => (k.as_ptr(), v.as_ptr(), true),
+    };
+    if q8 {
+        return attend_group_q8(
+            kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, scores,
+        );
+    }
     let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * kv.kv_dim + group * hd;
-    let kp = kv.k.as_ptr() as *const u8;
-    let vp = kv.v.as_ptr() as *const u8;
     for j in 0..len {
         let r = row_of(first + j);
         let mut acc = [_mm256_setzero_ps(); MAXG];
@@ -527,6 +536,82 @@ pub(crate) unsafe fn attend_group(
                 let o = op.add(h * hd + c);
                 let p = _mm256_set1_ps(scores[h * len + j]);
                 _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
+            }
+        }
+    }
+}
+
+/// [`attend_group`] over Q8_0 K/V rows: each 32-element block is one f16 scale and 32 int8
+/// values, widened to f32 eight at a time and scaled.
+///
+/// # Safety
+/// As [`attend_group`]; `kp`/`vp` point at Q8_0 storage of `kv_dim / 32 · 34` bytes per slot and
+/// `head_dim` is a multiple of 32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_group_q8(
+    kp: *const u8,
+    vp: *const u8,
+    kv: &crate::attention::KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &crate::attention::AttnShape,
+    group: usize,
+    gs: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    const MAXG: usize = crate::attention::MAX_GROUP;
+    const BB: usize = crate::attention::Q8_BLOCK_BYTES;
+    let hd = shape.head_dim;
+    let len = n_ctx - first;
+    let bs = kv.block_size;
+    let row_bytes = kv.kv_dim / 32 * BB;
+    let head_off = group * hd / 32 * BB;
+    let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * row_bytes + head_off;
+    for j in 0..len {
+        let r = kp.add(row_of(first + j));
+        let mut acc = [_mm256_setzero_ps(); MAXG];
+        for b in 0..hd / 32 {
+            let blk = r.add(b * BB);
+            let d = _mm256_set1_ps(
+                half::f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32(),
+            );
+            for c in 0..4 {
+                let i8s = _mm_loadl_epi64(blk.add(2 + 8 * c) as *const __m128i);
+                let k8 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(i8s)));
+                for h in 0..gs {
+                    let qv = _mm256_loadu_ps(q.as_ptr().add(h * hd + b * 32 + 8 * c));
+                    acc[h] = _mm256_fmadd_ps(k8, qv, acc[h]);
+                }
+            }
+        }
+        for h in 0..gs {
+            scores[h * len + j] = hsum(acc[h]) * shape.scale;
+        }
+    }
+    for h in 0..gs {
+        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+    }
+    out[..gs * hd].fill(0.0);
+    let op = out.as_mut_ptr();
+    for j in 0..len {
+        let r = vp.add(row_of(first + j));
+        for b in 0..hd / 32 {
+            let blk = r.add(b * BB);
+            let d = _mm256_set1_ps(
+                half::f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32(),
+            );
+            for c in 0..4 {
+                let i8s = _mm_loadl_epi64(blk.add(2 + 8 * c) as *const __m128i);
+                let v8 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(i8s)));
+                for h in 0..gs {
+                    let o = op.add(h * hd + b * 32 + 8 * c);
+                    let p = _mm256_set1_ps(scores[h * len + j]);
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
+                }
             }
         }
     }

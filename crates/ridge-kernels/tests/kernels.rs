@@ -211,12 +211,7 @@ fn paged_attention_matches_f64_reference() {
         .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
         .collect();
     let table = [5u32, 2, 7, 0];
-    let kvl = KvLayer {
-        k: &k,
-        v: &v,
-        kv_dim,
-        block_size: block,
-    };
+    let kvl = KvLayer::f16(&k, &v, kv_dim, block);
     let q = randv(&mut rng, shape.head_dim);
     for first in [0usize, 5] {
         for head in 0..shape.n_heads {
@@ -280,12 +275,7 @@ fn grouped_attention_equals_per_head_attention() {
             .collect()
     };
     let (k, v) = (mk(&mut rng), mk(&mut rng));
-    let kvl = KvLayer {
-        k: &k,
-        v: &v,
-        kv_dim,
-        block_size: block,
-    };
+    let kvl = KvLayer::f16(&k, &v, kv_dim, block);
     let table = [3u32, 0, 5, 1, 4, 2];
     let q = randv(&mut rng, shape.n_heads * shape.head_dim);
     for (first, n_ctx) in [(0usize, 1usize), (0, 37), (20, 96)] {
@@ -387,6 +377,57 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
                     (a - b).abs() <= 1e-5 * scale,
                     "{dtype:?} {prec:?} elem {i}: {a} vs {b}"
                 );
+            }
+        }
+    }
+}
+
+/// Attention over a Q8_0 cache: every path against the scalar reference on the same blocks, and
+/// the result close to attention over the unquantized values (Q8_0 keeps ~2 decimal digits).
+#[test]
+fn q8_0_kv_attention_matches_reference_and_f16() {
+    let mut rng = StdRng::seed_from_u64(77);
+    let shape = AttnShape {
+        n_heads: 6,
+        n_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let (block, n_blocks) = (16, 5);
+    let n = block * n_blocks * kv_dim;
+    let kf: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let vf: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (k16, v16): (Vec<f16>, Vec<f16>) = (
+        kf.iter().map(|&x| f16::from_f32(x)).collect(),
+        vf.iter().map(|&x| f16::from_f32(x)).collect(),
+    );
+    let (k8, v8) = (
+        quantize_row(DType::Q8_0, &kf),
+        quantize_row(DType::Q8_0, &vf),
+    );
+    let q8 = KvLayer::q8_0(&k8, &v8, kv_dim, block);
+    let f16l = KvLayer::f16(&k16, &v16, kv_dim, block);
+    let table = [4u32, 1, 3, 0, 2];
+    let hd = shape.head_dim;
+    let q = randv(&mut rng, shape.n_heads * hd);
+    for (first, n_ctx) in [(0usize, 1usize), (0, 50), (17, 80)] {
+        for g in 0..shape.n_kv_heads {
+            let qg = &q[g * 3 * hd..(g + 1) * 3 * hd];
+            for isa in isas() {
+                let mut got = vec![0f32; 3 * hd];
+                attend_group(isa, &q8, &table, first, n_ctx, &shape, g, 3, qg, &mut got);
+                for h in 0..3 {
+                    let (mut want, mut exact) = (vec![0f32; hd], vec![0f32; hd]);
+                    let head = g * 3 + h;
+                    let qh = &qg[h * hd..(h + 1) * hd];
+                    attend_head(&q8, &table, first, n_ctx, &shape, head, qh, &mut want);
+                    attend_head(&f16l, &table, first, n_ctx, &shape, head, qh, &mut exact);
+                    for ((a, b), e) in got[h * hd..(h + 1) * hd].iter().zip(&want).zip(&exact) {
+                        assert!((a - b).abs() < 1e-5, "{isa:?} g{g} h{h}: {a} vs {b}");
+                        assert!((a - e).abs() < 0.02, "q8 {a} vs f16 {e}");
+                    }
+                }
             }
         }
     }

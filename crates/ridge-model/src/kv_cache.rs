@@ -12,7 +12,7 @@
 use crate::block_pool::{BlockPool, ROOT_HASH};
 use crate::{ModelConfig, ModelError};
 use half::f16;
-use ridge_kernels::attention::KvLayer;
+use ridge_kernels::attention::{KvLayer, Q8_BLOCK_BYTES};
 
 /// Tokens per KV block.
 pub const KV_BLOCK_SIZE: usize = 16;
@@ -29,12 +29,62 @@ struct SeqState {
     hashes: Vec<u64>,
 }
 
+/// Element type of the cached keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    /// f16: exact to f16 rounding.
+    #[default]
+    F16,
+    /// Q8_0 blocks (an f16 scale per 32 int8 values): 34 bytes per 32 elements instead of 64.
+    Q8_0,
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f16" => Ok(KvDtype::F16),
+            "q8_0" => Ok(KvDtype::Q8_0),
+            other => Err(format!("unknown KV cache dtype {other:?} (f16 or q8_0)")),
+        }
+    }
+}
+
+impl KvDtype {
+    /// Bytes per cached element row of `kv_dim` elements.
+    pub fn row_bytes(self, kv_dim: usize) -> usize {
+        match self {
+            KvDtype::F16 => 2 * kv_dim,
+            KvDtype::Q8_0 => kv_dim / 32 * Q8_BLOCK_BYTES,
+        }
+    }
+}
+
+/// Per-layer K and V arrays.
+enum Store {
+    F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
+    Q8 { k: Vec<Vec<u8>>, v: Vec<Vec<u8>> },
+}
+
+/// Quantizes `x` (a multiple of 32 long) into Q8_0 blocks in `out`: scale = max|x| / 127,
+/// values rounded to nearest.
+fn quantize_q8(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_BLOCK_BYTES)) {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        for (o, &v) in ob[2..].iter_mut().zip(xb) {
+            *o = (v * id).round().clamp(-127.0, 127.0) as i8 as u8;
+        }
+    }
+}
+
 /// Paged K/V storage plus per-sequence block tables.
 pub struct KvCache {
     kv_dim: usize,
     n_blocks: usize,
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+    store: Store,
     pool: BlockPool,
     seqs: Vec<Option<SeqState>>,
 }
@@ -49,13 +99,43 @@ fn zeroed(n: usize) -> Vec<f16> {
 impl KvCache {
     /// A cache able to hold `capacity_tokens` tokens (rounded up to whole blocks) for `cfg`.
     pub fn new(cfg: &ModelConfig, capacity_tokens: usize) -> Self {
+        Self::build(cfg, capacity_tokens, KvDtype::F16)
+    }
+
+    /// A cache with the given element type. Q8_0 needs `head_dim` to be a multiple of 32.
+    pub fn with_dtype(
+        cfg: &ModelConfig,
+        capacity_tokens: usize,
+        dtype: KvDtype,
+    ) -> Result<Self, ModelError> {
+        if dtype == KvDtype::Q8_0 && !cfg.head_dim.is_multiple_of(32) {
+            return Err(ModelError::BadBatch(format!(
+                "a q8_0 KV cache needs head_dim to be a multiple of 32, this model has {}",
+                cfg.head_dim
+            )));
+        }
+        Ok(Self::build(cfg, capacity_tokens, dtype))
+    }
+
+    fn build(cfg: &ModelConfig, capacity_tokens: usize, dtype: KvDtype) -> Self {
         let n_blocks = capacity_tokens.div_ceil(KV_BLOCK_SIZE).max(1);
         let slots = n_blocks * KV_BLOCK_SIZE * cfg.kv_dim();
         KvCache {
             kv_dim: cfg.kv_dim(),
             n_blocks,
-            k: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
-            v: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
+            store: match dtype {
+                KvDtype::F16 => Store::F16 {
+                    k: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
+                    v: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
+                },
+                KvDtype::Q8_0 => {
+                    let bytes = n_blocks * KV_BLOCK_SIZE * KvDtype::Q8_0.row_bytes(cfg.kv_dim());
+                    Store::Q8 {
+                        k: (0..cfg.n_layers).map(|_| vec![0u8; bytes]).collect(),
+                        v: (0..cfg.n_layers).map(|_| vec![0u8; bytes]).collect(),
+                    }
+                }
+            },
             pool: BlockPool::new(n_blocks),
             seqs: Vec::new(),
         }
@@ -63,7 +143,19 @@ impl KvCache {
 
     /// Bytes of K and V storage.
     pub fn bytes(&self) -> usize {
-        2 * self.k.len() * self.n_blocks * KV_BLOCK_SIZE * self.kv_dim * 2
+        let (layers, dtype) = match &self.store {
+            Store::F16 { k, .. } => (k.len(), KvDtype::F16),
+            Store::Q8 { k, .. } => (k.len(), KvDtype::Q8_0),
+        };
+        2 * layers * self.n_blocks * KV_BLOCK_SIZE * dtype.row_bytes(self.kv_dim)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> KvDtype {
+        match self.store {
+            Store::F16 { .. } => KvDtype::F16,
+            Store::Q8 { .. } => KvDtype::Q8_0,
+        }
     }
 
     /// Total blocks in the pool.
@@ -233,23 +325,30 @@ impl KvCache {
     /// Writes one token's K and V rows of layer `layer` into `slot`.
     pub(crate) fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let d = self.kv_dim;
-        let kd = &mut self.k[layer][slot * d..(slot + 1) * d];
-        for (o, &x) in kd.iter_mut().zip(k) {
-            *o = f16::from_f32(x);
-        }
-        let vd = &mut self.v[layer][slot * d..(slot + 1) * d];
-        for (o, &x) in vd.iter_mut().zip(v) {
-            *o = f16::from_f32(x);
+        match &mut self.store {
+            Store::F16 { k: ks, v: vs } => {
+                let kd = &mut ks[layer][slot * d..(slot + 1) * d];
+                for (o, &x) in kd.iter_mut().zip(k) {
+                    *o = f16::from_f32(x);
+                }
+                let vd = &mut vs[layer][slot * d..(slot + 1) * d];
+                for (o, &x) in vd.iter_mut().zip(v) {
+                    *o = f16::from_f32(x);
+                }
+            }
+            Store::Q8 { k: ks, v: vs } => {
+                let rb = KvDtype::Q8_0.row_bytes(d);
+                quantize_q8(k, &mut ks[layer][slot * rb..(slot + 1) * rb]);
+                quantize_q8(v, &mut vs[layer][slot * rb..(slot + 1) * rb]);
+            }
         }
     }
 
     /// Read view of one layer for the attention kernel.
     pub(crate) fn layer(&self, layer: usize) -> KvLayer<'_> {
-        KvLayer {
-            k: &self.k[layer],
-            v: &self.v[layer],
-            kv_dim: self.kv_dim,
-            block_size: KV_BLOCK_SIZE,
+        match &self.store {
+            Store::F16 { k, v } => KvLayer::f16(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
+            Store::Q8 { k, v } => KvLayer::q8_0(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
         }
     }
 }

@@ -26,6 +26,6 @@ pub use act_policy::ActPolicy;
 pub use batch::Batch;
 pub use config::{Architecture, ModelConfig};
 pub use error::ModelError;
-pub use kv_cache::{KvCache, SeqId, KV_BLOCK_SIZE};
+pub use kv_cache::{KvCache, KvDtype, SeqId, KV_BLOCK_SIZE};
 pub use llama::Model;
 pub use workspace::Workspace;

@@ -21,6 +21,9 @@ pub struct Args {
     /// Print one JSON line instead of text.
     #[arg(long)]
     json: bool,
+    /// KV cache element type: f16 or q8_0.
+    #[arg(long, default_value = "f16")]
+    kv_cache_dtype: ridge_model::KvDtype,
 }
 
 /// Runs `perplexity`.
@@ -35,12 +38,20 @@ pub fn main(a: Args) -> Result<()> {
         None
     };
     let t0 = std::time::Instant::now();
-    let r = ridge_engine::perplexity(&l.model, &tokens, a.ctx, bos, a.chunks, |i, _, ppl| {
-        if !a.json {
-            eprint!("[{i}]{ppl:.4},");
-            let _ = std::io::stderr().flush();
-        }
-    })?;
+    let r = ridge_engine::perplexity_kv(
+        &l.model,
+        &tokens,
+        a.ctx,
+        bos,
+        a.chunks,
+        a.kv_cache_dtype,
+        |i, _, ppl| {
+            if !a.json {
+                eprint!("[{i}]{ppl:.4},");
+                let _ = std::io::stderr().flush();
+            }
+        },
+    )?;
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         println!(

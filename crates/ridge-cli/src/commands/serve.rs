@@ -42,9 +42,9 @@ pub struct Args {
     /// KV cache size in MiB (default: room for max-seqs full contexts, at most 2048 MiB).
     #[arg(long)]
     kv_cache_mem: Option<usize>,
-    /// KV cache element type (f16 only for now).
+    /// KV cache element type: f16, or q8_0 (half the bytes).
     #[arg(long, default_value = "f16")]
-    kv_cache_dtype: String,
+    kv_cache_dtype: ridge_model::KvDtype,
     /// Disable prefix caching.
     #[arg(long)]
     no_prefix_caching: bool,
@@ -61,12 +61,6 @@ pub struct Args {
 
 /// Runs `serve`.
 pub fn main(a: Args) -> Result<()> {
-    if a.kv_cache_dtype != "f16" {
-        bail!(
-            "--kv-cache-dtype {}: only f16 is implemented so far",
-            a.kv_cache_dtype
-        );
-    }
     if a.max_seqs == 0 || a.max_batch_tokens == 0 || a.max_queue == 0 {
         bail!("--max-seqs, --max-batch-tokens and --max-queue must be at least 1");
     }
@@ -104,7 +98,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     };
     let cfg = l.model.config().clone();
-    let kv_bytes_per_token = 2 * cfg.n_layers * cfg.kv_dim() * 2;
+    let kv_bytes_per_token = 2 * cfg.n_layers * a.kv_cache_dtype.row_bytes(cfg.kv_dim());
     let kv_tokens = match a.kv_cache_mem {
         Some(0) => bail!("--kv-cache-mem must be at least 1 MiB"),
         Some(mib) => mib.saturating_mul(1 << 20) / kv_bytes_per_token.max(1),
@@ -132,6 +126,7 @@ pub fn main(a: Args) -> Result<()> {
             prefix_caching: !a.no_prefix_caching,
             max_queue: a.max_queue,
             bandwidth_gbs: Some(bw),
+            kv_dtype: a.kv_cache_dtype,
         },
     )?;
     let info = engine.info().clone();
