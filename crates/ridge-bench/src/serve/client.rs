@@ -111,6 +111,8 @@ pub struct Event {
     pub completion_tokens: Option<usize>,
     /// `usage.prompt_tokens`, if present.
     pub prompt_tokens: Option<usize>,
+    /// A `timings` object (the server's own clock), if present.
+    pub timings: Option<Value>,
     /// `[DONE]`.
     pub done: bool,
     /// An `error` object or unparseable payload.
@@ -151,6 +153,7 @@ pub fn parse_event(payload: &str, chat: bool) -> Event {
             .filter(|t| !t.is_empty())
             .map(str::to_string);
     }
+    ev.timings = v.get("timings").filter(|t| t.is_object()).cloned();
     if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
         let n = |k: &str| u.get(k).and_then(Value::as_u64).map(|x| x as usize);
         ev.completion_tokens = n("completion_tokens");
@@ -225,6 +228,9 @@ pub async fn send(
         }
         if ev.prompt_tokens.is_some() {
             rec.server_prompt_tokens = ev.prompt_tokens;
+        }
+        if ev.timings.is_some() {
+            rec.server_timings = ev.timings;
         }
         None
     };
@@ -303,6 +309,8 @@ mod tests {
             false,
         );
         assert_eq!((e.completion_tokens, e.prompt_tokens), (Some(32), Some(7)));
+        let e = parse_event(r#"{"choices":[],"timings":{"tpot_ms":11.5}}"#, false);
+        assert_eq!(e.timings.unwrap()["tpot_ms"], 11.5);
         assert!(parse_event("[DONE]", false).done);
         assert!(parse_event(r#"{"error":{"message":"boom"}}"#, false)
             .error

@@ -44,6 +44,9 @@ pub struct RequestRecord {
     pub itl_s: Vec<f64>,
     /// Text-carrying chunks received.
     pub chunks: usize,
+    /// The server's own `timings` object, when it sends one (ridge and llama-server do): its
+    /// view of the same request, for comparison.
+    pub server_timings: Option<serde_json::Value>,
     /// The generated text (kept for token counting when the server sends no usage).
     #[serde(skip)]
     pub text: String,
