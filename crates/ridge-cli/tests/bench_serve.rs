@@ -244,6 +244,35 @@ fn sweep_writes_json_and_chart() {
     assert_eq!(pts[1]["total_output_tokens"], 16);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("TPOT (ms)") && text.contains("1 in flight"));
+
+    // Over request rates, one JSON line per point.
+    let o = run(&[
+        "bench",
+        "sweep",
+        "--url",
+        &url,
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "3",
+        "--output-len",
+        "2",
+        "--request-rates",
+        "20,inf",
+        "--save",
+        save.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["request_rate"], 20.0);
+    assert_eq!(lines[0]["label"], "20 req/s");
+    assert!(lines[1]["request_rate"].is_null(), "inf = all at once");
+    assert!(lines.iter().all(|l| l["total_output_tokens"] == 6));
 }
 
 #[test]

@@ -210,6 +210,31 @@ fn table_and_png() {
 }
 
 #[test]
+fn local_hardware_is_probed() {
+    let path = smollm2();
+    let o = run(&[
+        "roofline",
+        "--model",
+        path.to_str().unwrap(),
+        "--hardware",
+        "local",
+        "--batch",
+        "1",
+        "--context",
+        "0",
+        "--json",
+        "--threads",
+        "2",
+    ]);
+    let row = &lines(&o)[0];
+    assert_eq!(row["hardware"], "local");
+    let bw = num(row, "memory_bandwidth_gbs");
+    assert!(bw > 0.0 && num(row, "peak_tflops") > 0.0, "{row}");
+    // The floor is the weights over the measured bandwidth.
+    assert!((num(row, "tpot_min_ms") - 96_576_768.0 / (bw * 1e9) * 1e3).abs() < 1e-9);
+}
+
+#[test]
 fn errors_are_one_line() {
     let path = smollm2();
     let p = path.to_str().unwrap();

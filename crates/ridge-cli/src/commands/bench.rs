@@ -454,7 +454,11 @@ fn sweep_main(a: SweepArgs) -> Result<()> {
             let chart = sweep::SweepChart {
                 title: format!(
                     "{} — latency vs throughput",
-                    p.info.model.as_deref().unwrap_or(&p.info.url)
+                    p.info
+                        .model
+                        .as_deref()
+                        .map(|m| m.rsplit('/').next().unwrap_or(m))
+                        .unwrap_or(&p.info.url)
                 ),
                 subtitle: format!("{} · {}", p.info.url, p.info.dataset),
                 points: &points,
