@@ -124,7 +124,7 @@ fn openai_shapes_streaming_and_tools() {
     assert_eq!(last["choices"].as_array().unwrap().len(), 0);
     assert_eq!(last["object"], "chat.completion.chunk");
     let n_out = last["usage"]["completion_tokens"].as_u64().unwrap();
-    assert!(n_out >= 1 && n_out <= 24);
+    assert!((1..=24).contains(&n_out));
     assert!(last["timings"]["ttft_ms"].is_number());
     let fin: Vec<&Value> = chunks
         .iter()

@@ -18,6 +18,18 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// RMSNorm of every `w.len()`-wide row of `x` in place (per-head norms: `w` is one head
+/// wide). The same arithmetic as [`rms_norm`].
+pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    for xr in x.chunks_exact_mut(w.len()) {
+        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / xr.len() as f32;
+        let scale = 1.0 / (ss + eps).sqrt();
+        for (v, &g) in xr.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
 /// Fills `cos`/`sin` (length `dim / 2`) for position `pos`: angle_i = pos · base^(−2i/dim).
 /// Computed in f64 so long positions keep their precision.
 pub fn rope_table(pos: usize, dim: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
@@ -50,6 +62,31 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `gate = gelu(gate) · up` (GeGLU) with the tanh approximation of GELU,
+/// `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`, as Gemma and llama.cpp use it.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let t = (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh();
+        *g = 0.5 * x * (1.0 + t) * u;
+    }
+}
+
+/// `x *= s`, element-wise.
+pub fn scale_inplace(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
+/// `x = cap · tanh(x / cap)` (logit soft-capping), element-wise.
+pub fn softcap_inplace(x: &mut [f32], cap: f32) {
+    for v in x.iter_mut() {
+        *v = cap * (*v / cap).tanh();
     }
 }
 
