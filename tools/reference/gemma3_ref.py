@@ -166,7 +166,7 @@ class Gemma3Ref:
         if max_chunks is not None and max_chunks >= 0:
             n_chunks = min(n_chunks, max_chunks)
         first = ctx // 2
-        nll_sum, count = 0.0, 0
+        nll_sum, count, running = 0.0, 0, []
         for c in range(n_chunks):
             chunk = list(ids[c * ctx:(c + 1) * ctx])
             if self.add_bos:
@@ -178,8 +178,9 @@ class Gemma3Ref:
             nll = logz - lg[np.arange(len(tgt)), tgt]
             nll_sum += float(nll.sum())
             count += len(tgt)
-            print(f"chunk {c}: running ppl {math.exp(nll_sum / count):.6f}", file=sys.stderr)
-        return math.exp(nll_sum / count), n_chunks, count
+            running.append(math.exp(nll_sum / count))
+            print(f"chunk {c}: running ppl {running[-1]:.6f}", file=sys.stderr)
+        return math.exp(nll_sum / count), n_chunks, count, running
 
 
 def main():
@@ -203,9 +204,9 @@ def main():
         with open(a.perplexity) as f:
             ids = json.load(f)
         t0 = time.time()
-        ppl, n, cnt = m.perplexity(ids, a.ctx, a.chunks)
+        ppl, n, cnt, running = m.perplexity(ids, a.ctx, a.chunks)
         print(f"perplexity in {time.time() - t0:.1f}s", file=sys.stderr)
-        print(json.dumps({"perplexity": ppl, "chunks": n, "tokens_scored": cnt}))
+        print(json.dumps({"perplexity": ppl, "chunks": n, "tokens_scored": cnt, "running": running}))
         return
 
     if not a.ids:
