@@ -59,7 +59,7 @@ pub(crate) struct ActPlan {
 }
 
 impl ActPlan {
-    fn new(policy: ActPolicy) -> Self {
+    fn new(policy: ActPolicy, arch: Architecture) -> Self {
         use ActPrecision::{Int8, F32};
         let all = |p| ActPlan {
             qkv: p,
@@ -71,6 +71,11 @@ impl ActPlan {
         match policy {
             ActPolicy::F32 => all(F32),
             ActPolicy::Int8 => all(Int8),
+            // Measured in act_policy.rs: for gemma3 only the attention output needs f32.
+            ActPolicy::Mixed if arch == Architecture::Gemma3 => ActPlan {
+                o: F32,
+                ..all(Int8)
+            },
             ActPolicy::Mixed => ActPlan {
                 o: F32,
                 down: F32,
@@ -134,6 +139,7 @@ impl Model {
             }
         }
         let output_norm = vector(f, "output_norm.weight", d)?;
+        let act = ActPlan::new(ActPolicy::default(), cfg.arch);
         Ok(Model {
             file,
             cfg,
@@ -143,7 +149,7 @@ impl Model {
             output_norm,
             layers,
             gemma,
-            act: ActPlan::new(ActPolicy::default()),
+            act,
         })
     }
 
@@ -171,7 +177,7 @@ impl Model {
 
     /// Chooses how activations meet quantized weights (see [`ActPolicy`]).
     pub fn set_act_policy(&mut self, policy: ActPolicy) {
-        self.act = ActPlan::new(policy);
+        self.act = ActPlan::new(policy, self.cfg.arch);
     }
 
     /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
