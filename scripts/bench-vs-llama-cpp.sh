@@ -3,9 +3,11 @@
 # run, alternating, medians. Prints one table and a JSON line (for BENCHMARKS.md).
 #
 #   scripts/bench-vs-llama-cpp.sh [MODEL] [ROUNDS] [THREADS]
+#   MODEL=gemma3-270m scripts/bench-vs-llama-cpp.sh   # the model may also come from the environment
 #   ACTIVATIONS=int8 scripts/bench-vs-llama-cpp.sh     # ridge's --activations policy (default mixed)
 #
-# MODEL defaults to the cached smollm2-135m; llama.cpp's tools come from
+# MODEL is a path or a registry name (`ridge pull --list`), default smollm2-135m, pulled into
+# the cache if needed; llama.cpp's tools come from
 # ../shared/peers/llama-cpp.sh (built once, ~8 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,8 @@ THREADS=${3:-2}
 ACTIVATIONS=${ACTIVATIONS:-mixed}
 cargo build --release -q -p ridge-cli
 RIDGE=target/release/ridge
-MODEL=${1:-$($RIDGE pull smollm2-135m)}
+MODEL=${MODEL:-${1:-smollm2-135m}}
+[ -f "$MODEL" ] || MODEL=$($RIDGE pull "$MODEL")
 BIN=$(bash ../shared/peers/llama-cpp.sh)
 export LD_LIBRARY_PATH=$BIN
 OUT=$(mktemp -d)

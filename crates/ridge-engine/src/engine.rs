@@ -22,6 +22,8 @@ use crate::request::{Event, EventSink, Request, RequestId};
 use crate::stats::EngineStats;
 use crate::{EngineError, FinishReason};
 
+// Commands are few (one per request), so the size of `Submit` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     Submit(RequestId, Box<Request>, EventSink, Instant),
     Abort(RequestId),

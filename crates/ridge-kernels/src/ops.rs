@@ -18,6 +18,18 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// RMSNorm of every `w.len()`-wide row of `x` in place (per-head norms: `w` is one head
+/// wide). The same arithmetic as [`rms_norm`].
+pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    for xr in x.chunks_exact_mut(w.len()) {
+        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / xr.len() as f32;
+        let scale = 1.0 / (ss + eps).sqrt();
+        for (v, &g) in xr.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    }
+}
+
 /// Fills `cos`/`sin` (length `dim / 2`) for position `pos`: angle_i = pos · base^(−2i/dim).
 /// Computed in f64 so long positions keep their precision.
 pub fn rope_table(pos: usize, dim: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
@@ -53,6 +65,58 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = gelu(gate) · up` (GeGLU) with the tanh approximation of GELU,
+/// `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`, as Gemma and llama.cpp use it.
+///
+/// Computed as the identical `x / (1 + e^(−2y))` (since `(1 + tanh y) / 2 = σ(2y)`) with
+/// [`exp_approx`], so the loop vectorises: a prefill of 512 tokens evaluates it 19 million
+/// times for Gemma 3 270M, and the library `tanhf` alone took ~8% of prefill.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let y = TWO_SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x);
+        *g = x * u / (1.0 + exp_approx(-y));
+    }
+}
+
+/// `e^x` to about 2e-7 relative error, in plain arithmetic the compiler vectorises (no libm
+/// call): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 Taylor polynomial for `e^r`
+/// (truncation error `r⁷/7! < 1.3e-7`), and `2^n` built in the exponent bits. Inputs are
+/// clamped to `[−87, 88]`, where `2^n` stays a normal float: below, the result is ~1e-38
+/// instead of 0; above, ~1.7e38 instead of infinity.
+#[inline(always)]
+pub fn exp_approx(x: f32) -> f32 {
+    const LOG2_E: f32 = std::f32::consts::LOG2_E;
+    // ln 2 split in two so n·LN2_HI is exact for the |n| <= 127 used here.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and subtracting 1.5·2²³ rounds to the nearest integer (|x·log2 e| < 2²²).
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2_E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `x *= s`, element-wise.
+pub fn scale_inplace(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
+/// `x = cap · tanh(x / cap)` (logit soft-capping), element-wise.
+pub fn softcap_inplace(x: &mut [f32], cap: f32) {
+    for v in x.iter_mut() {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
 /// `x += y`, element-wise.
 pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
@@ -71,5 +135,41 @@ pub fn softmax_inplace(x: &mut [f32]) {
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_approx_is_close_to_exp() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let want = (x as f64).exp();
+            let got = exp_approx(x) as f64;
+            worst = worst.max((got - want).abs() / want);
+            x += 0.001_37;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
+        assert!(exp_approx(1e4).is_finite());
+    }
+
+    #[test]
+    fn gelu_tanh_matches_the_tanh_formula() {
+        let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) * 0.01).collect();
+        let mut g = xs.clone();
+        gelu_tanh_mul(&mut g, &vec![1.0; xs.len()]);
+        for (&x, &got) in xs.iter().zip(&g) {
+            let x64 = x as f64;
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let want = 0.5 * x64 * (1.0 + (c * (x64 + 0.044715 * x64.powi(3))).tanh());
+            assert!(
+                (got as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "gelu({x}) = {got}, want {want}"
+            );
+        }
     }
 }

@@ -8,7 +8,19 @@ use ridge_gguf::GgufFile;
 pub enum Architecture {
     /// Llama 2/3, Mistral-style, SmolLM2.
     Llama,
+    /// Gemma 3 (text): scaled embeddings, Q/K norms, sandwich norms, GeGLU, and
+    /// sliding-window attention on five layers of every six.
+    Gemma3,
 }
+
+/// Gemma 3 layer `i` is global (full causal attention, `rope.freq_base`) when
+/// `(i + 1) % GEMMA3_SWA_PATTERN == 0`, else sliding-window. llama.cpp hard-codes the same
+/// pattern; the GGUF metadata does not carry it.
+pub const GEMMA3_SWA_PATTERN: usize = 6;
+
+/// RoPE base of Gemma 3's sliding-window layers (hard-coded by llama.cpp and Gemma's reference
+/// implementation, not in the metadata).
+pub const GEMMA3_SWA_ROPE_BASE: f32 = 10000.0;
 
 /// A model's shape.
 #[derive(Clone, Debug)]
@@ -39,6 +51,17 @@ pub struct ModelConfig {
     pub rope_dim: usize,
     /// RMSNorm epsilon.
     pub norm_eps: f32,
+    /// Attention-score scale (`1/√head_dim` for llama and for Gemma 3 at this size).
+    pub attn_scale: f32,
+    /// Factor applied to the embedding rows (`√d_model` for Gemma, 1 for llama).
+    pub embd_scale: f32,
+    /// Sliding-window length of the sliding layers (`attention.sliding_window`): a token at
+    /// position `p` attends to positions `p − window + 1 ..= p`. `None`: every layer is global.
+    pub sliding_window: Option<usize>,
+    /// RoPE base of the sliding-window layers.
+    pub rope_base_swa: f32,
+    /// Final logit soft-capping `cap · tanh(logit / cap)`, when the metadata asks for it.
+    pub logit_softcap: Option<f32>,
 }
 
 impl ModelConfig {
@@ -52,16 +75,24 @@ impl ModelConfig {
         self.n_heads * self.head_dim
     }
 
+    /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers).
+    pub fn is_sliding(&self, layer: usize) -> bool {
+        self.sliding_window.is_some() && !(layer + 1).is_multiple_of(GEMMA3_SWA_PATTERN)
+    }
+
     /// Reads and validates the configuration.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
         let path = f.path().display().to_string();
         let arch_name = f.get_str("general.architecture")?;
         let arch = match arch_name {
             "llama" => Architecture::Llama,
+            "gemma3" => Architecture::Gemma3,
             other => {
                 return Err(ModelError::Unsupported {
                     path,
-                    message: format!("architecture `{other}` is not supported (supported: llama)"),
+                    message: format!(
+                        "architecture `{other}` is not supported (supported: llama, gemma3)"
+                    ),
                 })
             }
         };
@@ -112,6 +143,34 @@ impl ModelConfig {
         if vocab == 0 || vocab > 1 << 24 {
             return Err(bad(format!("vocabulary size {vocab} out of range")));
         }
+        let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
+        if arch == Architecture::Gemma3 {
+            embd_scale = (d_model as f32).sqrt();
+            sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
+            if rope_dim != head_dim {
+                return Err(bad(format!(
+                    "gemma3 rotates whole heads; rope.dimension_count {rope_dim} != head dimension {head_dim}"
+                )));
+            }
+            // Larger Gemma 3 models scale the global layers' positions; not implemented, so
+            // refuse rather than run with wrong positions.
+            for key in ["rope.scaling.type", "rope.scaling.factor"] {
+                if let Some(v) = f.get(&k(key)) {
+                    let identity =
+                        v.as_str() == Some("none") || f.get_f64(&k(key)).is_ok_and(|x| x == 1.0);
+                    if !identity {
+                        return Err(bad(format!("gemma3 `{}` is not supported", k(key))));
+                    }
+                }
+            }
+            if f.get(&k("final_logit_softcapping")).is_some() {
+                let cap = f.get_f64(&k("final_logit_softcapping"))? as f32;
+                if !(cap.is_finite() && cap > 0.0) {
+                    return Err(bad(format!("final_logit_softcapping {cap} out of range")));
+                }
+                logit_softcap = Some(cap);
+            }
+        }
         Ok(ModelConfig {
             arch,
             name: f
@@ -130,6 +189,21 @@ impl ModelConfig {
             rope_base,
             rope_dim,
             norm_eps,
+            attn_scale: if arch == Architecture::Gemma3 && n_layers == 62 {
+                // Gemma 3 27B (the only 62-layer size) scales by d_model / n_heads
+                // (query_pre_attn_scalar), as llama.cpp does; the others by head_dim.
+                1.0 / ((d_model / n_heads) as f32).sqrt()
+            } else {
+                1.0 / (head_dim as f32).sqrt()
+            },
+            embd_scale,
+            sliding_window,
+            rope_base_swa: if arch == Architecture::Gemma3 {
+                GEMMA3_SWA_ROPE_BASE
+            } else {
+                rope_base
+            },
+            logit_softcap,
         })
     }
 }

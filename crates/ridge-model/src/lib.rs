@@ -7,7 +7,8 @@
 //!   position — and a paged [`KvCache`]; it appends every token's keys and values to its
 //!   sequence, attends causally, and returns logits for the tokens that asked for them. Decode,
 //!   prefill, chunked prefill and batched decode are all this one call.
-//! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`).
+//! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`,
+//!   `gemma3.rs`; the parts they share are in `model.rs`).
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;
@@ -15,8 +16,10 @@ mod batch;
 mod block_pool;
 mod config;
 mod error;
+mod gemma3;
 mod kv_cache;
 mod llama;
+mod model;
 pub mod registry;
 pub mod synthetic;
 mod weights;
@@ -24,8 +27,8 @@ mod workspace;
 
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
-pub use config::{Architecture, ModelConfig};
+pub use config::{Architecture, ModelConfig, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, SeqId, KV_BLOCK_SIZE};
-pub use llama::Model;
+pub use model::Model;
 pub use workspace::Workspace;

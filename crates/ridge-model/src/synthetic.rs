@@ -1,5 +1,6 @@
-//! Tiny random llama-architecture GGUF files, for tests and examples: real files through the
-//! real loader, small enough to check against a naive reference in milliseconds.
+//! Tiny random GGUF files of the supported architectures (llama, gemma3), for tests and
+//! examples: real files through the real loader, small enough to check against a naive
+//! reference in milliseconds.
 //!
 //! The vocabulary is GPT-2 byte-level: one token per byte (so any text tokenizes) plus
 //! `<|endoftext|>` as a control token, no merges.
@@ -7,9 +8,13 @@
 use ridge_gguf::{ArrayValue, GgmlType, GgufWriter, MetadataValue};
 use ridge_kernels::{blocks, DType};
 
+use crate::Architecture;
+
 /// Shape and formats of a synthetic model.
 #[derive(Clone, Debug)]
 pub struct SyntheticSpec {
+    /// Architecture written to `general.architecture` (with its tensors and keys).
+    pub arch: Architecture,
     /// Layers.
     pub n_layers: usize,
     /// Width (multiple of 32).
@@ -18,6 +23,11 @@ pub struct SyntheticSpec {
     pub n_heads: usize,
     /// KV heads.
     pub n_kv_heads: usize,
+    /// Elements per head; `None` is `d_model / n_heads`. Written as `attention.key_length`
+    /// for gemma3 (`n_heads · head_dim` must be a multiple of 32).
+    pub head_dim: Option<usize>,
+    /// Gemma 3's `attention.sliding_window` (ignored for llama).
+    pub sliding_window: usize,
     /// FFN width (multiple of 32).
     pub ffn_dim: usize,
     /// Context length written to the metadata.
@@ -35,10 +45,13 @@ pub struct SyntheticSpec {
 impl Default for SyntheticSpec {
     fn default() -> Self {
         SyntheticSpec {
+            arch: Architecture::Llama,
             n_layers: 2,
             d_model: 64,
             n_heads: 4,
             n_kv_heads: 2,
+            head_dim: None,
+            sliding_window: 4,
             ffn_dim: 96,
             ctx_len: 64,
             dtype: DType::Q4_1,
@@ -88,33 +101,56 @@ impl Rng {
     }
 }
 
-/// Builds the GGUF bytes of a random model.
+/// Builds the GGUF bytes of a random model of `spec.arch` (the name predates gemma3; it is
+/// the same function as [`synthetic_model`]).
 pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
+    synthetic_model(spec)
+}
+
+/// Builds the GGUF bytes of a random model of `spec.arch`.
+///
+/// A gemma3 model gets the extra per-layer norms (`attn_q_norm`, `attn_k_norm`,
+/// `post_attention_norm`, `post_ffw_norm`), `attention.key_length`, `attention.sliding_window`
+/// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head.
+pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let head_dim = spec.d_model / spec.n_heads;
+    let gemma = spec.arch == Architecture::Gemma3;
+    let head_dim = spec.head_dim.unwrap_or(spec.d_model / spec.n_heads);
     let (d, q, kv, ffn) = (
         spec.d_model,
-        spec.d_model,
+        spec.n_heads * head_dim,
         spec.n_kv_heads * head_dim,
         spec.ffn_dim,
     );
+    let arch = if gemma { "gemma3" } else { "llama" };
     let mut w = GgufWriter::new();
     let s = |v: &str| MetadataValue::String(v.into());
     let u = |v: usize| MetadataValue::U32(v as u32);
-    w.meta("general.architecture", s("llama"))
+    let k = |key: &str| format!("{arch}.{key}");
+    w.meta("general.architecture", s(arch))
         .meta("general.name", s("synthetic"))
-        .meta("llama.block_count", u(spec.n_layers))
-        .meta("llama.context_length", u(spec.ctx_len))
-        .meta("llama.embedding_length", u(d))
-        .meta("llama.feed_forward_length", u(ffn))
-        .meta("llama.attention.head_count", u(spec.n_heads))
-        .meta("llama.attention.head_count_kv", u(spec.n_kv_heads))
-        .meta("llama.rope.freq_base", MetadataValue::F32(10000.0))
+        .meta(&k("block_count"), u(spec.n_layers))
+        .meta(&k("context_length"), u(spec.ctx_len))
+        .meta(&k("embedding_length"), u(d))
+        .meta(&k("feed_forward_length"), u(ffn))
+        .meta(&k("attention.head_count"), u(spec.n_heads))
+        .meta(&k("attention.head_count_kv"), u(spec.n_kv_heads))
         .meta(
-            "llama.attention.layer_norm_rms_epsilon",
-            MetadataValue::F32(1e-5),
+            &k("rope.freq_base"),
+            MetadataValue::F32(if gemma { 1e6 } else { 10000.0 }),
         )
-        .meta("tokenizer.ggml.model", s("gpt2"))
+        .meta(
+            &k("attention.layer_norm_rms_epsilon"),
+            MetadataValue::F32(if gemma { 1e-6 } else { 1e-5 }),
+        );
+    if gemma || spec.head_dim.is_some() {
+        w.meta(&k("attention.key_length"), u(head_dim))
+            .meta(&k("attention.value_length"), u(head_dim));
+    }
+    if gemma {
+        w.meta(&k("attention.sliding_window"), u(spec.sliding_window));
+    }
+    w.meta("tokenizer.ggml.model", s("gpt2"))
         .meta("tokenizer.ggml.pre", s("gpt2"));
     let mut tokens: Vec<String> = (0..=255u8).map(|b| gpt2_byte_char(b).to_string()).collect();
     tokens.push("<|endoftext|>".into());
@@ -146,6 +182,7 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
             w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
         };
     let ws = 1.0 / (d as f32).sqrt();
+    let wo_scale = 1.0 / (q as f32).sqrt();
     mat(
         &mut w,
         "token_embd.weight",
@@ -171,7 +208,7 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
         mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
         mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
         mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
-        mat(&mut w, &n("attn_output"), d, q, spec.dtype, ws);
+        mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
         norm(&mut w, &n("ffn_norm"), d, i + 1);
         mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
         mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
@@ -185,7 +222,16 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
         );
     }
     norm(&mut w, "output_norm.weight", d, 3);
-    if spec.separate_output {
+    if gemma {
+        for i in 0..spec.n_layers {
+            let n = |x: &str| format!("blk.{i}.{x}.weight");
+            norm(&mut w, &n("attn_q_norm"), head_dim, i + 2);
+            norm(&mut w, &n("attn_k_norm"), head_dim, i + 4);
+            norm(&mut w, &n("post_attention_norm"), d, i + 3);
+            norm(&mut w, &n("post_ffw_norm"), d, i + 1);
+        }
+    }
+    if spec.separate_output && !gemma {
         mat(&mut w, "output.weight", SYNTHETIC_VOCAB, d, spec.dtype, ws);
     }
     w.to_bytes()

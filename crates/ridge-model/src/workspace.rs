@@ -17,6 +17,9 @@ pub struct Workspace {
     pub(crate) up: Vec<f32>,
     pub(crate) cos: Vec<f32>,
     pub(crate) sin: Vec<f32>,
+    /// RoPE tables of the sliding-window layers (Gemma 3's local base).
+    pub(crate) cos_swa: Vec<f32>,
+    pub(crate) sin_swa: Vec<f32>,
     pub(crate) logits: Vec<f32>,
     pub(crate) out_rows: Vec<usize>,
     pub(crate) tables: Vec<Vec<u32>>,

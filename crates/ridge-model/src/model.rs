@@ -1,0 +1,500 @@
+//! The loaded model and the pieces of a forward pass every architecture shares.
+//!
+//! [`Model`] binds the weights once (types and shapes checked, kept as offsets into the map),
+//! and [`Model::forward`] is the same for every architecture at its two ends: validate the
+//! batch and reserve KV blocks, embed the tokens, … , write back the sequence lengths, norm the
+//! rows that want logits and run the output head. Only the layer stack differs, and it lives in
+//! one file per architecture (`llama.rs`, `gemma3.rs`) built from the helpers here — the
+//! Q/K/V products, RoPE plus the KV write, paged attention (optionally windowed), the
+//! gate/up products — so each architecture's file reads top to bottom like its math.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ridge_gguf::GgufFile;
+use ridge_kernels::attention::{attend_group, AttnShape};
+use ridge_kernels::pool::{self, SharedMut};
+use ridge_kernels::{blocks, matmul, ops, ActPrecision, Isa};
+
+use crate::config::{Architecture, ModelConfig};
+use crate::weights::{matrix, vector, MatRef};
+use crate::workspace::fit;
+use crate::{gemma3, llama, ActPolicy, Batch, KvCache, ModelError, Workspace};
+
+/// The weights every architecture's layer has.
+pub(crate) struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub wq: MatRef,
+    pub wk: MatRef,
+    pub wv: MatRef,
+    pub wo: MatRef,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: MatRef,
+    pub w_up: MatRef,
+    pub w_down: MatRef,
+}
+
+/// A loaded model: configuration plus weights bound in place in the memory-mapped file.
+pub struct Model {
+    file: Arc<GgufFile>,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) isa: Isa,
+    embd: MatRef,
+    output: MatRef,
+    output_norm: Vec<f32>,
+    pub(crate) layers: Vec<Layer>,
+    /// Gemma 3's extra per-layer norms (empty for llama).
+    pub(crate) gemma: Vec<gemma3::LayerNorms>,
+    pub(crate) act: ActPlan,
+}
+
+/// Per-matrix activation precision resolved from an [`ActPolicy`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ActPlan {
+    pub qkv: ActPrecision,
+    pub o: ActPrecision,
+    pub gate_up: ActPrecision,
+    pub down: ActPrecision,
+    pub head: ActPrecision,
+}
+
+impl ActPlan {
+    fn new(policy: ActPolicy, arch: Architecture) -> Self {
+        use ActPrecision::{Int8, F32};
+        let all = |p| ActPlan {
+            qkv: p,
+            o: p,
+            gate_up: p,
+            down: p,
+            head: p,
+        };
+        match policy {
+            ActPolicy::F32 => all(F32),
+            ActPolicy::Int8 => all(Int8),
+            // Measured in act_policy.rs: for gemma3 only the attention output needs f32.
+            ActPolicy::Mixed if arch == Architecture::Gemma3 => ActPlan {
+                o: F32,
+                ..all(Int8)
+            },
+            ActPolicy::Mixed => ActPlan {
+                o: F32,
+                down: F32,
+                ..all(Int8)
+            },
+        }
+    }
+}
+
+/// Which RoPE table a layer uses: the global base, or the sliding-window layers' base.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopeTable {
+    Global,
+    Swa,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("file", &self.file.path())
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Model {
+    /// Opens a GGUF file and binds its weights. Kernel paths are chosen here, once.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let file = Arc::new(GgufFile::open(path)?);
+        Self::from_gguf(file)
+    }
+
+    /// Binds the weights of an already opened file.
+    pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        let cfg = ModelConfig::from_gguf(&file)?;
+        let f = &*file;
+        let (d, q, kv, ffn) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let embd = matrix(f, "token_embd.weight", cfg.vocab, d)?;
+        let output = if f.has_tensor("output.weight") {
+            matrix(f, "output.weight", cfg.vocab, d)?
+        } else {
+            embd
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        let mut gemma = Vec::new();
+        for i in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(f, &n("attn_norm"), d)?,
+                wq: matrix(f, &n("attn_q"), q, d)?,
+                wk: matrix(f, &n("attn_k"), kv, d)?,
+                wv: matrix(f, &n("attn_v"), kv, d)?,
+                wo: matrix(f, &n("attn_output"), d, q)?,
+                ffn_norm: vector(f, &n("ffn_norm"), d)?,
+                w_gate: matrix(f, &n("ffn_gate"), ffn, d)?,
+                w_up: matrix(f, &n("ffn_up"), ffn, d)?,
+                w_down: matrix(f, &n("ffn_down"), d, ffn)?,
+            });
+            if cfg.arch == Architecture::Gemma3 {
+                gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
+            }
+        }
+        let output_norm = vector(f, "output_norm.weight", d)?;
+        let act = ActPlan::new(ActPolicy::default(), cfg.arch);
+        Ok(Model {
+            file,
+            cfg,
+            isa: Isa::detect(),
+            embd,
+            output,
+            output_norm,
+            layers,
+            gemma,
+            act,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The underlying file (for the tokenizer and metadata).
+    pub fn gguf(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// The kernel path in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Forces a kernel path (tests compare paths; `Isa::Scalar` is always valid).
+    pub fn set_isa(&mut self, isa: Isa) {
+        if isa == Isa::Scalar || isa == Isa::detect() {
+            self.isa = isa;
+        }
+    }
+
+    /// Chooses how activations meet quantized weights (see [`ActPolicy`]).
+    pub fn set_act_policy(&mut self, policy: ActPolicy) {
+        self.act = ActPlan::new(policy, self.cfg.arch);
+    }
+
+    /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
+    /// head (the embedding table contributes one row per token, negligible).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
+                    .iter()
+                    .map(MatRef::bytes)
+                    .sum::<usize>()
+                    + 8 * self.cfg.d_model
+            })
+            .sum();
+        let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
+        layers + extra + self.output.bytes() + 4 * self.cfg.d_model
+    }
+
+    /// The matrix bytes of the mapped file.
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.file.bytes()
+    }
+
+    /// Checks the batch against the cache and reserves blocks. Fills `ws.seq_of` (sequences
+    /// with their length after the batch), `ws.tables` (their block tables) and `ws.table_of`
+    /// (per token, the index of its sequence's table).
+    fn prepare(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+    ) -> Result<(), ModelError> {
+        let seq_of = &mut ws.seq_of;
+        let n = batch.len();
+        if batch.positions.len() != n || batch.seqs.len() != n || batch.logits.len() != n {
+            return Err(ModelError::BadBatch("field lengths differ".into()));
+        }
+        seq_of.clear();
+        for i in 0..n {
+            let tok = batch.tokens[i];
+            if tok as usize >= self.cfg.vocab {
+                return Err(ModelError::BadToken {
+                    id: tok,
+                    vocab: self.cfg.vocab,
+                });
+            }
+            let seq = batch.seqs[i];
+            let next = match seq_of.iter_mut().find(|(s, _)| *s == seq) {
+                Some(e) => &mut e.1,
+                None => {
+                    seq_of.push((seq, kv.seq_len(seq)));
+                    &mut seq_of.last_mut().expect("just pushed").1
+                }
+            };
+            if batch.positions[i] != *next {
+                return Err(ModelError::BadBatch(format!(
+                    "sequence {} expects position {}, got {}",
+                    seq.0, next, batch.positions[i]
+                )));
+            }
+            *next += 1;
+            if *next > self.cfg.ctx_len {
+                return Err(ModelError::ContextOverflow {
+                    len: *next,
+                    ctx: self.cfg.ctx_len,
+                });
+            }
+        }
+        for &(seq, len) in seq_of.iter() {
+            kv.reserve(seq, len)?;
+        }
+        ws.tables.resize_with(seq_of.len(), Vec::new);
+        for (t, &(seq, _)) in ws.tables.iter_mut().zip(seq_of.iter()) {
+            t.clear();
+            t.extend_from_slice(kv.block_table(seq));
+        }
+        ws.table_of.clear();
+        let seq_of = &ws.seq_of;
+        ws.table_of.extend(
+            batch
+                .seqs
+                .iter()
+                .map(|s| seq_of.iter().position(|(x, _)| x == s).unwrap_or(0)),
+        );
+        Ok(())
+    }
+
+    /// Runs one forward pass over `batch`, appending its tokens to their sequences in `kv`.
+    /// Returns logits (`vocab` per row) for the tokens whose `logits` flag is set, in batch
+    /// order.
+    pub fn forward<'w>(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32], ModelError> {
+        self.prepare(batch, kv, ws)?;
+        self.embed(batch, ws);
+        match self.cfg.arch {
+            Architecture::Llama => llama::layers(self, batch, kv, ws),
+            Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws),
+        }
+        for &(seq, len) in &ws.seq_of {
+            kv.set_len(seq, len);
+        }
+        Ok(self.head(batch, ws))
+    }
+
+    /// Sizes the activation buffers for `n` tokens, writes the (scaled) embedding rows into
+    /// `ws.x` and the RoPE tables of every token's position.
+    fn embed(&self, batch: &Batch, ws: &mut Workspace) {
+        let cfg = &self.cfg;
+        let n = batch.len();
+        let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let half = cfg.rope_dim / 2;
+        fit(&mut ws.x, n * d);
+        fit(&mut ws.xn, n * d);
+        fit(&mut ws.q, n * qd);
+        fit(&mut ws.k, n * kvd);
+        fit(&mut ws.v, n * kvd);
+        fit(&mut ws.att, n * qd);
+        fit(&mut ws.gate, n * cfg.ffn_dim);
+        fit(&mut ws.up, n * cfg.ffn_dim);
+        fit(&mut ws.cos, n * half);
+        fit(&mut ws.sin, n * half);
+
+        let embd = self.embd.view(self.bytes());
+        for (t, &tok) in batch.tokens.iter().enumerate() {
+            let row = &mut ws.x[t * d..(t + 1) * d];
+            blocks::dequantize_row(embd.dtype, embd.row(tok as usize), row);
+            if cfg.embd_scale != 1.0 {
+                ops::scale_inplace(row, cfg.embd_scale);
+            }
+        }
+        for (t, &pos) in batch.positions.iter().enumerate() {
+            let r = t * half..(t + 1) * half;
+            ops::rope_table(
+                pos,
+                cfg.rope_dim,
+                cfg.rope_base,
+                &mut ws.cos[r.clone()],
+                &mut ws.sin[r],
+            );
+        }
+        if cfg.sliding_window.is_some() {
+            fit(&mut ws.cos_swa, n * half);
+            fit(&mut ws.sin_swa, n * half);
+            for (t, &pos) in batch.positions.iter().enumerate() {
+                let r = t * half..(t + 1) * half;
+                ops::rope_table(
+                    pos,
+                    cfg.rope_dim,
+                    cfg.rope_base_swa,
+                    &mut ws.cos_swa[r.clone()],
+                    &mut ws.sin_swa[r],
+                );
+            }
+        }
+    }
+
+    /// `y = x · Wᵀ` for the `n` rows of `x`.
+    #[inline]
+    pub(crate) fn mm(
+        &self,
+        precision: ActPrecision,
+        w: &MatRef,
+        x: &[f32],
+        n: usize,
+        y: &mut [f32],
+        scratch: &mut ridge_kernels::MatmulScratch,
+    ) {
+        matmul(self.isa, precision, &w.view(self.bytes()), x, n, y, scratch);
+    }
+
+    /// `q, k, v = xn · Wq/Wk/Wvᵀ`.
+    pub(crate) fn qkv(&self, l: &Layer, n: usize, ws: &mut Workspace) {
+        let p = self.act.qkv;
+        self.mm(p, &l.wq, &ws.xn, n, &mut ws.q, &mut ws.mm);
+        self.mm(p, &l.wk, &ws.xn, n, &mut ws.k, &mut ws.mm);
+        self.mm(p, &l.wv, &ws.xn, n, &mut ws.v, &mut ws.mm);
+    }
+
+    /// `gate, up = xn · Wgate/Wupᵀ`.
+    pub(crate) fn gate_up(&self, l: &Layer, n: usize, ws: &mut Workspace) {
+        let p = self.act.gate_up;
+        self.mm(p, &l.w_gate, &ws.xn, n, &mut ws.gate, &mut ws.mm);
+        self.mm(p, &l.w_up, &ws.xn, n, &mut ws.up, &mut ws.mm);
+    }
+
+    /// Rotates every head of `ws.q` and `ws.k` by its token's position (`neox`: halves
+    /// layout, else adjacent pairs) and writes each token's K and V into its cache slot of
+    /// layer `li`.
+    pub(crate) fn rope_and_store(
+        &self,
+        li: usize,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        table: RopeTable,
+        neox: bool,
+    ) {
+        let (qd, kvd, hd) = (self.cfg.q_dim(), self.cfg.kv_dim(), self.cfg.head_dim);
+        let half = self.cfg.rope_dim / 2;
+        let (cos, sin) = match table {
+            RopeTable::Global => (&ws.cos, &ws.sin),
+            RopeTable::Swa => (&ws.cos_swa, &ws.sin_swa),
+        };
+        for t in 0..batch.len() {
+            let (c, s) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
+            for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
+                ops::rope_apply(h, c, s, neox);
+            }
+            for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
+                ops::rope_apply(h, c, s, neox);
+            }
+            let slot = kv.slot(&ws.tables[ws.table_of[t]], batch.positions[t]);
+            kv.write(
+                li,
+                slot,
+                &ws.k[t * kvd..(t + 1) * kvd],
+                &ws.v[t * kvd..(t + 1) * kvd],
+            );
+        }
+    }
+
+    /// Causal attention of every token of the batch over its sequence in layer `li`, into
+    /// `ws.att`. With a `window`, a token at position `p` sees only positions
+    /// `p − window + 1 ..= p` (older slots stay in the cache but are not read).
+    pub(crate) fn attention(
+        &self,
+        li: usize,
+        batch: &Batch,
+        kv: &KvCache,
+        ws: &mut Workspace,
+        window: Option<usize>,
+    ) {
+        let cfg = &self.cfg;
+        let isa = self.isa;
+        let (qd, hd, n) = (cfg.q_dim(), cfg.head_dim, batch.len());
+        let shape = AttnShape {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: hd,
+            scale: cfg.attn_scale,
+        };
+        let layer_kv = kv.layer(li);
+        let att = SharedMut(ws.att.as_mut_ptr());
+        let (q, tables, table_of, positions) = (&ws.q, &ws.tables, &ws.table_of, &batch.positions);
+        // Tasks of whole KV groups (each K/V row read once per group) when there are enough of
+        // them to keep every thread busy, else of single heads (decode).
+        let group = cfg.n_heads / cfg.n_kv_heads;
+        let per_task = if n * cfg.n_kv_heads >= 2 * pool::threads() {
+            group
+        } else {
+            1
+        };
+        let tasks_per_token = cfg.n_heads / per_task;
+        pool::parallel_for(n * tasks_per_token, |i| {
+            let (t, h0) = (i / tasks_per_token, (i % tasks_per_token) * per_task);
+            let off = t * qd + h0 * hd;
+            let w = per_task * hd;
+            // SAFETY: task i alone writes att[off..off + w] (distinct (t, h0) give disjoint
+            // ranges inside the n·qd buffer), and att outlives parallel_for.
+            let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), w) };
+            let end = positions[t] + 1;
+            let first = window.map_or(0, |w| end.saturating_sub(w));
+            attend_group(
+                isa,
+                &layer_kv,
+                &tables[table_of[t]],
+                first,
+                end,
+                &shape,
+                h0 / group,
+                per_task,
+                &q[off..off + w],
+                out,
+            );
+        });
+    }
+
+    /// Final norm and output head for the rows that asked for logits.
+    fn head<'w>(&self, batch: &Batch, ws: &'w mut Workspace) -> &'w [f32] {
+        let cfg = &self.cfg;
+        let d = cfg.d_model;
+        ws.out_rows.clear();
+        ws.out_rows
+            .extend((0..batch.len()).filter(|&t| batch.logits[t]));
+        let m = ws.out_rows.len();
+        for (i, &t) in ws.out_rows.iter().enumerate() {
+            let (src, dst) = (t * d, i * d);
+            // xn is free now; gather the normed rows at its front (i <= t, so no overlap issue).
+            ops::rms_norm(
+                &ws.x[src..src + d],
+                &self.output_norm,
+                cfg.norm_eps,
+                &mut ws.xn[dst..dst + d],
+            );
+        }
+        fit(&mut ws.logits, m * cfg.vocab);
+        self.mm(
+            self.act.head,
+            &self.output,
+            &ws.xn[..m * d],
+            m,
+            &mut ws.logits,
+            &mut ws.mm,
+        );
+        if let Some(cap) = cfg.logit_softcap {
+            ops::softcap_inplace(&mut ws.logits, cap);
+        }
+        &ws.logits[..m * cfg.vocab]
+    }
+}
