@@ -23,7 +23,6 @@ use crate::stats::EngineStats;
 use crate::{EngineError, FinishReason};
 
 // Commands are few (one per request), so the size of `Submit` costs nothing worth a box.
-#[allow(clippy::large_enum_variant)]
 enum Command {
     Submit(RequestId, Box<Request>, EventSink, Instant),
     Abort(RequestId),
