@@ -152,7 +152,7 @@ impl EngineCore {
         eog.retain(|&t| (t as usize) < mcfg.vocab);
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,
-            kv_bytes_per_token: (2 * mcfg.n_layers * cfg.kv_dtype.row_bytes(mcfg.kv_dim())) as f64,
+            kv_bytes_per_token: cfg.kv_dtype.token_bytes(&mcfg) as f64,
             bandwidth: bw * 1e9,
         });
         Ok(EngineCore {

@@ -63,19 +63,15 @@ impl Engine {
         tokenizer: Arc<Tokenizer>,
         cfg: EngineConfig,
     ) -> Result<Engine, EngineError> {
-        let mcfg = model.config().clone();
+        let core = EngineCore::new(model, tokenizer, cfg.clone())?;
+        let mcfg = core.model().config();
         let info = EngineInfo {
             ctx_len: mcfg.ctx_len,
             vocab: mcfg.vocab,
-            kv_total_blocks: 0,
-            config: cfg.clone(),
-            weight_bytes: model.weight_bytes_per_token(),
-            kv_bytes_per_token: 2 * mcfg.n_layers * cfg.kv_dtype.row_bytes(mcfg.kv_dim()),
-        };
-        let core = EngineCore::new(model, tokenizer, cfg)?;
-        let info = EngineInfo {
             kv_total_blocks: core.kv_total_blocks(),
-            ..info
+            weight_bytes: core.model().weight_bytes_per_token(),
+            kv_bytes_per_token: cfg.kv_dtype.token_bytes(mcfg),
+            config: cfg,
         };
         let stats = core.stats().clone();
         let (tx, rx) = mpsc::channel();

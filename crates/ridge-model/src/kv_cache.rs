@@ -51,6 +51,11 @@ impl std::str::FromStr for KvDtype {
 }
 
 impl KvDtype {
+    /// Bytes one cached token takes over all layers of `cfg` (its K and V rows).
+    pub fn token_bytes(self, cfg: &ModelConfig) -> usize {
+        2 * cfg.n_layers * self.row_bytes(cfg.kv_dim())
+    }
+
     /// Bytes per cached element row of `kv_dim` elements.
     pub fn row_bytes(self, kv_dim: usize) -> usize {
         match self {

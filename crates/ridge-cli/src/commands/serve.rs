@@ -98,7 +98,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     };
     let cfg = l.model.config().clone();
-    let kv_bytes_per_token = 2 * cfg.n_layers * a.kv_cache_dtype.row_bytes(cfg.kv_dim());
+    let kv_bytes_per_token = a.kv_cache_dtype.token_bytes(&cfg);
     let kv_tokens = match a.kv_cache_mem {
         Some(0) => bail!("--kv-cache-mem must be at least 1 MiB"),
         Some(mib) => mib.saturating_mul(1 << 20) / kv_bytes_per_token.max(1),
