@@ -38,6 +38,7 @@ use crate::request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
 use crate::sampler::{logprobs, Sampler, TokenHistory};
+use crate::spec::{DraftSlot, SpecState, Speculator};
 use crate::stats::EngineStats;
 use crate::stop::StopMatcher;
 use crate::{EngineError, FinishReason};
@@ -83,10 +84,13 @@ struct Shared {
     ignore_eos: bool,
     logprobs: Option<usize>,
     max_new: usize,
+    speculative: bool,
 }
 
 /// One choice of one request.
 struct Seq {
+    /// Unique for the engine's lifetime (the proposers' key).
+    uid: u64,
     req: Arc<Shared>,
     index: usize,
     tokens: Vec<u32>,
@@ -102,6 +106,10 @@ struct Seq {
     timings: ChoiceTimings,
     /// Set when the sequence is done; removed at the end of the step.
     done: bool,
+    /// Draft sizing.
+    spec: SpecState,
+    /// This step's draft tokens (verified after the forward pass).
+    draft: Vec<u32>,
 }
 
 impl Seq {
@@ -126,8 +134,22 @@ pub struct EngineCore {
     eog: Vec<u32>,
     stats: Arc<EngineStats>,
     roof: Option<Roof>,
-    /// Scratch: (running index, tokens) scheduled this step.
-    plan: Vec<(usize, usize)>,
+    /// Scratch: what each scheduled sequence computes this step.
+    plan: Vec<Planned>,
+    /// Speculative decoding, when enabled.
+    speculator: Option<Speculator>,
+    next_uid: u64,
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Copy, Debug)]
+struct Planned {
+    /// Index in `running`.
+    ri: usize,
+    /// Tokens to compute (besides drafts).
+    n: usize,
+    /// Draft tokens allowed (blocks reserved for them).
+    k: usize,
 }
 
 impl EngineCore {
@@ -168,7 +190,14 @@ impl EngineCore {
             eog,
             stats,
             plan: Vec::new(),
+            speculator: None,
+            next_uid: 0,
         })
+    }
+
+    /// Enables speculative decoding with this proposer and limits.
+    pub fn set_speculator(&mut self, spec: Speculator) {
+        self.speculator = Some(spec);
     }
 
     /// The live statistics.
@@ -262,11 +291,17 @@ impl EngineCore {
             ignore_eos: req.ignore_eos,
             logprobs: req.logprobs,
             max_new: req.max_tokens.min(ctx - req.prompt.len()),
+            speculative: req.speculative,
         });
+        let k0 = self.speculator.as_ref().map_or(0, |s| s.cfg.max_draft);
         for index in 0..req.n {
+            self.next_uid += 1;
             let mut sampling = req.sampling.clone();
             sampling.seed = sampling.seed.map(|s| s.wrapping_add(index as u64));
             self.waiting.push_back(Seq {
+                uid: self.next_uid,
+                spec: SpecState::new(k0),
+                draft: Vec::new(),
                 req: shared.clone(),
                 index,
                 tokens: req.prompt.clone(),
@@ -357,14 +392,23 @@ impl EngineCore {
             self.publish_gauges();
             return !self.waiting.is_empty();
         }
+        self.draft();
         self.batch.clear();
-        for &(ri, n) in &self.plan {
-            let s = &self.running[ri];
+        for p in &self.plan {
+            let s = &self.running[p.ri];
             if let Some(seq) = s.kv {
                 let from = s.computed;
-                let last = from + n == s.tokens.len();
-                self.batch
-                    .push_seq(&s.tokens[from..from + n], from, seq, last);
+                if s.draft.is_empty() {
+                    let last = from + p.n == s.tokens.len();
+                    self.batch
+                        .push_seq(&s.tokens[from..from + p.n], from, seq, last);
+                } else {
+                    // The last token and every draft, each with logits.
+                    self.batch.push(s.tokens[from], from, seq, true);
+                    for (j, &t) in s.draft.iter().enumerate() {
+                        self.batch.push(t, from + 1 + j, seq, true);
+                    }
+                }
             }
         }
         EngineStats::add(&self.stats.steps, 1);
@@ -380,19 +424,29 @@ impl EngineCore {
             stats,
             plan,
             roof,
+            speculator,
             ..
         } = self;
         let vocab = model.config().vocab;
+        let max_draft = speculator.as_ref().map_or(0, |s| s.cfg.max_draft);
         match model.forward(batch, kv, ws) {
             Ok(logits) => {
                 let mut row = 0;
-                for &(ri, n) in plan.iter() {
-                    let s = &mut running[ri];
-                    s.computed += n;
+                for p in plan.iter() {
+                    let s = &mut running[p.ri];
+                    if !s.draft.is_empty() {
+                        let rows = s.draft.len() + 1;
+                        let l = &logits[row * vocab..(row + rows) * vocab];
+                        row += rows;
+                        verify(s, l, vocab, tokenizer, eog, stats, kv, *roof, max_draft);
+                        continue;
+                    }
+                    s.computed += p.n;
                     if s.computed == s.tokens.len() {
                         let l = &logits[row * vocab..(row + 1) * vocab];
                         row += 1;
-                        if let Some((reason, text)) = sample_token(s, l, tokenizer, eog, stats) {
+                        let tok = s.sampler.sample_with(l, Some(&s.history));
+                        if let Some((reason, text)) = emit_token(s, tok, l, tokenizer, eog, stats) {
                             finish_seq(s, kv, stats, *roof, reason, text, None);
                         }
                     }
@@ -404,8 +458,8 @@ impl EngineCore {
             Err(e) => {
                 // Internal failure: fail the scheduled sequences, keep serving the rest.
                 let msg = e.to_string();
-                for &(ri, _) in plan.iter() {
-                    let s = &mut running[ri];
+                for p in plan.iter() {
+                    let s = &mut running[p.ri];
                     finish_seq(
                         s,
                         kv,
@@ -423,11 +477,67 @@ impl EngineCore {
         true
     }
 
+    /// Asks the proposer for drafts for every planned sequence allowed some, and forgets the
+    /// proposer state of sequences no longer running.
+    fn draft(&mut self) {
+        let EngineCore {
+            model,
+            kv,
+            running,
+            plan,
+            speculator,
+            ..
+        } = self;
+        let Some(spec) = speculator else {
+            return;
+        };
+        for s in running.iter_mut() {
+            s.draft.clear();
+        }
+        let mut want = vec![0usize; running.len()];
+        for p in plan.iter() {
+            want[p.ri] = p.k;
+        }
+        let mut slots: Vec<DraftSlot<'_>> = running
+            .iter_mut()
+            .zip(&want)
+            .filter(|(_, &k)| k > 0)
+            .filter_map(|(s, &k)| {
+                Some(DraftSlot {
+                    key: s.uid,
+                    target_seq: s.kv?,
+                    tokens: &s.tokens,
+                    k,
+                    out: &mut s.draft,
+                })
+            })
+            .collect();
+        if !slots.is_empty() {
+            if spec.proposer.propose(model, kv, &mut slots).is_err() {
+                // A failed draft is no draft: plain decoding this step.
+                for s in slots.iter_mut() {
+                    s.out.clear();
+                }
+            }
+            for s in slots.iter_mut() {
+                s.out.truncate(s.k);
+            }
+        }
+        drop(slots);
+        let live: std::collections::HashSet<u64> = running.iter().map(|s| s.uid).collect();
+        spec.proposer.retain(&|k| live.contains(&k));
+    }
+
     fn schedule(&mut self) {
         self.plan.clear();
         let mut budget = self.cfg.max_batch_tokens;
         let mut preempted = false;
         let mut i = 0;
+        let spec_on = self
+            .speculator
+            .as_ref()
+            .is_some_and(|sp| self.running.len() <= sp.cfg.max_running);
+        let ctx = self.model.config().ctx_len;
         while i < self.running.len() && budget > 0 {
             let n = (self.running[i].tokens.len() - self.running[i].computed).min(budget);
             let Some(seq) = self.running[i].kv else {
@@ -453,8 +563,28 @@ impl EngineCore {
             if self.kv.reserve(seq, target).is_err() {
                 break;
             }
-            self.plan.push((i, n));
             budget -= n;
+            // A decoding sequence may add drafts, within the budget, its length limit, the
+            // context and the free blocks (never preempting for them).
+            let mut k = 0;
+            let s = &mut self.running[i];
+            if spec_on && n == 1 && s.req.speculative && s.computed + 1 == s.tokens.len() {
+                let left = s.req.max_new.saturating_sub(s.generated() + 1);
+                let room = ctx.saturating_sub(s.tokens.len() + 1);
+                if left > 0 && room > 0 && budget > 0 && s.spec.wants_draft() {
+                    k = s.spec.k.min(left).min(room).min(budget);
+                    // Keep the admission watermark: one free block per running sequence.
+                    let spare = |kv: &KvCache, k| {
+                        kv.blocks_needed(seq, target + k) + self.running.len() <= kv.free_blocks()
+                    };
+                    while k > 0 && !(spare(&self.kv, k) && self.kv.reserve(seq, target + k).is_ok())
+                    {
+                        k /= 2;
+                    }
+                }
+            }
+            budget -= k;
+            self.plan.push(Planned { ri: i, n, k });
             i += 1;
         }
         if preempted {
@@ -494,7 +624,11 @@ impl EngineCore {
             s.computed = cached;
             s.kv = Some(seq);
             self.running.push(s);
-            self.plan.push((self.running.len() - 1, n));
+            self.plan.push(Planned {
+                ri: self.running.len() - 1,
+                n,
+                k: 0,
+            });
             budget -= n;
         }
     }
@@ -552,16 +686,16 @@ struct Roof {
     bandwidth: f64,
 }
 
-/// Samples the next token of `s` from its logits row, streams it, and says whether the choice
-/// ends (with the text released at the end).
-fn sample_token(
+/// Streams token `tok` (chosen from `logits`) of `s`, and says whether the choice ends (with
+/// the text released at the end).
+fn emit_token(
     s: &mut Seq,
+    tok: u32,
     logits: &[f32],
     tokenizer: &Tokenizer,
     eog: &[u32],
     stats: &EngineStats,
 ) -> Option<(FinishReason, String)> {
-    let tok = s.sampler.sample_with(logits, Some(&s.history));
     let lp = s.req.logprobs.map(|k| logprobs(logits, tok, k));
     let now = Instant::now();
     s.timings.first_token.get_or_insert(now);
@@ -592,6 +726,57 @@ fn sample_token(
         Some((FinishReason::Length, drain_text(s)))
     } else {
         None
+    }
+}
+
+/// Verifies the drafts of `s` against the target's logits rows (`1 + drafts`): emits the
+/// accepted drafts and one token of the target's own, rolls the KV cache back past the
+/// rejected drafts and resizes the next draft.
+#[allow(clippy::too_many_arguments)]
+fn verify(
+    s: &mut Seq,
+    logits: &[f32],
+    vocab: usize,
+    tokenizer: &Tokenizer,
+    eog: &[u32],
+    stats: &EngineStats,
+    kv: &mut KvCache,
+    roof: Option<Roof>,
+    max_draft: usize,
+) {
+    let draft = std::mem::take(&mut s.draft);
+    let base = s.computed;
+    let mut accepted = 0;
+    for (j, l) in logits.chunks_exact(vocab).enumerate() {
+        let guess = draft.get(j).copied();
+        let tok = match guess {
+            Some(g) => s.sampler.verify_draft(l, Some(&s.history), g),
+            None => s.sampler.sample_with(l, Some(&s.history)),
+        };
+        let ended = emit_token(s, tok, l, tokenizer, eog, stats);
+        if guess == Some(tok) {
+            accepted += 1;
+        }
+        if let Some((reason, text)) = ended {
+            finish_seq(s, kv, stats, roof, reason, text, None);
+            break;
+        }
+        if guess != Some(tok) {
+            break;
+        }
+    }
+    EngineStats::add(&stats.spec_draft_tokens, draft.len());
+    EngineStats::add(&stats.spec_accepted_tokens, accepted);
+    s.timings.draft_tokens += draft.len();
+    s.timings.accepted_tokens += accepted;
+    s.spec.record(draft.len(), accepted, max_draft);
+    s.draft = draft;
+    s.draft.clear();
+    if let Some(seq) = s.kv {
+        // The last token and the accepted drafts are now computed; the rest is dropped.
+        s.computed = base + 1 + accepted;
+        kv.truncate(seq, s.computed);
+        kv.commit_blocks(seq, &s.tokens);
     }
 }
 

@@ -17,6 +17,7 @@ mod generate;
 mod perplexity;
 mod request;
 mod sampler;
+pub mod spec;
 mod stats;
 mod stop;
 mod throughput;

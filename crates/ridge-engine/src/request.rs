@@ -30,6 +30,9 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// Render special tokens in the text (default: skipped).
     pub render_special: bool,
+    /// Allow speculative decoding for this request when the engine has it (default: yes; the
+    /// output is the same either way, only the speed differs).
+    pub speculative: bool,
 }
 
 impl Request {
@@ -45,6 +48,7 @@ impl Request {
             n: 1,
             logprobs: None,
             render_special: false,
+            speculative: true,
         }
     }
 }
@@ -76,6 +80,10 @@ pub struct ChoiceTimings {
     /// Batch-1 roofline floor per output token for this request's mean context, ms (when the
     /// engine knows the machine's bandwidth).
     pub roofline_tpot_ms: Option<f64>,
+    /// Speculative tokens drafted for this choice.
+    pub draft_tokens: usize,
+    /// Drafted tokens the target accepted.
+    pub accepted_tokens: usize,
 }
 
 impl ChoiceTimings {
@@ -87,6 +95,8 @@ impl ChoiceTimings {
             last_token: None,
             tokens: 0,
             roofline_tpot_ms: None,
+            draft_tokens: 0,
+            accepted_tokens: 0,
         }
     }
 

@@ -218,6 +218,29 @@ impl Sampler {
 
     /// Picks the next token, applying logit bias and the penalties against `history`.
     pub fn sample_with(&mut self, logits: &[f32], history: Option<&TokenHistory>) -> u32 {
+        self.pick(logits, history, None)
+    }
+
+    /// Verifies a speculative `draft` token against the target's logits and returns the token
+    /// to emit: the draft itself when accepted, else a replacement.
+    ///
+    /// Greedy: the argmax (accepted iff it equals the draft). Sampling: the draft was proposed
+    /// deterministically (a point mass q = δ_draft), so the rule of Leviathan et al. (2023) —
+    /// accept with probability min(1, p/q), else draw from the normalised residual
+    /// max(0, p − q) — becomes: accept with probability p(draft), else draw from p with the
+    /// draft removed. Either way the emitted token is distributed exactly as
+    /// [`Sampler::sample_with`]'s (p is the same processed distribution: penalties, bias,
+    /// temperature, top-k/p, min-p).
+    pub fn verify_draft(
+        &mut self,
+        logits: &[f32],
+        history: Option<&TokenHistory>,
+        draft: u32,
+    ) -> u32 {
+        self.pick(logits, history, Some(draft))
+    }
+
+    fn pick(&mut self, logits: &[f32], history: Option<&TokenHistory>, draft: Option<u32>) -> u32 {
         let p = &self.params;
         let adjust = !p.logit_bias.is_empty() || (history.is_some() && p.needs_history());
         let logits = if adjust {
@@ -314,14 +337,32 @@ impl Sampler {
         }
         let keep = self.cand.len();
         let total: f32 = self.cand[..keep].iter().map(|c| c.0).sum();
-        let mut r = self.rng.random::<f32>() * total;
-        for c in &self.cand[..keep] {
+        let Some(x) = draft else {
+            let mut r = self.rng.random::<f32>() * total;
+            for c in &self.cand[..keep] {
+                r -= c.0;
+                if r <= 0.0 {
+                    return c.1;
+                }
+            }
+            return self.cand[keep - 1].1;
+        };
+        let wx = self.cand.iter().find(|c| c.1 == x).map_or(0.0, |c| c.0);
+        if self.rng.random::<f32>() * total < wx {
+            return x;
+        }
+        // Rejected: the residual is p without the draft token.
+        let rest = total - wx;
+        let mut r = self.rng.random::<f32>() * rest;
+        let mut last = x;
+        for c in self.cand.iter().filter(|c| c.1 != x) {
+            last = c.1;
             r -= c.0;
             if r <= 0.0 {
                 return c.1;
             }
         }
-        self.cand[keep - 1].1
+        last
     }
 }
 
@@ -536,5 +577,43 @@ mod tests {
             assert!(p.validate().is_err(), "{p:?}");
         }
         assert!(SamplingParams::default().validate().is_ok());
+    }
+
+    #[test]
+    fn draft_verification_keeps_the_target_distribution() {
+        // Whatever token is drafted — likely, unlikely, or outside top-k — the emitted token
+        // must follow the processed distribution (T = 0.8, top-k 4 of 5). Chi-square per draft.
+        let logits = [1.0f32, 0.3, -0.4, 0.9, -3.0];
+        let t = 0.8f64;
+        let mut w: Vec<f64> = logits.iter().map(|&l| (l as f64 / t).exp()).collect();
+        w[4] = 0.0; // cut by top-k
+        let z: f64 = w.iter().sum();
+        let n = 40_000;
+        for draft in 0..5u32 {
+            let mut s = Sampler::new(SamplingParams {
+                temperature: t as f32,
+                top_k: 4,
+                top_p: 1.0,
+                seed: Some(11 + draft as u64),
+                ..Default::default()
+            });
+            let mut c = [0usize; 5];
+            for _ in 0..n {
+                c[s.verify_draft(&logits, None, draft) as usize] += 1;
+            }
+            assert_eq!(c[4], 0, "a token outside top-k was emitted (draft {draft})");
+            let chi2: f64 = (0..4)
+                .map(|i| {
+                    let e = n as f64 * w[i] / z;
+                    (c[i] as f64 - e).powi(2) / e
+                })
+                .sum();
+            // 3 degrees of freedom: P(chi2 > 16.27) = 0.001.
+            assert!(chi2 < 16.27, "draft {draft}: chi2 {chi2}, counts {c:?}");
+        }
+        // Greedy: the argmax, whatever the draft.
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.verify_draft(&logits, None, 3), 0);
+        assert_eq!(g.verify_draft(&logits, None, 0), 0);
     }
 }

@@ -38,6 +38,10 @@ pub struct EngineStats {
     pub steps: AtomicU64,
     /// Tokens through the model in all steps (prefill + decode).
     pub step_tokens: AtomicU64,
+    /// Speculative tokens drafted and verified.
+    pub spec_draft_tokens: AtomicU64,
+    /// Drafted tokens the target accepted.
+    pub spec_accepted_tokens: AtomicU64,
 }
 
 impl EngineStats {

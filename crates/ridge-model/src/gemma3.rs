@@ -56,10 +56,19 @@ impl LayerNorms {
 }
 
 /// Runs every layer over the embedded batch in `ws.x`, leaving the residual stream there.
-pub(crate) fn layers(m: &Model, batch: &Batch, kv: &mut KvCache, ws: &mut Workspace) {
+pub(crate) fn layers(
+    m: &Model,
+    batch: &Batch,
+    kv: &mut KvCache,
+    ws: &mut Workspace,
+    skip: Option<&[bool]>,
+) {
     let (cfg, n) = (&m.cfg, batch.len());
     let eps = cfg.norm_eps;
     for (li, (l, g)) in m.layers.iter().zip(&m.gemma).enumerate() {
+        if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
+            continue;
+        }
         let sliding = cfg.is_sliding(li);
         let (table, window) = if sliding {
             (RopeTable::Swa, cfg.sliding_window)

@@ -314,6 +314,29 @@ impl KvCache {
         Ok(())
     }
 
+    /// Forgets a sequence's positions from `len` on (speculative tokens that were rejected)
+    /// but keeps its blocks reserved. Positions below `len` are untouched; indexed (full,
+    /// committed) blocks are never cut, so `len` is clamped to keep them.
+    pub fn rewind(&mut self, id: SeqId, len: usize) {
+        if let Some(Some(s)) = self.seqs.get_mut(id.0) {
+            s.len = len.max(s.hashes.len() * KV_BLOCK_SIZE).min(s.len);
+        }
+    }
+
+    /// As [`KvCache::rewind`], and returns the blocks past the new length to the pool.
+    pub fn truncate(&mut self, id: SeqId, len: usize) {
+        self.rewind(id, len);
+        let Some(Some(s)) = self.seqs.get_mut(id.0) else {
+            return;
+        };
+        let keep = s.len.div_ceil(KV_BLOCK_SIZE);
+        while s.blocks.len() > keep {
+            if let Some(b) = s.blocks.pop() {
+                self.pool.release(b);
+            }
+        }
+    }
+
     /// Records that a sequence now holds `len` tokens (after a forward pass wrote them).
     pub(crate) fn set_len(&mut self, id: SeqId, len: usize) {
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {

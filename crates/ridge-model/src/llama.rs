@@ -11,10 +11,20 @@ use ridge_kernels::ops;
 use crate::model::{Model, RopeTable};
 use crate::{Batch, KvCache, Workspace};
 
-/// Runs every layer over the embedded batch in `ws.x`, leaving the residual stream there.
-pub(crate) fn layers(m: &Model, batch: &Batch, kv: &mut KvCache, ws: &mut Workspace) {
+/// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
+/// residual stream there.
+pub(crate) fn layers(
+    m: &Model,
+    batch: &Batch,
+    kv: &mut KvCache,
+    ws: &mut Workspace,
+    skip: Option<&[bool]>,
+) {
     let (eps, n) = (m.cfg.norm_eps, batch.len());
     for (li, l) in m.layers.iter().enumerate() {
+        if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
+            continue;
+        }
         // Attention block.
         ops::rms_norm_rows(&ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);

@@ -277,11 +277,26 @@ impl Model {
         kv: &mut KvCache,
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32], ModelError> {
+        self.forward_skipping(batch, kv, ws, None)
+    }
+
+    /// As [`Model::forward`], but layers with `skip[i]` set are left out (the residual stream
+    /// passes them unchanged, and their K/V at the batch's positions are not written): a
+    /// cheaper, approximate model sharing this one's weights and cache — self-speculation's
+    /// draft. The positions it appends must be rewritten by a full pass before anything
+    /// relies on them.
+    pub fn forward_skipping<'w>(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+        skip: Option<&[bool]>,
+    ) -> Result<&'w [f32], ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
         match self.cfg.arch {
-            Architecture::Llama => llama::layers(self, batch, kv, ws),
-            Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws),
+            Architecture::Llama => llama::layers(self, batch, kv, ws, skip),
+            Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
             kv.set_len(seq, len);

@@ -153,6 +153,9 @@ pub struct Common {
     pub include_usage: bool,
     /// Render special tokens in the output.
     pub render_special: bool,
+    /// `speculative` (ridge's extension, default true): false opts this request out of
+    /// speculative decoding.
+    pub speculative: bool,
 }
 
 /// Reads the shared fields. `vocab` bounds token ids in `logit_bias` and `stop_token_ids`.
@@ -197,6 +200,7 @@ pub fn common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
         stream,
         include_usage,
         render_special: !f.bool("skip_special_tokens", true)?,
+        speculative: f.bool("speculative", true)?,
     })
 }
 
@@ -346,6 +350,7 @@ pub fn engine_request(
         n: c.n,
         logprobs,
         render_special: c.render_special,
+        speculative: c.speculative,
     })
 }
 
