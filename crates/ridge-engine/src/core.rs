@@ -195,6 +195,16 @@ impl EngineCore {
         })
     }
 
+    /// The speculative decoding method in use, if any.
+    pub fn speculative(&self) -> Option<&'static str> {
+        self.speculator.as_ref().map(|s| s.proposer.method().name())
+    }
+
+    /// Disables speculative decoding, handing the speculator back.
+    pub fn take_speculator(&mut self) -> Option<Speculator> {
+        self.speculator.take()
+    }
+
     /// Enables speculative decoding with this proposer and limits.
     pub fn set_speculator(&mut self, spec: Speculator) {
         self.speculator = Some(spec);

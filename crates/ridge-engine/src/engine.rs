@@ -44,6 +44,8 @@ pub struct EngineInfo {
     pub weight_bytes: usize,
     /// KV bytes per cached token.
     pub kv_bytes_per_token: usize,
+    /// The speculative decoding method, when enabled.
+    pub speculative: Option<&'static str>,
 }
 
 /// A running engine. Dropping it aborts what is left and joins the thread.
@@ -63,7 +65,12 @@ impl Engine {
         tokenizer: Arc<Tokenizer>,
         cfg: EngineConfig,
     ) -> Result<Engine, EngineError> {
-        let core = EngineCore::new(model, tokenizer, cfg.clone())?;
+        Self::from_core(EngineCore::new(model, tokenizer, cfg)?)
+    }
+
+    /// Starts the engine thread over a prepared core (e.g. one with a speculator).
+    pub fn from_core(core: EngineCore) -> Result<Engine, EngineError> {
+        let cfg = core.config().clone();
         let mcfg = core.model().config();
         let info = EngineInfo {
             ctx_len: mcfg.ctx_len,
@@ -71,6 +78,7 @@ impl Engine {
             kv_total_blocks: core.kv_total_blocks(),
             weight_bytes: core.model().weight_bytes_per_token(),
             kv_bytes_per_token: cfg.kv_dtype.token_bytes(mcfg),
+            speculative: core.speculative(),
             config: cfg,
         };
         let stats = core.stats().clone();

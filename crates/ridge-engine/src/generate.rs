@@ -3,7 +3,13 @@
 
 use ridge_model::{Batch, KvCache, Model, Workspace};
 
-use crate::{EngineError, RequestTimings, Sampler, SamplingParams};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::{
+    EngineCore, EngineError, Event, EventSink, FinishEvent, Request, RequestTimings, Sampler,
+    SamplingParams,
+};
 
 /// Largest number of prompt tokens per forward pass (bounds the activation buffers).
 const PREFILL_CHUNK: usize = 512;
@@ -39,6 +45,10 @@ pub struct Generation {
     pub finish: FinishReason,
     /// Timing of the request.
     pub timings: RequestTimings,
+    /// Speculative tokens drafted (0 without speculation).
+    pub draft_tokens: usize,
+    /// Drafted tokens accepted.
+    pub accepted_tokens: usize,
 }
 
 /// Generates from `prompt`. `on_token` receives each new token; returning `false` stops.
@@ -104,5 +114,74 @@ pub fn generate(
         tokens,
         finish,
         timings,
+        draft_tokens: 0,
+        accepted_tokens: 0,
+    })
+}
+
+/// As [`generate`], but through an engine core (which must be idle): the path that has the
+/// scheduler's features, speculative decoding among them. Tokens reach `on_token` after each
+/// engine step, in order.
+pub fn generate_in(
+    core: &mut EngineCore,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<Generation, EngineError> {
+    let mut req = Request::greedy(prompt.to_vec(), params.max_tokens);
+    req.sampling = params.sampling.clone();
+    req.ignore_eos = params.stop_tokens.is_empty();
+    req.stop_token_ids = params.stop_tokens.clone();
+    let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let log = events.clone();
+    let sink: EventSink = Arc::new(move |e| log.lock().map(|mut l| l.push(e)).is_ok());
+    let id = u64::MAX;
+    core.submit(id, req, sink, Instant::now())?;
+    let mut tokens = Vec::new();
+    let mut end: Option<FinishEvent> = None;
+    let mut buf = Vec::new();
+    while end.is_none() {
+        let worked = core.step();
+        if let Ok(mut l) = events.lock() {
+            buf.append(&mut l);
+        }
+        let mut stop = false;
+        for e in buf.drain(..) {
+            match e {
+                Event::Token(t) => {
+                    tokens.push(t.token);
+                    if !stop && !on_token(t.token) {
+                        stop = true;
+                    }
+                }
+                Event::Finish(f) => end = Some(f),
+            }
+        }
+        if stop && end.is_none() {
+            core.abort(id);
+        }
+        if !worked && end.is_none() {
+            return Err(EngineError::Stopped);
+        }
+    }
+    let Some(f) = end else {
+        return Err(EngineError::Stopped);
+    };
+    if let Some(e) = f.error {
+        return Err(EngineError::InvalidParam(e));
+    }
+    let t = &f.timings;
+    Ok(Generation {
+        finish: f.reason,
+        timings: RequestTimings {
+            arrival: t.arrival,
+            first_token: t.first_token,
+            last_token: t.last_token,
+            prompt_tokens: prompt.len(),
+            output_tokens: tokens.len(),
+        },
+        draft_tokens: t.draft_tokens,
+        accepted_tokens: t.accepted_tokens,
+        tokens,
     })
 }

@@ -25,7 +25,7 @@ mod timing;
 
 pub use crate::core::{check_request, EngineConfig, EngineCore};
 pub use engine::{Engine, EngineInfo};
-pub use generate::{generate, FinishReason, GenerateParams, Generation};
+pub use generate::{generate, generate_in, FinishReason, GenerateParams, Generation};
 pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};
 pub use request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,

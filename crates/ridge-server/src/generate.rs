@@ -223,6 +223,8 @@ impl Answer {
             "predicted_per_second": per_second,
             "roofline_tpot_ms": t.roofline_tpot_ms,
             "roofline_efficiency": t.roofline_efficiency(),
+            "draft_n": t.draft_tokens,
+            "draft_accepted_n": t.accepted_tokens,
         })
     }
 

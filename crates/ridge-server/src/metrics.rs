@@ -33,6 +33,8 @@ pub struct Metrics {
     preemptions: Counter,
     prefix_queries: Counter,
     prefix_hits: Counter,
+    spec_draft: Counter,
+    spec_accepted: Counter,
     success_stop: Counter,
     success_length: Counter,
     success_abort: Counter,
@@ -75,6 +77,8 @@ impl Metrics {
             preemptions: c("ridge:num_preemptions_total"),
             prefix_queries: c("ridge:prefix_cache_queries_total"),
             prefix_hits: c("ridge:prefix_cache_hits_total"),
+            spec_draft: c("ridge:spec_decode_num_draft_tokens_total"),
+            spec_accepted: c("ridge:spec_decode_num_accepted_tokens_total"),
             success_stop: success("stop"),
             success_length: success("length"),
             success_abort: success("abort"),
@@ -124,6 +128,9 @@ impl Metrics {
         self.preemptions.absolute(s.preemptions.load(Relaxed));
         self.prefix_queries.absolute(s.prefix_queries.load(Relaxed));
         self.prefix_hits.absolute(s.prefix_hits.load(Relaxed));
+        self.spec_draft.absolute(s.spec_draft_tokens.load(Relaxed));
+        self.spec_accepted
+            .absolute(s.spec_accepted_tokens.load(Relaxed));
         self.success_stop.absolute(s.finished_stop.load(Relaxed));
         self.success_length
             .absolute(s.finished_length.load(Relaxed));

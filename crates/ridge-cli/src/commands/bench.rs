@@ -55,6 +55,7 @@ pub fn main(a: Args) -> Result<()> {
     match a.server.map(|s| *s) {
         Some(ServerBench::Serve(s)) => return serve_main(s),
         Some(ServerBench::Sweep(s)) => return sweep_main(s),
+        Some(ServerBench::Spec(s)) => return super::bench_spec::main(s),
         None => {}
     }
     let cfg = BenchConfig {
@@ -233,6 +234,8 @@ enum ServerBench {
     Serve(ServeArgs),
     /// Run `bench serve` at several request rates or concurrencies: the latency–throughput curve.
     Sweep(SweepArgs),
+    /// Speculative decoding on a prompt set: speed-up and acceptance, outputs checked identical.
+    Spec(super::bench_spec::Args),
 }
 
 /// The load and what to measure, shared by `serve` and `sweep`.

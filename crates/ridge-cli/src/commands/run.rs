@@ -1,10 +1,12 @@
 //! `ridge run [--model M] [options] PROMPT`: streams generated text to stdout, then one stats
 //! line on stderr.
 
-use anyhow::Result;
-use ridge_engine::{GenerateParams, Generation, SamplingParams};
-use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder};
 use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Result;
+use ridge_engine::{EngineConfig, EngineCore, GenerateParams, Generation, SamplingParams};
+use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, Tokenizer};
 
 use crate::load::Loaded;
 
@@ -59,6 +61,8 @@ pub struct Args {
     chat: bool,
     #[command(flatten)]
     gen: GenArgs,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
     /// The prompt.
     prompt: String,
 }
@@ -66,20 +70,79 @@ pub struct Args {
 /// Generates from `prompt` ids, printing text as it arrives; returns the generation.
 pub fn stream(l: &Loaded, prompt: &[u32], gen: &GenArgs) -> Result<Generation> {
     let params = gen.params(l.tokenizer.eog_ids());
-    let mut dec = IncrementalDecoder::new(true);
-    let mut out = std::io::stdout().lock();
-    let mut piece = String::new();
-    let g = ridge_engine::generate(&l.model, prompt, &params, |id| {
-        piece.clear();
-        dec.push_into(&l.tokenizer, id, &mut piece);
-        // A closed stdout (e.g. piped into `head`) stops generation quietly.
-        out.write_all(piece.as_bytes())
-            .and_then(|_| out.flush())
-            .is_ok()
-    })?;
-    let _ = out.write_all(dec.finish().as_bytes());
-    let _ = out.flush();
+    let mut p = Printer::new(&l.tokenizer);
+    let g = ridge_engine::generate(&l.model, prompt, &params, |id| p.token(id))?;
+    p.finish();
     Ok(g)
+}
+
+/// Prints tokens as text as they arrive.
+struct Printer<'a> {
+    tok: &'a Tokenizer,
+    dec: IncrementalDecoder,
+    out: std::io::StdoutLock<'static>,
+    piece: String,
+}
+
+impl<'a> Printer<'a> {
+    fn new(tok: &'a Tokenizer) -> Self {
+        Printer {
+            tok,
+            dec: IncrementalDecoder::new(true),
+            out: std::io::stdout().lock(),
+            piece: String::new(),
+        }
+    }
+
+    /// Prints one token; false when stdout is closed (e.g. piped into `head`): stop quietly.
+    fn token(&mut self, id: u32) -> bool {
+        self.piece.clear();
+        self.dec.push_into(self.tok, id, &mut self.piece);
+        self.out
+            .write_all(self.piece.as_bytes())
+            .and_then(|_| self.out.flush())
+            .is_ok()
+    }
+
+    fn finish(mut self) {
+        let _ = self.out.write_all(self.dec.finish().as_bytes());
+        let _ = self.out.flush();
+    }
+}
+
+/// Generates through an engine core with speculative decoding; prints like [`stream`] and
+/// adds the draft acceptance to the stats line.
+fn stream_speculative(l: Loaded, prompt: &[u32], a: &Args) -> Result<String> {
+    let params = a.gen.params(l.tokenizer.eog_ids());
+    let kv_tokens = (prompt.len() + a.gen.max_tokens + 64).min(l.model.config().ctx_len + 64);
+    let spec = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
+    let tok = Arc::new(l.tokenizer);
+    let mut core = EngineCore::new(
+        l.model,
+        tok.clone(),
+        EngineConfig {
+            max_seqs: 1,
+            kv_cache_tokens: kv_tokens,
+            ..EngineConfig::default()
+        },
+    )?;
+    if let Some(s) = spec {
+        core.set_speculator(s);
+    }
+    let mut p = Printer::new(&tok);
+    let g = ridge_engine::generate_in(&mut core, prompt, &params, |id| p.token(id))?;
+    p.finish();
+    let rate = if g.draft_tokens > 0 {
+        100.0 * g.accepted_tokens as f64 / g.draft_tokens as f64
+    } else {
+        0.0
+    };
+    Ok(format!(
+        "{} | drafted: {} | accepted: {} ({rate:.0}%)",
+        stats_line(&g),
+        g.draft_tokens,
+        g.accepted_tokens
+    ))
 }
 
 /// The stats line printed after a generation.
@@ -113,6 +176,12 @@ pub fn main(a: Args) -> Result<()> {
     } else {
         l.tokenizer.encode(&a.prompt, true, true)?
     };
+    if a.spec.speculative.is_some() {
+        let line = stream_speculative(l, &prompt, &a)?;
+        println!();
+        eprintln!("{line}");
+        return Ok(());
+    }
     let g = stream(&l, &prompt, &a.gen)?;
     println!();
     eprintln!("{}", stats_line(&g));

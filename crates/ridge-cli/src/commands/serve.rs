@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ridge_engine::{Engine, EngineConfig};
+use ridge_engine::{Engine, EngineConfig, EngineCore};
 use ridge_model::KV_BLOCK_SIZE;
 use ridge_roofline::{probe, ProbeConfig};
 use ridge_server::AppState;
@@ -57,6 +57,8 @@ pub struct Args {
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// Runs `serve`.
@@ -115,8 +117,9 @@ pub fn main(a: Args) -> Result<()> {
         Some(b) => b,
         None => probe::run(&ProbeConfig::quick(threads)).read_bandwidth_gbs,
     };
+    let speculator = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
     let tokenizer = Arc::new(l.tokenizer);
-    let engine = Engine::start(
+    let mut core = EngineCore::new(
         l.model,
         tokenizer.clone(),
         EngineConfig {
@@ -129,6 +132,10 @@ pub fn main(a: Args) -> Result<()> {
             kv_dtype: a.kv_cache_dtype,
         },
     )?;
+    if let Some(s) = speculator {
+        core.set_speculator(s);
+    }
+    let engine = Engine::from_core(core)?;
     let info = engine.info().clone();
     let state = Arc::new(AppState::new(
         Arc::new(engine),
@@ -149,10 +156,11 @@ pub fn main(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s",
+            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s, speculative decoding: {}",
             state.model_name,
             info.kv_total_blocks,
             info.kv_total_blocks * KV_BLOCK_SIZE,
+            info.speculative.unwrap_or("off"),
         );
         ridge_server::serve(
             listener,

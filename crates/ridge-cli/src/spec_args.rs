@@ -1,0 +1,108 @@
+//! `--speculative` and its options, shared by `run`, `serve` and `bench`: builds the engine's
+//! [`Speculator`] from the command line.
+
+use anyhow::{bail, Context, Result};
+use ridge_engine::spec::{
+    DraftModelProposer, LayerSkipProposer, NgramProposer, Proposer, SpecConfig, Speculator,
+};
+use ridge_model::Model;
+use ridge_tokenizer::Tokenizer;
+
+/// Speculative decoding options.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SpecArgs {
+    /// Speculative decoding: ngram (prompt lookup), draft (--draft-model), self (layer skip).
+    #[arg(long, value_parser = ["ngram", "draft", "self"])]
+    pub speculative: Option<String>,
+    /// Most draft tokens per step (the engine adapts below it).
+    #[arg(long, default_value_t = 5)]
+    pub num_speculative_tokens: usize,
+    /// The draft model for `--speculative draft` (path or known name; same vocabulary).
+    #[arg(long)]
+    pub draft_model: Option<String>,
+    /// Speculate only while at most this many sequences run (bigger batches are compute-bound).
+    #[arg(long, default_value_t = 4)]
+    pub spec_max_running: usize,
+    /// Layers the self draft skips, comma-separated (default: every other middle layer).
+    #[arg(long, value_delimiter = ',')]
+    pub spec_skip_layers: Option<Vec<usize>>,
+}
+
+impl SpecArgs {
+    /// The speculator for `target` (whose tokenizer is `tok`), or `None` without
+    /// `--speculative`. `cache_tokens` sizes a draft model's own KV cache.
+    pub fn build(
+        &self,
+        target: &Model,
+        tok: &Tokenizer,
+        cache_tokens: usize,
+    ) -> Result<Option<Speculator>> {
+        let Some(method) = self.speculative.as_deref() else {
+            if self.draft_model.is_some() {
+                bail!("--draft-model needs --speculative draft");
+            }
+            return Ok(None);
+        };
+        if self.num_speculative_tokens == 0 || self.num_speculative_tokens > 32 {
+            bail!("--num-speculative-tokens must be in 1..=32");
+        }
+        let n_layers = target.config().n_layers;
+        let proposer: Box<dyn Proposer> = match method {
+            "ngram" => Box::new(NgramProposer::default()),
+            "self" => {
+                let skip = match &self.spec_skip_layers {
+                    None => LayerSkipProposer::default_skip(n_layers),
+                    Some(list) => {
+                        let mut skip = vec![false; n_layers];
+                        for &l in list {
+                            if l >= n_layers {
+                                bail!("--spec-skip-layers: layer {l} does not exist (the model has {n_layers})");
+                            }
+                            skip[l] = true;
+                        }
+                        if skip.iter().all(|&s| s) {
+                            bail!("--spec-skip-layers must keep at least one layer");
+                        }
+                        skip
+                    }
+                };
+                Box::new(LayerSkipProposer::new(skip))
+            }
+            _ => {
+                let Some(name) = self.draft_model.as_deref() else {
+                    bail!("--speculative draft needs --draft-model");
+                };
+                let d =
+                    crate::load::load(Some(name)).with_context(|| format!("draft model {name}"))?;
+                check_same_vocab(tok, &d.tokenizer)?;
+                Box::new(DraftModelProposer::new(
+                    d.model,
+                    target.config().vocab,
+                    cache_tokens,
+                )?)
+            }
+        };
+        Ok(Some(Speculator {
+            proposer,
+            cfg: SpecConfig {
+                max_draft: self.num_speculative_tokens,
+                max_running: self.spec_max_running,
+            },
+        }))
+    }
+}
+
+/// Drafts are token ids: the two vocabularies must be the same list.
+fn check_same_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let n = target.vocab_size();
+    if draft.vocab_size() != n {
+        bail!(
+            "the draft model's vocabulary has {} tokens, the target's {n}: they must share one",
+            draft.vocab_size()
+        );
+    }
+    if let Some(id) = (0..n as u32).find(|&i| target.token_str(i) != draft.token_str(i)) {
+        bail!("the draft model's token {id} differs from the target's: they must share one vocabulary");
+    }
+    Ok(())
+}
