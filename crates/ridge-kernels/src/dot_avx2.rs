@@ -286,65 +286,16 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
     }
 }
 
-/// As [`dot_rows`] for two activation rows at once (prefill, batched decode): each weight block
-/// is unpacked once and multiplied into both, halving the unpacking work per product. Every
-/// output is reduced with exactly the operations of the one-row kernel, in the same order, so
-/// results are bitwise identical to computing the two activation rows separately.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows_x2<const FMT: u8, const R: usize>(
-    rows: *const u8,
-    stride: usize,
-    x0: &[ActBlock],
-    x1: &[ActBlock],
-    out0: &mut [f32; R],
-    out1: &mut [f32; R],
-) {
-    debug_assert!(R <= 4);
-    let bb = block_bytes(FMT);
-    let mut acc0 = [_mm256_setzero_ps(); R];
-    let mut acc1 = [_mm256_setzero_ps(); R];
-    let (mut corr0, mut corr1) = (_mm_setzero_ps(), _mm_setzero_ps());
-    for (i, (a0, a1)) in x0.iter().zip(x1).enumerate() {
-        let xv0 = _mm256_loadu_si256(a0.qs.as_ptr() as *const __m256i);
-        let xv1 = _mm256_loadu_si256(a1.qs.as_ptr() as *const __m256i);
-        let blk = rows.add(i * bb);
-        let dw = f16_lanes::<R>(blk, stride);
-        let sc0 = _mm_mul_ps(dw, _mm_set1_ps(a0.d));
-        let sc1 = _mm_mul_ps(dw, _mm_set1_ps(a1.d));
-        for r in 0..R {
-            let (p0, p1) = block_products_x2(FMT, blk.add(r * stride), xv0, xv1);
-            acc0[r] = _mm256_fmadd_ps(lane(sc0, r), p0, acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(lane(sc1, r), p1, acc1[r]);
-        }
-        corr0 = _mm_add_ps(corr0, corrections::<FMT, R>(blk, stride, dw, a0));
-        corr1 = _mm_add_ps(corr1, corrections::<FMT, R>(blk, stride, dw, a1));
-    }
-    let (mut c0, mut c1) = ([0f32; 4], [0f32; 4]);
-    _mm_storeu_ps(c0.as_mut_ptr(), corr0);
-    _mm_storeu_ps(c1.as_mut_ptr(), corr1);
-    for r in 0..R {
-        out0[r] = hsum(acc0[r]) + c0[r];
-        out1[r] = hsum(acc1[r]) + c1[r];
-    }
-}
-
-/// [`block_products`] of one weight block against two activation blocks.
+/// A weight block unpacked for integer products: the unsigned bytes `maddubs` multiplies,
+/// and for Q8_0 the weights themselves (their signs move onto the activations).
 #[inline(always)]
-unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -> (__m256, __m256) {
-    let ones = _mm256_set1_epi16(1);
-    let (p0, p1) = match fmt {
+unsafe fn unpack_block(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
+    match fmt {
         FMT_Q8_0 => {
             let w = _mm256_loadu_si256(b.add(2) as *const __m256i);
-            let aw = _mm256_sign_epi8(w, w);
-            (
-                _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv0, w)),
-                _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv1, w)),
-            )
+            (_mm256_sign_epi8(w, w), w)
         }
-        FMT_Q5_0 => {
-            let w = q5_0_bytes(b);
-            (_mm256_maddubs_epi16(w, xv0), _mm256_maddubs_epi16(w, xv1))
-        }
+        FMT_Q5_0 => (q5_0_bytes(b), _mm256_setzero_si256()),
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -352,13 +303,67 @@ unsafe fn block_products_x2(fmt: u8, b: *const u8, xv0: __m256i, xv1: __m256i) -
                 _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
                 _mm256_set1_epi8(0x0F),
             );
-            (_mm256_maddubs_epi16(w, xv0), _mm256_maddubs_epi16(w, xv1))
+            (w, _mm256_setzero_si256())
         }
+    }
+}
+
+/// [`block_products`] from an unpacked block: the same instructions, so the same values.
+#[inline(always)]
+unsafe fn unpacked_products(fmt: u8, w: (__m256i, __m256i), xv: __m256i) -> __m256 {
+    let p16 = if fmt == FMT_Q8_0 {
+        _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(xv, w.1))
+    } else {
+        _mm256_maddubs_epi16(w.0, xv)
     };
-    (
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(p0, ones)),
-        _mm256_cvtepi32_ps(_mm256_madd_epi16(p1, ones)),
-    )
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// As [`dot_rows`] for `T` activation rows at once (prefill, batched decode, speculative
+/// verification): each weight block is unpacked once and multiplied into every row, and the
+/// block's scales are converted once for all of them. Every output is reduced with exactly the
+/// operations of the one-row kernel, in the same order, so results are bitwise identical to
+/// computing the activation rows separately (batch invariance).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_xt<const FMT: u8, const R: usize, const T: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: [&[ActBlock]; T],
+    out: &mut [[f32; R]; T],
+) {
+    debug_assert!(R <= 4);
+    let bb = block_bytes(FMT);
+    let mut acc = [[_mm256_setzero_ps(); R]; T];
+    let mut corr = [_mm_setzero_ps(); T];
+    for i in 0..x[0].len() {
+        let blk = rows.add(i * bb);
+        let dw = f16_lanes::<R>(blk, stride);
+        let mut xv = [_mm256_setzero_si256(); T];
+        let mut sc = [_mm_setzero_ps(); T];
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            xv[t] = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(a.d));
+        }
+        for r in 0..R {
+            let w = unpack_block(FMT, blk.add(r * stride));
+            for t in 0..T {
+                let p = unpacked_products(FMT, w, xv[t]);
+                acc[t][r] = _mm256_fmadd_ps(lane(sc[t], r), p, acc[t][r]);
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a));
+        }
+    }
+    for t in 0..T {
+        let mut c = [0f32; 4];
+        _mm_storeu_ps(c.as_mut_ptr(), corr[t]);
+        for r in 0..R {
+            out[t][r] = hsum(acc[t][r]) + c[r];
+        }
+    }
 }
 
 /// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q5_0, Q8_0).
@@ -447,33 +452,32 @@ pub(crate) unsafe fn dot_rows_f32<const FMT: u8, const R: usize>(
     }
 }
 
-/// [`dot_rows_f32`] for two activation rows: each block is dequantized once for both, with
-/// the same per-row operations in the same order (bitwise equal to two single calls).
+/// [`dot_rows_f32`] for `T` activation rows: each block is dequantized once for all, with the
+/// same per-row operations in the same order (bitwise equal to single calls).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows_f32_x2<const FMT: u8, const R: usize>(
+pub(crate) unsafe fn dot_rows_f32_xt<const FMT: u8, const R: usize, const T: usize>(
     rows: *const u8,
     stride: usize,
-    x0: &[f32],
-    x1: &[f32],
-    out0: &mut [f32; R],
-    out1: &mut [f32; R],
+    x: [&[f32]; T],
+    out: &mut [[f32; R]; T],
 ) {
     let bb = block_bytes(FMT);
-    let mut acc0 = [_mm256_setzero_ps(); R];
-    let mut acc1 = [_mm256_setzero_ps(); R];
-    for i in 0..x0.len() / 32 {
-        let (xp0, xp1) = (x0.as_ptr().add(32 * i), x1.as_ptr().add(32 * i));
+    let mut acc = [[_mm256_setzero_ps(); R]; T];
+    for i in 0..x[0].len() / 32 {
         for r in 0..R {
             let w = dequant_block(FMT, rows.add(r * stride + i * bb));
-            for k in 0..4 {
-                acc0[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp0.add(8 * k)), acc0[r]);
-                acc1[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp1.add(8 * k)), acc1[r]);
+            for t in 0..T {
+                let xp = x[t].as_ptr().add(32 * i);
+                for k in 0..4 {
+                    acc[t][r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xp.add(8 * k)), acc[t][r]);
+                }
             }
         }
     }
-    for r in 0..R {
-        out0[r] = hsum(acc0[r]);
-        out1[r] = hsum(acc1[r]);
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[t][r]);
+        }
     }
 }
 

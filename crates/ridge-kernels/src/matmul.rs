@@ -144,43 +144,92 @@ unsafe fn rows1<const R: usize>(
     o
 }
 
-/// As [`rows1`] for two activation rows at once (prefill, batched decode): each weight block
-/// is unpacked once for both. Every output is reduced with exactly the operations of
-/// [`rows1`], in the same order, so results are bitwise identical to two single calls.
+/// As [`rows1`] for `T` activation rows at once (prefill, batched decode, speculative
+/// verification): each weight block is unpacked once for all of them. Every output is reduced
+/// with exactly the operations of [`rows1`], in the same order, so results are bitwise
+/// identical to `T` single calls.
 ///
 /// # Safety
-/// As [`rows1`], for both activation rows.
+/// As [`rows1`], for every activation row.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows2<const R: usize>(
+unsafe fn rows_t<const R: usize, const T: usize>(
     dtype: DType,
     int8: bool,
     base: *const u8,
     stride: usize,
-    xq: [&[ActBlock]; 2],
-    xf: [&[f32]; 2],
-) -> [[f32; R]; 2] {
+    xq: [&[ActBlock]; T],
+    xf: [&[f32]; T],
+) -> [[f32; R]; T] {
     use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
-    let mut o = [[0f32; R]; 2];
-    let [o0, o1] = &mut o;
-    let ([q0, q1], [f0, f1]) = (xq, xf);
+    let mut o = [[0f32; R]; T];
     match (dtype, int8) {
-        (DType::Q4_0, true) => k::dot_rows_x2::<FMT_Q4_0, R>(base, stride, q0, q1, o0, o1),
-        (DType::Q4_1, true) => k::dot_rows_x2::<FMT_Q4_1, R>(base, stride, q0, q1, o0, o1),
-        (DType::Q5_0, true) => k::dot_rows_x2::<FMT_Q5_0, R>(base, stride, q0, q1, o0, o1),
-        (DType::Q8_0, true) => k::dot_rows_x2::<FMT_Q8_0, R>(base, stride, q0, q1, o0, o1),
-        (DType::Q4_0, false) => k::dot_rows_f32_x2::<FMT_Q4_0, R>(base, stride, f0, f1, o0, o1),
-        (DType::Q4_1, false) => k::dot_rows_f32_x2::<FMT_Q4_1, R>(base, stride, f0, f1, o0, o1),
-        (DType::Q5_0, false) => k::dot_rows_f32_x2::<FMT_Q5_0, R>(base, stride, f0, f1, o0, o1),
-        (DType::Q8_0, false) => k::dot_rows_f32_x2::<FMT_Q8_0, R>(base, stride, f0, f1, o0, o1),
+        (DType::Q4_0, true) => k::dot_rows_xt::<FMT_Q4_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q4_1, true) => k::dot_rows_xt::<FMT_Q4_1, R, T>(base, stride, xq, &mut o),
+        (DType::Q5_0, true) => k::dot_rows_xt::<FMT_Q5_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q8_0, true) => k::dot_rows_xt::<FMT_Q8_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q4_0, false) => k::dot_rows_f32_xt::<FMT_Q4_0, R, T>(base, stride, xf, &mut o),
+        (DType::Q4_1, false) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
+        (DType::Q5_0, false) => k::dot_rows_f32_xt::<FMT_Q5_0, R, T>(base, stride, xf, &mut o),
+        (DType::Q8_0, false) => k::dot_rows_f32_xt::<FMT_Q8_0, R, T>(base, stride, xf, &mut o),
         (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => {
-            crate::dot_kquant_avx2::rows::<R, 2>(dtype, int8, base, stride, xq, xf, &mut o)
+            crate::dot_kquant_avx2::rows::<R, T>(dtype, int8, base, stride, xq, xf, &mut o)
         }
         (DType::F32 | DType::F16 | DType::BF16, _) => {
             unreachable!("float formats take the f32 dot products")
         }
     }
     o
+}
+
+/// Tokens `t..t + T` against weight rows `r0..r1`, `T` tokens per unpacked block, written into
+/// `y` (row-major `n × rows`).
+///
+/// # Safety
+/// Isa::Avx2 was detected; `w` is quantized; `t + T <= n`, `r1 <= w.rows`; `xq` (int8) or `x`
+/// (f32) hold `n` activation rows; `y` points at `n · w.rows` floats that no other task writes
+/// in rows `r0..r1`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tokens_t<const T: usize, const R: usize>(
+    w: &WeightMatrix<'_>,
+    int8: bool,
+    xq: &[ActBlock],
+    x: &[f32],
+    t: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+) {
+    let (cols, rows) = (w.cols, w.rows);
+    let nb = cols / 32;
+    let stride = w.dtype.row_bytes(cols);
+    let xq_t: [&[ActBlock]; T] = std::array::from_fn(|j| {
+        if int8 {
+            &xq[(t + j) * nb..(t + j + 1) * nb]
+        } else {
+            &[][..]
+        }
+    });
+    let xf_t: [&[f32]; T] = std::array::from_fn(|j| &x[(t + j) * cols..(t + j + 1) * cols]);
+    let mut r = r0;
+    while r < r1 {
+        let base = w.row(r).as_ptr();
+        if r + R <= r1 {
+            let o = rows_t::<R, T>(w.dtype, int8, base, stride, xq_t, xf_t);
+            for (j, oj) in o.iter().enumerate() {
+                for (i, &v) in oj.iter().enumerate() {
+                    *y.ptr().add((t + j) * rows + r + i) = v;
+                }
+            }
+            r += R;
+        } else {
+            let o = rows_t::<1, T>(w.dtype, int8, base, stride, xq_t, xf_t);
+            for (j, oj) in o.iter().enumerate() {
+                *y.ptr().add((t + j) * rows + r) = oj[0];
+            }
+            r += 1;
+        }
+    }
 }
 
 /// `y[t][r] = Σ_k x[t][k] · W[r][k]` for `t < n`: `x` is `n × w.cols`, `y` is `n × w.rows`.
@@ -220,44 +269,18 @@ pub fn matmul(
         let mut t = 0;
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2 && w.dtype.is_quantized() {
-            // Pairs of activation rows share each unpacked weight block.
-            let stride = w.dtype.row_bytes(cols);
+            // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
+            // rows per call keeps the accumulators in registers), then pairs (4 weight rows).
+            while t + 4 <= n {
+                // SAFETY: Isa::Avx2 was detected and the format is quantized; t + 4 <= n;
+                // rows r0..r1 lie inside w; chunks partition the rows, so this task alone
+                // writes rows r0..r1 of y, which outlives parallel_for.
+                unsafe { tokens_t::<4, 2>(w, int8, xq, x, t, r0, r1, yp) };
+                t += 4;
+            }
             while t + 2 <= n {
-                let (x0, x1) = if int8 {
-                    (&xq[t * nb..(t + 1) * nb], &xq[(t + 1) * nb..(t + 2) * nb])
-                } else {
-                    (&[][..], &[][..])
-                };
-                let (f0, f1) = (
-                    &x[t * cols..(t + 1) * cols],
-                    &x[(t + 1) * cols..(t + 2) * cols],
-                );
-                let mut r = r0;
-                while r < r1 {
-                    let group = if r + 4 <= r1 { 4 } else { 1 };
-                    let base = w.row(r).as_ptr();
-                    let (xq2, xf2) = ([x0, x1], [f0, f1]);
-                    let (mut o0, mut o1) = ([0f32; 4], [0f32; 4]);
-                    // SAFETY: Isa::Avx2 was detected; rows r..r+group lie inside w.data and
-                    // hold `nb` blocks each, matching x0/x1 (int8) or f0/f1 (f32).
-                    unsafe {
-                        if group == 4 {
-                            [o0, o1] = rows2::<4>(w.dtype, int8, base, stride, xq2, xf2);
-                        } else {
-                            let [a, b] = rows2::<1>(w.dtype, int8, base, stride, xq2, xf2);
-                            (o0[0], o1[0]) = (a[0], b[0]);
-                        }
-                    }
-                    for j in 0..group {
-                        // SAFETY: rows r..r+group < rows and tokens t, t+1 < n: inside y;
-                        // chunks partition the rows, so writes are disjoint across tasks.
-                        unsafe {
-                            *yp.ptr().add(t * rows + r + j) = o0[j];
-                            *yp.ptr().add((t + 1) * rows + r + j) = o1[j];
-                        }
-                    }
-                    r += group;
-                }
+                // SAFETY: as above with t + 2 <= n.
+                unsafe { tokens_t::<2, 4>(w, int8, xq, x, t, r0, r1, yp) };
                 t += 2;
             }
         }
