@@ -26,6 +26,10 @@ pub struct SpecArgs {
     /// Layers the self draft skips, comma-separated (default: every other middle layer).
     #[arg(long, value_delimiter = ',')]
     pub spec_skip_layers: Option<Vec<usize>>,
+    /// Always draft --num-speculative-tokens (default: size drafts by measured step cost and
+    /// acceptance, and stop drafting where it does not pay).
+    #[arg(long)]
+    pub spec_fixed: bool,
 }
 
 impl SpecArgs {
@@ -87,6 +91,7 @@ impl SpecArgs {
             cfg: SpecConfig {
                 max_draft: self.num_speculative_tokens,
                 max_running: self.spec_max_running,
+                adaptive: !self.spec_fixed,
             },
         }))
     }

@@ -38,7 +38,7 @@ use crate::request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
 use crate::sampler::{logprobs, Sampler, TokenHistory};
-use crate::spec::{DraftSlot, SpecState, Speculator};
+use crate::spec::{DraftSlot, SpecState, Speculator, StepCosts};
 use crate::stats::EngineStats;
 use crate::stop::StopMatcher;
 use crate::{EngineError, FinishReason};
@@ -139,6 +139,8 @@ pub struct EngineCore {
     /// Speculative decoding, when enabled.
     speculator: Option<Speculator>,
     next_uid: u64,
+    /// Measured single-sequence step times, for sizing drafts.
+    step_costs: StepCosts,
 }
 
 /// One sequence's share of a step.
@@ -192,6 +194,7 @@ impl EngineCore {
             plan: Vec::new(),
             speculator: None,
             next_uid: 0,
+            step_costs: StepCosts::default(),
         })
     }
 
@@ -303,14 +306,13 @@ impl EngineCore {
             max_new: req.max_tokens.min(ctx - req.prompt.len()),
             speculative: req.speculative,
         });
-        let k0 = self.speculator.as_ref().map_or(0, |s| s.cfg.max_draft);
         for index in 0..req.n {
             self.next_uid += 1;
             let mut sampling = req.sampling.clone();
             sampling.seed = sampling.seed.map(|s| s.wrapping_add(index as u64));
             self.waiting.push_back(Seq {
                 uid: self.next_uid,
-                spec: SpecState::new(k0),
+                spec: SpecState::default(),
                 draft: Vec::new(),
                 req: shared.clone(),
                 index,
@@ -402,7 +404,13 @@ impl EngineCore {
             self.publish_gauges();
             return !self.waiting.is_empty();
         }
+        let started = Instant::now();
         self.draft();
+        // A lone decoding sequence's step time calibrates the draft sizing.
+        let lone = match self.plan.as_slice() {
+            [p] if p.n == 1 && self.running.len() == 1 => Some(1 + self.running[p.ri].draft.len()),
+            _ => None,
+        };
         self.batch.clear();
         for p in &self.plan {
             let s = &self.running[p.ri];
@@ -434,11 +442,9 @@ impl EngineCore {
             stats,
             plan,
             roof,
-            speculator,
             ..
         } = self;
         let vocab = model.config().vocab;
-        let max_draft = speculator.as_ref().map_or(0, |s| s.cfg.max_draft);
         match model.forward(batch, kv, ws) {
             Ok(logits) => {
                 let mut row = 0;
@@ -448,7 +454,7 @@ impl EngineCore {
                         let rows = s.draft.len() + 1;
                         let l = &logits[row * vocab..(row + rows) * vocab];
                         row += rows;
-                        verify(s, l, vocab, tokenizer, eog, stats, kv, *roof, max_draft);
+                        verify(s, l, vocab, tokenizer, eog, stats, kv, *roof);
                         continue;
                     }
                     s.computed += p.n;
@@ -480,6 +486,12 @@ impl EngineCore {
                         Some(msg.clone()),
                     );
                 }
+            }
+        }
+        if let Some(m) = lone {
+            if self.speculator.is_some() {
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                self.step_costs.record(m, ms);
             }
         }
         self.running.retain(|s| !s.done);
@@ -581,8 +593,17 @@ impl EngineCore {
             if spec_on && n == 1 && s.req.speculative && s.computed + 1 == s.tokens.len() {
                 let left = s.req.max_new.saturating_sub(s.generated() + 1);
                 let room = ctx.saturating_sub(s.tokens.len() + 1);
-                if left > 0 && room > 0 && budget > 0 && s.spec.wants_draft() {
-                    k = s.spec.k.min(left).min(room).min(budget);
+                let (max_k, adaptive) = self
+                    .speculator
+                    .as_ref()
+                    .map_or((0, false), |sp| (sp.cfg.max_draft, sp.cfg.adaptive));
+                if left > 0 && room > 0 && budget > 0 {
+                    let want = if adaptive {
+                        s.spec.choose_k(max_k, &self.step_costs)
+                    } else {
+                        max_k
+                    };
+                    k = want.min(left).min(room).min(budget);
                     // Keep the admission watermark: one free block per running sequence.
                     let spare = |kv: &KvCache, k| {
                         kv.blocks_needed(seq, target + k) + self.running.len() <= kv.free_blocks()
@@ -752,7 +773,6 @@ fn verify(
     stats: &EngineStats,
     kv: &mut KvCache,
     roof: Option<Roof>,
-    max_draft: usize,
 ) {
     let draft = std::mem::take(&mut s.draft);
     let base = s.computed;
@@ -779,7 +799,7 @@ fn verify(
     EngineStats::add(&stats.spec_accepted_tokens, accepted);
     s.timings.draft_tokens += draft.len();
     s.timings.accepted_tokens += accepted;
-    s.spec.record(draft.len(), accepted, max_draft);
+    s.spec.record(draft.len(), accepted);
     s.draft = draft;
     s.draft.clear();
     if let Some(seq) = s.kv {

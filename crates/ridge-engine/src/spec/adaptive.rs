@@ -1,63 +1,138 @@
-//! Sizing drafts from the running acceptance: a sequence whose guesses keep landing drafts
-//! more, one whose guesses miss drafts fewer, and one whose guesses keep missing stops drafting
-//! for a while (then tries again), so speculation switches itself off where it does not pay.
+//! Sizing drafts by what they buy. A verification step over `m = 1 + k` tokens costs `c(m)`
+//! decode steps (measured on this machine, by the engine, at batch 1) and, if each guess holds
+//! with probability `α`, yields `E(k) = (1 − α^(k+1)) / (1 − α)` tokens. Each step a sequence
+//! drafts the `k` that maximises `E(k) / c(1 + k)`; when no `k` clearly beats plain decoding
+//! (ratio ≤ 1.1) it stops drafting for a while — 8 steps, doubling while it keeps not paying —
+//! and then probes again. So speculation switches itself off where it does not pay: on text
+//! with nothing to copy, on a slow draft, on a machine where verification is expensive.
+
+/// Measured cost of single-sequence steps by tokens computed (moving averages, ms).
+#[derive(Clone, Debug, Default)]
+pub struct StepCosts {
+    ms: Vec<Option<f64>>,
+    /// Plain (one-token) steps measured so far.
+    plain_samples: u32,
+}
+
+impl StepCosts {
+    /// Records a step of one sequence that computed `m` tokens in `ms` milliseconds.
+    pub fn record(&mut self, m: usize, ms: f64) {
+        if m == 0 || !ms.is_finite() {
+            return;
+        }
+        if m == 1 {
+            self.plain_samples += 1;
+        }
+        if self.ms.len() <= m {
+            self.ms.resize(m + 1, None);
+        }
+        let e = &mut self.ms[m];
+        *e = Some(match *e {
+            Some(old) => 0.9 * old + 0.1 * ms,
+            None => ms,
+        });
+    }
+
+    /// Whether plain steps have been timed often enough to compare against.
+    pub fn calibrated(&self) -> bool {
+        self.plain_samples >= 3
+    }
+
+    /// Cost of an `m`-token step in plain decode steps. Until measured, a prior of
+    /// `1 + 0.5 (m − 1)` (verification is cheaper per token than decoding, never free).
+    pub fn relative(&self, m: usize) -> f64 {
+        let get = |i: usize| self.ms.get(i).copied().flatten();
+        match (get(1), get(m)) {
+            _ if m <= 1 => 1.0,
+            (Some(one), Some(mm)) if one > 0.0 => mm / one,
+            _ => 1.0 + 0.5 * (m - 1) as f64,
+        }
+    }
+}
 
 /// Per-sequence speculation state.
 #[derive(Clone, Debug)]
 pub struct SpecState {
-    /// Drafts to ask for next.
-    pub k: usize,
-    /// Moving average of accepted / drafted.
-    pub rate: f32,
+    /// Decayed count of accepted guesses.
+    acc: f64,
+    /// Decayed count of rejected guesses (at most one per verification).
+    rej: f64,
     /// Steps left before drafting again after switching off.
     pub pause: u32,
-    /// Length of the next pause (doubles each time, reset by a good run).
+    /// Length of the next pause (doubles each time drafting does not pay).
     backoff: u32,
 }
 
-/// Acceptance below this turns drafting off for a while.
-const MIN_RATE: f32 = 0.3;
+/// Predicted speed-up below which a sequence decodes plainly.
+const MIN_GAIN: f64 = 1.1;
 
-impl SpecState {
-    /// A fresh state drafting `k` tokens.
-    pub fn new(k: usize) -> Self {
+/// Prior: guesses hold about two times in three until measured.
+const PRIOR: (f64, f64) = (2.0, 1.0);
+
+impl Default for SpecState {
+    fn default() -> Self {
         SpecState {
-            k,
-            rate: 0.6,
+            acc: PRIOR.0,
+            rej: PRIOR.1,
             pause: 0,
             backoff: 8,
         }
     }
+}
 
-    /// Whether to draft this step (counts down a pause).
-    pub fn wants_draft(&mut self) -> bool {
+impl SpecState {
+    /// Estimated probability that a guess holds.
+    pub fn alpha(&self) -> f64 {
+        self.acc / (self.acc + self.rej)
+    }
+
+    /// Expected tokens from a verification of `k` guesses.
+    fn expected(alpha: f64, k: usize) -> f64 {
+        if alpha >= 1.0 {
+            return (k + 1) as f64;
+        }
+        (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha)
+    }
+
+    /// Drafts to ask for this step (0: decode plainly), at most `max_k`; counts down a pause
+    /// and starts one when no draft length pays.
+    pub fn choose_k(&mut self, max_k: usize, costs: &StepCosts) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
-            return false;
+            return 0;
         }
-        self.k > 0
+        if !costs.calibrated() {
+            // Time a few plain steps first: the baseline every draft must beat.
+            return 0;
+        }
+        let alpha = self.alpha();
+        // A draft must promise a clear gain: step times are noisy, and losing is worse than
+        // not winning.
+        let (mut best, mut best_gain) = (0, MIN_GAIN);
+        for k in 1..=max_k {
+            let gain = Self::expected(alpha, k) / costs.relative(k + 1);
+            if gain > best_gain {
+                (best, best_gain) = (k, gain);
+            }
+        }
+        if best == 0 {
+            self.pause = self.backoff;
+            self.backoff = (self.backoff * 2).min(256);
+            // Probe afresh after the pause.
+            (self.acc, self.rej) = PRIOR;
+        } else if best_gain > 1.2 {
+            self.backoff = 8;
+        }
+        best
     }
 
     /// Records a verification of `drafted` guesses of which the first `accepted` held.
-    pub fn record(&mut self, drafted: usize, accepted: usize, max_k: usize) {
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
         }
-        let r = accepted as f32 / drafted as f32;
-        self.rate = 0.7 * self.rate + 0.3 * r;
-        self.k = if accepted == drafted {
-            (self.k + 2).min(max_k)
-        } else {
-            (accepted + 1).min(max_k)
-        };
-        if self.rate < MIN_RATE {
-            self.pause = self.backoff;
-            self.backoff = (self.backoff * 2).min(256);
-            self.rate = 0.6;
-            self.k = self.k.max(1);
-        } else if self.rate > 0.6 {
-            self.backoff = 8;
-        }
+        self.acc = 0.8 * self.acc + accepted as f64;
+        self.rej = 0.8 * self.rej + if accepted < drafted { 1.0 } else { 0.0 };
     }
 }
 
@@ -66,23 +141,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grows_on_hits_shrinks_on_misses_and_pauses() {
-        let mut s = SpecState::new(2);
-        s.record(2, 2, 8);
-        assert_eq!(s.k, 4);
-        s.record(4, 1, 8);
-        assert_eq!(s.k, 2);
-        // Persistent misses pause drafting, for 8 steps the first time.
-        for _ in 0..10 {
-            if s.wants_draft() {
-                s.record(s.k, 0, 8);
-            }
+    fn drafts_long_when_guesses_hold_and_cheap() {
+        let mut costs = StepCosts::default();
+        let mut s = SpecState::default();
+        assert_eq!(s.choose_k(8, &costs), 0, "uncalibrated: plain");
+        for _ in 0..3 {
+            costs.record(1, 10.0);
         }
-        assert!(s.pause > 0);
-        let mut skipped = 0;
-        while !s.wants_draft() {
-            skipped += 1;
+        for m in 2..=9 {
+            costs.record(m, 10.0 + 3.0 * (m - 1) as f64);
         }
-        assert!(skipped <= 16, "{skipped}");
+        for _ in 0..20 {
+            s.record(5, 5);
+        }
+        assert!(s.alpha() > 0.95);
+        assert_eq!(s.choose_k(8, &costs), 8);
+    }
+
+    #[test]
+    fn switches_off_when_verification_does_not_pay_and_backs_off() {
+        // Verifying m tokens costs m decode steps: no draft can pay.
+        let mut costs = StepCosts::default();
+        for m in [1, 1, 1, 2, 3, 4, 5, 6] {
+            costs.record(m, 10.0 * m as f64);
+        }
+        let mut s = SpecState::default();
+        assert_eq!(s.choose_k(5, &costs), 0);
+        assert_eq!(s.pause, 8);
+        let paused = (0..100).take_while(|_| s.choose_k(5, &costs) == 0).count();
+        // 8 paused steps, then a probe that again does not pay: 16 more.
+        assert!(paused >= 8 + 16, "{paused}");
+    }
+
+    #[test]
+    fn low_acceptance_means_short_or_no_drafts() {
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            costs.record(1, 10.0);
+        }
+        for m in 2..=6 {
+            costs.record(m, 10.0 + 5.0 * (m - 1) as f64);
+        }
+        let mut s = SpecState::default();
+        for _ in 0..20 {
+            s.record(3, 0);
+        }
+        assert_eq!(s.choose_k(5, &costs), 0);
+        let mut s = SpecState::default();
+        for _ in 0..20 {
+            s.record(4, 2);
+        }
+        let k = s.choose_k(5, &costs);
+        assert!((1..=3).contains(&k), "{k}");
     }
 }

@@ -18,7 +18,7 @@ mod draft_model;
 mod layer_skip;
 mod ngram;
 
-pub use adaptive::SpecState;
+pub use adaptive::{SpecState, StepCosts};
 pub use draft_model::DraftModelProposer;
 pub use layer_skip::LayerSkipProposer;
 pub use ngram::NgramProposer;
@@ -55,6 +55,9 @@ pub struct SpecConfig {
     /// Speculate only while at most this many sequences run: larger batches are compute-bound
     /// on a CPU, where extra verified tokens cost as much as they save.
     pub max_running: usize,
+    /// Size drafts by measured cost and acceptance (see `adaptive.rs`); when false every
+    /// eligible step drafts `max_draft` tokens (for tests and experiments).
+    pub adaptive: bool,
 }
 
 impl Default for SpecConfig {
@@ -62,6 +65,7 @@ impl Default for SpecConfig {
         SpecConfig {
             max_draft: 5,
             max_running: 4,
+            adaptive: true,
         }
     }
 }
