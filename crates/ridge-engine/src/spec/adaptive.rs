@@ -44,7 +44,8 @@ impl StepCosts {
         let get = |i: usize| self.ms.get(i).copied().flatten();
         match (get(1), get(m)) {
             _ if m <= 1 => 1.0,
-            (Some(one), Some(mm)) if one > 0.0 => mm / one,
+            // More tokens never cost less than one: a smaller ratio is timing noise.
+            (Some(one), Some(mm)) if one > 0.0 => (mm / one).max(1.0),
             _ => 1.0 + 0.5 * (m - 1) as f64,
         }
     }
