@@ -4,7 +4,8 @@
 //! error object, the KV cache drains to empty and resident memory stays flat.
 //!
 //! CI runs a short version (`RIDGE_SOAK_SECS`, default 20 s). The 30-minute run:
-//! `RIDGE_SOAK_SECS=1800 cargo test --release -p ridge-cli --test soak -- --nocapture`.
+//! `RIDGE_SOAK_SECS=1800 cargo test --release -p ridge-cli --test soak -- --nocapture`
+//! (`RIDGE_SOAK_ARGS` adds server flags, e.g. `"--speculative ngram --spec-fixed"`).
 
 mod common;
 
@@ -140,7 +141,11 @@ fn mixed_load_completes_drains_and_does_not_leak() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    let s = Server::start(&["--kv-cache-mem", "64", "--max-seqs", "16"]);
+    // Extra server flags, e.g. RIDGE_SOAK_ARGS="--speculative ngram --spec-fixed".
+    let extra = std::env::var("RIDGE_SOAK_ARGS").unwrap_or_default();
+    let mut args = vec!["--kv-cache-mem", "64", "--max-seqs", "16"];
+    args.extend(extra.split_whitespace());
+    let s = Server::start(&args);
     let pid = s.child.id();
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -193,8 +198,10 @@ fn mixed_load_completes_drains_and_does_not_leak() {
         tally.dropped.load(Ordering::Relaxed),
     );
     eprintln!(
-        "soak {secs}s: {good} good, {bad} malformed (all 4xx), {dropped} dropped; RSS warm {rss_warm} KiB, end {rss_end} KiB; preemptions {}",
-        s.metric("ridge:num_preemptions_total")
+        "soak {secs}s {extra:?}: {good} good, {bad} malformed (all 4xx), {dropped} dropped; RSS warm {rss_warm} KiB, end {rss_end} KiB; preemptions {}; drafted {} accepted {}",
+        s.metric("ridge:num_preemptions_total"),
+        s.metric("ridge:spec_decode_num_draft_tokens_total"),
+        s.metric("ridge:spec_decode_num_accepted_tokens_total")
     );
     assert!(good > 0 && bad > 0 && dropped > 0);
     // The KV pool is allocated up front (and touched lazily), so after warm-up resident memory
