@@ -270,7 +270,7 @@ pub fn matmul(
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2 && w.dtype.is_quantized() {
             // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
-            // rows per call keeps the accumulators in registers), then pairs (4 weight rows).
+            // rows per call keeps the accumulators in registers), then the last 2 or 3.
             while t + 4 <= n {
                 // SAFETY: Isa::Avx2 was detected and the format is quantized; t + 4 <= n;
                 // rows r0..r1 lie inside w; chunks partition the rows, so this task alone
@@ -278,10 +278,19 @@ pub fn matmul(
                 unsafe { tokens_t::<4, 2>(w, int8, xq, x, t, r0, r1, yp) };
                 t += 4;
             }
-            while t + 2 <= n {
-                // SAFETY: as above with t + 2 <= n.
-                unsafe { tokens_t::<2, 4>(w, int8, xq, x, t, r0, r1, yp) };
-                t += 2;
+            // The rest in one pass too (a verification step of 3, 6 or 7 tokens is common).
+            match n - t {
+                3 => {
+                    // SAFETY: as above with t + 3 == n.
+                    unsafe { tokens_t::<3, 2>(w, int8, xq, x, t, r0, r1, yp) };
+                    t += 3;
+                }
+                2 => {
+                    // SAFETY: as above with t + 2 == n.
+                    unsafe { tokens_t::<2, 4>(w, int8, xq, x, t, r0, r1, yp) };
+                    t += 2;
+                }
+                _ => {}
             }
         }
         for t in t..n {

@@ -113,34 +113,37 @@ fn batch_rows_are_bitwise_independent_of_batch() {
             .flat_map(|r| quantize_row(dtype, r))
             .collect();
         let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
-        let x = randv(&mut rng, 6 * cols);
-        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
-            let mut all = vec![0f32; 6 * rows];
-            matmul(
-                isa,
-                prec,
-                &wm,
-                &x,
-                6,
-                &mut all,
-                &mut MatmulScratch::default(),
-            );
-            for t in 0..6 {
-                let mut one = vec![0f32; rows];
+        let x = randv(&mut rng, 7 * cols);
+        // 6 rows take the 4- and 2-row kernels, 7 rows the 4- and 3-row ones.
+        for n in [6, 7] {
+            for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+                let mut all = vec![0f32; n * rows];
                 matmul(
                     isa,
                     prec,
                     &wm,
-                    &x[t * cols..(t + 1) * cols],
-                    1,
-                    &mut one,
+                    &x[..n * cols],
+                    n,
+                    &mut all,
                     &mut MatmulScratch::default(),
                 );
-                assert_eq!(
-                    &all[t * rows..(t + 1) * rows],
-                    &one[..],
-                    "{dtype:?} {isa:?}"
-                );
+                for t in 0..n {
+                    let mut one = vec![0f32; rows];
+                    matmul(
+                        isa,
+                        prec,
+                        &wm,
+                        &x[t * cols..(t + 1) * cols],
+                        1,
+                        &mut one,
+                        &mut MatmulScratch::default(),
+                    );
+                    assert_eq!(
+                        &all[t * rows..(t + 1) * rows],
+                        &one[..],
+                        "{dtype:?} {isa:?} n={n}"
+                    );
+                }
             }
         }
     }
