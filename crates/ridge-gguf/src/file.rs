@@ -52,10 +52,28 @@ impl TensorInfo {
     }
 }
 
+/// The bytes behind a [`GgufFile`]: a read-only memory map of a file on disk, or a buffer the
+/// caller handed over ([`GgufFile::from_bytes`], used by tests and fuzzing).
+enum Data {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
 /// An open GGUF file. Tensor data is borrowed from the memory map; nothing is copied.
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    map: Data,
     version: u32,
     alignment: u64,
     metadata: Vec<(String, MetadataValue)>,
@@ -105,10 +123,19 @@ impl GgufFile {
         // documents that model files must not be modified while in use, as every mmap-based
         // loader (llama.cpp included) requires.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(path, map)
+        Self::parse(path, Data::Mapped(map))
     }
 
-    fn parse(path: PathBuf, map: Mmap) -> Result<Self, GgufError> {
+    /// Parses and validates a GGUF image held in memory, with the same checks as
+    /// [`GgufFile::open`]. `name` stands in for the path in error messages (e.g. `"<memory>"`).
+    ///
+    /// ridge itself always maps files; this entry point exists for tests and fuzzing, which
+    /// build or mutate images in memory, and for callers that already hold the bytes.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, GgufError> {
+        Self::parse(name.into(), Data::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, map: Data) -> Result<Self, GgufError> {
         let parsed = parse_layout(&map);
         let layout = match parsed {
             Ok(l) => l,

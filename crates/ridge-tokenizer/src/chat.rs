@@ -14,8 +14,12 @@
 //!
 //! Sandbox: there is no template loader (`include`/`import` of other files cannot reach the
 //! file system), every render has a fuel budget of [`FUEL`] instructions, and the recursion
-//! depth is capped at [`RECURSION_LIMIT`], so a hostile template in a downloaded model cannot
-//! read files or hang the server.
+//! depth is capped at [`RECURSION_LIMIT`], and the output at [`MAX_RENDER_BYTES`], so a hostile
+//! template in a downloaded model cannot read files, hang the server or fill memory with its
+//! output. Intermediate values are not metered: minijinja has no allocation hook, so a template
+//! that doubles a string in a loop (`{% set ns.s = ns.s ~ ns.s %}`) can still allocate without
+//! bound before anything is written. `RELIABILITY.md` records this residual risk; the template
+//! is part of the model file, which the operator chose, not of any request.
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind};
@@ -30,6 +34,15 @@ pub const FUEL: u64 = 20_000_000;
 
 /// Maximum template recursion depth (nested loops, macro calls).
 pub const RECURSION_LIMIT: usize = 200;
+
+/// Most bytes one render may produce. A prompt this long is far beyond any supported context
+/// (16 MiB is about 4 million tokens), so a template that writes more is runaway; the render
+/// stops with an error as soon as the output passes the bound.
+pub const MAX_RENDER_BYTES: usize = 16 << 20;
+
+/// Widest indentation the `indent` filter accepts (minijinja's own allocates `width` spaces
+/// for any `width`, so `indent(10**18)` would abort the process on allocation failure).
+const MAX_INDENT: usize = 1024;
 
 const KEY_TEMPLATE: &str = "tokenizer.chat_template";
 const NAME: &str = "chat_template";
@@ -115,6 +128,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_filter("indent", bounded_indent);
         let source = source.into();
         env.add_template_owned(NAME, source.clone())
             .map_err(template_error)?;
@@ -152,7 +166,22 @@ impl ChatTemplate {
             eos_token => &self.eos_token,
         };
         let ctx = minijinja::context! { ..base, ..Value::from_serialize(extra) };
-        tmpl.render(ctx).map_err(template_error)
+        let mut out = CappedOutput {
+            bytes: Vec::new(),
+            over: false,
+        };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => {}
+            Err(_) if out.over => {
+                return Err(TokenizerError::ChatTemplate(format!(
+                    "the chat template's output is longer than {MAX_RENDER_BYTES} bytes"
+                )))
+            }
+            Err(e) => return Err(template_error(e)),
+        }
+        String::from_utf8(out.bytes).map_err(|_| {
+            TokenizerError::ChatTemplate("the chat template's output is not UTF-8".into())
+        })
     }
 
     /// The template source.
@@ -169,6 +198,84 @@ impl ChatTemplate {
     pub fn eos_token(&self) -> &str {
         &self.eos_token
     }
+}
+
+/// The render's output buffer; a write past [`MAX_RENDER_BYTES`] fails (and so does the render).
+struct CappedOutput {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > MAX_RENDER_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output limit reached"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// minijinja's `indent` with the width bounded by [`MAX_INDENT`].
+fn bounded_indent(
+    value: &Value,
+    width: Option<Value>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let too_wide = |w: &Value| w.as_usize().is_none_or(|n| n > MAX_INDENT);
+    if width.as_ref().is_some_and(too_wide) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("indent: width must be at most {MAX_INDENT}"),
+        ));
+    }
+    let kw_width: Option<Value> = kwargs.get("width")?;
+    if kw_width.as_ref().is_some_and(too_wide) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("indent: width must be at most {MAX_INDENT}"),
+        ));
+    }
+    let width = width.or(kw_width).and_then(|w| w.as_usize()).unwrap_or(4);
+    let first = match first {
+        Some(f) => f,
+        None => kwargs.get::<Option<bool>>("first")?.unwrap_or(false),
+    };
+    let blank = match blank {
+        Some(b) => b,
+        None => kwargs.get::<Option<bool>>("blank")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    let input = value.to_string();
+    let trim = |mut s: &str| {
+        s = s.strip_suffix('\n').unwrap_or(s);
+        s.strip_suffix('\r').unwrap_or(s).len()
+    };
+    let input = &input[..trim(&input)];
+    let pad = " ".repeat(width);
+    let mut out = String::with_capacity(input.len() + 16);
+    let mut lines = input.split('\n');
+    if !first {
+        out.push_str(lines.next().unwrap_or(""));
+        out.push('\n');
+    }
+    for line in lines {
+        if !line.is_empty() || blank {
+            out.push_str(&pad);
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let keep = trim(&out);
+    out.truncate(keep);
+    Ok(Value::from(out))
 }
 
 fn raise_exception(message: String) -> Result<Value, Error> {
