@@ -170,8 +170,23 @@ impl ChatTemplate {
             bytes: Vec::new(),
             over: false,
         };
-        match tmpl.render_captured_to(ctx, &mut out) {
-            Ok(_) => {}
+        // minijinja can panic on some inputs (2.24: a reversed slice of an empty string or
+        // list, `''[::-1]`, indexes past the end). A template or message that trips the
+        // engine is a failed render, not a crashed caller. Nothing is shared across the
+        // boundary but `out`, which is discarded on a panic.
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tmpl.render_captured_to(ctx, &mut out).map(|_| ())
+        }));
+        let rendered = match rendered {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(TokenizerError::ChatTemplate(
+                    "the template engine failed on this template and conversation".into(),
+                ))
+            }
+        };
+        match rendered {
+            Ok(()) => {}
             Err(_) if out.over => {
                 return Err(TokenizerError::ChatTemplate(format!(
                     "the chat template's output is longer than {MAX_RENDER_BYTES} bytes"
@@ -625,6 +640,81 @@ mod tests {
     fn no_file_access() {
         let t = ChatTemplate::new("{% include '/etc/passwd' %}", "", "").unwrap();
         assert!(t.render(&msgs(), false).is_err());
+    }
+
+    /// Renders a hostile template; it must fail, quickly, with a message containing `needle`.
+    fn hostile(source: &str, needle: &str) {
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let start = std::time::Instant::now();
+        let e = t.render(&msgs(), true).unwrap_err().to_string();
+        let secs = start.elapsed().as_secs_f64();
+        assert!(e.to_lowercase().contains(needle), "{source}: {e}");
+        // Fuel runs out in about a second in a release build; allow for a loaded machine.
+        assert!(secs < 20.0, "{source}: took {secs:.1} s");
+    }
+
+    #[test]
+    fn sandbox_stops_infinite_loops_recursion_and_huge_output() {
+        // Unbounded work: nested loops and recursive loops run out of fuel.
+        hostile(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}",
+            "fuel",
+        );
+        hostile(
+            "{% for m in [[1]] recursive %}{{ loop([m]) }}{% endfor %}",
+            "recursion",
+        );
+        // Unbounded recursion: macros and nested loops hit the recursion limit.
+        hostile(
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        );
+        // Output: 100 000 × 200 bytes = 20 MB, over the cap long before fuel runs out.
+        hostile(
+            "{% for i in range(100000) %}{{ 'x' * 200 }}{% endfor %}",
+            "longer than",
+        );
+        hostile("{{ 'x' * 50000000 }}", "longer than");
+        // Filters that would allocate a client- or template-chosen width.
+        hostile("{{ 'a\nb' | indent(1000000000000) }}", "indent");
+        hostile("{{ 'a\nb' | indent(width=99999) }}", "indent");
+        // No loader: nothing outside the one template can be reached.
+        hostile("{% include '/etc/passwd' %}", "not found");
+        hostile("{% import '/etc/passwd' as p %}", "not found");
+        hostile("{% extends '../../secret' %}", "not found");
+        // An engine panic (minijinja 2.24 on a reversed empty slice) is a failed render.
+        hostile("{{ messages[0].content[5:5][::-1] }}", "engine failed");
+        hostile("{{ [][::-1] }}", "engine failed");
+    }
+
+    #[test]
+    fn indent_still_works() {
+        let t = ChatTemplate::new(
+            "{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(width=3, first=true) }}|{{ 'a\n\nb' | indent(1, blank=true) }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            "a\n  b\n\n  c|   a\n   b|a\n \n b"
+        );
+    }
+
+    #[test]
+    fn long_conversations_render_within_the_bounds() {
+        // The largest conversation a request can carry (4096 messages, a 4 MiB body) renders
+        // well inside the fuel and output bounds with a ChatML template.
+        let t = ChatTemplate::new(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let body = "word ".repeat(200);
+        let many: Vec<ChatMessage> = (0..4096).map(|_| ChatMessage::new("user", &body)).collect();
+        let out = t.render(&many, true).unwrap();
+        assert!(out.len() > 4096 * 999);
     }
 
     #[test]
