@@ -98,7 +98,8 @@ pub fn tokenizer(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let (tok, byte_level) = vocab::pick(sel & 3);
+    let v = vocab::pick(sel & 3);
+    let tok = &v.tokenizer;
     let add_special = sel & 0x10 != 0;
     let parse_special = sel & 0x20 != 0;
     let skip_special = sel & 0x40 != 0;
@@ -114,8 +115,9 @@ pub fn tokenizer(data: &[u8]) {
             ids.iter().all(|&i| (i as usize) < n_vocab),
             "id out of range"
         );
-        if byte_level && !add_special {
-            // Byte-level BPE is lossless: every special token it matched renders as its text.
+        if v.lossless && !add_special {
+            // Byte-level BPE with all 256 byte tokens is lossless: every special token it
+            // matched renders as its text.
             assert_eq!(tok.decode(&ids, false), text, "BPE round trip");
         }
         let _ = tok.encode_chat_prompt(&text);
@@ -206,7 +208,7 @@ pub fn request(data: &[u8]) {
     let Some((&sel, body)) = data.split_first() else {
         return;
     };
-    let (tok, _) = vocab::pick((sel >> 2) & 1);
+    let tok = &vocab::pick((sel >> 2) & 1).tokenizer;
     let v = Validator {
         tokenizer: tok,
         template: Some(chatml()),

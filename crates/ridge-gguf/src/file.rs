@@ -118,10 +118,12 @@ impl GgufFile {
                 ),
             });
         }
-        // SAFETY: the map is read-only and private to this process. If another process truncates
-        // or rewrites the file while it is mapped, reads of the lost pages fault (SIGBUS); ridge
-        // documents that model files must not be modified while in use, as every mmap-based
-        // loader (llama.cpp included) requires.
+        // SAFETY: the map is read-only (a shared mapping ridge never writes through), and every
+        // slice handed out is checked against its length at parse time. Removing the file or
+        // renaming another over it is harmless (the mapping keeps the inode). If another process
+        // truncates or rewrites the same inode while it is mapped, reads of the lost pages fault
+        // (SIGBUS); RELIABILITY.md documents that model files must be replaced by rename, never
+        // modified in place, as every mmap-based loader (llama.cpp included) requires.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Self::parse(path, Data::Mapped(map))
     }
