@@ -52,10 +52,28 @@ impl TensorInfo {
     }
 }
 
+/// The bytes behind a [`GgufFile`]: a read-only memory map of a file on disk, or a buffer the
+/// caller handed over ([`GgufFile::from_bytes`], used by tests and fuzzing).
+enum Data {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
 /// An open GGUF file. Tensor data is borrowed from the memory map; nothing is copied.
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    map: Data,
     version: u32,
     alignment: u64,
     metadata: Vec<(String, MetadataValue)>,
@@ -100,15 +118,26 @@ impl GgufFile {
                 ),
             });
         }
-        // SAFETY: the map is read-only and private to this process. If another process truncates
-        // or rewrites the file while it is mapped, reads of the lost pages fault (SIGBUS); ridge
-        // documents that model files must not be modified while in use, as every mmap-based
-        // loader (llama.cpp included) requires.
+        // SAFETY: the map is read-only (a shared mapping ridge never writes through), and every
+        // slice handed out is checked against its length at parse time. Removing the file or
+        // renaming another over it is harmless (the mapping keeps the inode). If another process
+        // truncates or rewrites the same inode while it is mapped, reads of the lost pages fault
+        // (SIGBUS); RELIABILITY.md documents that model files must be replaced by rename, never
+        // modified in place, as every mmap-based loader (llama.cpp included) requires.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(path, map)
+        Self::parse(path, Data::Mapped(map))
     }
 
-    fn parse(path: PathBuf, map: Mmap) -> Result<Self, GgufError> {
+    /// Parses and validates a GGUF image held in memory, with the same checks as
+    /// [`GgufFile::open`]. `name` stands in for the path in error messages (e.g. `"<memory>"`).
+    ///
+    /// ridge itself always maps files; this entry point exists for tests and fuzzing, which
+    /// build or mutate images in memory, and for callers that already hold the bytes.
+    pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, GgufError> {
+        Self::parse(name.into(), Data::Owned(bytes))
+    }
+
+    fn parse(path: PathBuf, map: Data) -> Result<Self, GgufError> {
         let parsed = parse_layout(&map);
         let layout = match parsed {
             Ok(l) => l,

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use ridge_tokenizer::ChatMessage;
 
@@ -21,8 +21,194 @@ use crate::state::AppState;
 
 type Body = Result<Bytes, BytesRejection>;
 
-fn body_map(body: Body) -> Result<Map<String, Value>, ApiError> {
-    let bytes = body.map_err(|r| {
+/// Everything request validation needs from the server, and nothing more: no engine, no I/O.
+///
+/// The handlers build one from [`AppState`]; the fuzz targets and regression tests build one
+/// from a small synthetic vocabulary, so the exact code that turns an untrusted body into a
+/// [`Job`] runs without a model.
+pub struct Validator<'a> {
+    /// The model's tokenizer (prompts are tokenized during validation).
+    pub tokenizer: &'a ridge_tokenizer::Tokenizer,
+    /// The chat template, if the model has one.
+    pub template: Option<&'a ridge_tokenizer::ChatTemplate>,
+    /// The served model name (`model` must match it when given).
+    pub model_name: &'a str,
+    /// Vocabulary size: token ids must lie below it.
+    pub vocab: usize,
+}
+
+impl<'a> Validator<'a> {
+    /// The validator of a running server.
+    pub fn of(st: &'a AppState) -> Self {
+        Validator {
+            tokenizer: &st.tokenizer,
+            template: st.template.as_ref(),
+            model_name: &st.model_name,
+            vocab: st.engine.info().vocab,
+        }
+    }
+
+    fn tokenize_text(&self, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode(text, true, true)
+            .map_err(|e| ApiError::invalid(param, format!("cannot tokenize: {e}")))
+    }
+
+    fn token_ids(&self, items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
+        let vocab = self.vocab;
+        items
+            .iter()
+            .map(|v| match v.as_u64() {
+                Some(t) if (t as usize) < vocab => Ok(t as u32),
+                _ => Err(ApiError::invalid(
+                    param,
+                    format!("token ids must be integers in [0, {vocab})"),
+                )),
+            })
+            .collect()
+    }
+
+    /// `prompt` of a completions request: a string, strings, token ids, or lists of token ids.
+    fn prompts(&self, f: &Fields) -> Result<Vec<Vec<u32>>, ApiError> {
+        let wrong = || {
+            ApiError::invalid(
+                "prompt",
+                "`prompt` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids",
+            )
+        };
+        let out = match f.get("prompt") {
+            None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
+            Some(Value::String(s)) => vec![self.tokenize_text(s, "prompt")?],
+            Some(Value::Array(a)) if a.is_empty() => return Err(wrong()),
+            Some(Value::Array(a)) if a.len() > MAX_PROMPTS && !a[0].is_number() => {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("at most {MAX_PROMPTS} prompts per request"),
+                ))
+            }
+            Some(Value::Array(a)) => match &a[0] {
+                Value::Number(_) => vec![self.token_ids(a, "prompt")?],
+                Value::String(_) => a
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(s) => self.tokenize_text(s, "prompt"),
+                        _ => Err(wrong()),
+                    })
+                    .collect::<Result<_, _>>()?,
+                Value::Array(_) => a
+                    .iter()
+                    .map(|v| match v {
+                        Value::Array(ids) => self.token_ids(ids, "prompt"),
+                        _ => Err(wrong()),
+                    })
+                    .collect::<Result<_, _>>()?,
+                _ => return Err(wrong()),
+            },
+            Some(_) => return Err(wrong()),
+        };
+        if out.iter().any(Vec::is_empty) {
+            return Err(ApiError::invalid("prompt", "a prompt is empty"));
+        }
+        Ok(out)
+    }
+
+    /// Validates a `/v1/completions` body into a [`Job`] (prompts tokenized).
+    pub fn completion(&self, body: &[u8]) -> Result<Job, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        let common = params::common(&f, self.vocab)?;
+        let logprobs = f
+            .int_in("logprobs", 0, MAX_LOGPROBS as i64)?
+            .map(|k| k as usize);
+        let prompts = self.prompts(&f)?;
+        Ok(Job {
+            kind: Kind::Completion,
+            prompts,
+            common,
+            default_max: Some(16),
+            logprobs,
+        })
+    }
+
+    /// Validates a `/v1/chat/completions` body into a [`Job`] (template rendered, tokenized).
+    pub fn chat(&self, body: &[u8]) -> Result<Job, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        let common = params::common(&f, self.vocab)?;
+        let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;
+        let logprobs = if f.bool("logprobs", false)? {
+            Some(top.unwrap_or(0) as usize)
+        } else if top.is_some_and(|t| t > 0) {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs: true`",
+            ));
+        } else {
+            None
+        };
+        let prompt = self.render_chat(&f)?;
+        Ok(Job {
+            kind: Kind::Chat,
+            prompts: vec![prompt],
+            common,
+            default_max: None,
+            logprobs,
+        })
+    }
+
+    /// Validates a `/tokenize` body into token ids.
+    pub fn tokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        if f.get("messages").is_some() {
+            self.render_chat(&f)
+        } else {
+            let text = f.str("prompt")?.ok_or_else(|| {
+                ApiError::invalid("prompt", "`prompt` (a string) or `messages` is required")
+            })?;
+            let add = f.bool("add_special_tokens", true)?;
+            self.tokenizer
+                .encode(text, add, true)
+                .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}")))
+        }
+    }
+
+    /// Validates a `/detokenize` body into token ids.
+    pub fn detokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        match f.get("tokens") {
+            Some(Value::Array(a)) => self.token_ids(a, "tokens"),
+            _ => Err(ApiError::invalid(
+                "tokens",
+                "`tokens` must be an array of token ids",
+            )),
+        }
+    }
+
+    fn render_chat(&self, f: &Fields) -> Result<Vec<u32>, ApiError> {
+        let msgs = messages(f)?;
+        let Some(template) = self.template else {
+            return Err(ApiError::bad_request(
+                "this model has no chat template; use /v1/completions with a plain prompt",
+            ));
+        };
+        let add_gen = f.bool("add_generation_prompt", true)?;
+        let text = template
+            .render(&msgs, add_gen)
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+        self.tokenizer
+            .encode_chat_prompt(&text)
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+    }
+}
+
+fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -32,98 +218,18 @@ fn body_map(body: Body) -> Result<Map<String, Value>, ApiError> {
         } else {
             ApiError::bad_request(format!("cannot read the request body: {r}"))
         }
-    })?;
-    Fields::parse(&bytes)
-}
-
-fn tokenize_text(st: &AppState, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
-    st.tokenizer
-        .encode(text, true, true)
-        .map_err(|e| ApiError::invalid(param, format!("cannot tokenize: {e}")))
-}
-
-fn token_ids(st: &AppState, items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
-    let vocab = st.engine.info().vocab;
-    items
-        .iter()
-        .map(|v| match v.as_u64() {
-            Some(t) if (t as usize) < vocab => Ok(t as u32),
-            _ => Err(ApiError::invalid(
-                param,
-                format!("token ids must be integers in [0, {vocab})"),
-            )),
-        })
-        .collect()
-}
-
-/// `prompt` of a completions request: a string, strings, token ids, or lists of token ids.
-fn prompts(st: &AppState, f: &Fields) -> Result<Vec<Vec<u32>>, ApiError> {
-    let wrong = || {
-        ApiError::invalid(
-            "prompt",
-            "`prompt` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids",
-        )
-    };
-    let out = match f.get("prompt") {
-        None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
-        Some(Value::String(s)) => vec![tokenize_text(st, s, "prompt")?],
-        Some(Value::Array(a)) if a.is_empty() => return Err(wrong()),
-        Some(Value::Array(a)) if a.len() > MAX_PROMPTS && !a[0].is_number() => {
-            return Err(ApiError::invalid(
-                "prompt",
-                format!("at most {MAX_PROMPTS} prompts per request"),
-            ))
-        }
-        Some(Value::Array(a)) => match &a[0] {
-            Value::Number(_) => vec![token_ids(st, a, "prompt")?],
-            Value::String(_) => a
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => tokenize_text(st, s, "prompt"),
-                    _ => Err(wrong()),
-                })
-                .collect::<Result<_, _>>()?,
-            Value::Array(_) => a
-                .iter()
-                .map(|v| match v {
-                    Value::Array(ids) => token_ids(st, ids, "prompt"),
-                    _ => Err(wrong()),
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(wrong()),
-        },
-        Some(_) => return Err(wrong()),
-    };
-    if out.iter().any(Vec::is_empty) {
-        return Err(ApiError::invalid("prompt", "a prompt is empty"));
-    }
-    Ok(out)
+    })
 }
 
 /// `POST /v1/completions`.
 pub async fn completions(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let r = async {
-        let m = body_map(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, &st.model_name)?;
-        let common = params::common(&f, st.engine.info().vocab)?;
-        let logprobs = f
-            .int_in("logprobs", 0, MAX_LOGPROBS as i64)?
-            .map(|k| k as usize);
-        let prompts = prompts(&st, &f)?;
-        generate::run(
-            st.clone(),
-            Job {
-                kind: Kind::Completion,
-                prompts,
-                common,
-                default_max: Some(16),
-                logprobs,
-            },
-        )
-        .await
-    };
-    r.await.unwrap_or_else(IntoResponse::into_response)
+    let job = body_bytes(body).and_then(|b| Validator::of(&st).completion(&b));
+    match job {
+        Ok(job) => generate::run(st.clone(), job)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
 }
 
 fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
@@ -197,54 +303,15 @@ fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
         .collect()
 }
 
-fn render_chat(st: &AppState, f: &Fields) -> Result<Vec<u32>, ApiError> {
-    let msgs = messages(f)?;
-    let Some(template) = &st.template else {
-        return Err(ApiError::bad_request(
-            "this model has no chat template; use /v1/completions with a plain prompt",
-        ));
-    };
-    let add_gen = f.bool("add_generation_prompt", true)?;
-    let text = template
-        .render(&msgs, add_gen)
-        .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
-    st.tokenizer
-        .encode_chat_prompt(&text)
-        .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
-}
-
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let r = async {
-        let m = body_map(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, &st.model_name)?;
-        let common = params::common(&f, st.engine.info().vocab)?;
-        let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;
-        let logprobs = if f.bool("logprobs", false)? {
-            Some(top.unwrap_or(0) as usize)
-        } else if top.is_some_and(|t| t > 0) {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "`top_logprobs` needs `logprobs: true`",
-            ));
-        } else {
-            None
-        };
-        let prompt = render_chat(&st, &f)?;
-        generate::run(
-            st.clone(),
-            Job {
-                kind: Kind::Chat,
-                prompts: vec![prompt],
-                common,
-                default_max: None,
-                logprobs,
-            },
-        )
-        .await
-    };
-    r.await.unwrap_or_else(IntoResponse::into_response)
+    let job = body_bytes(body).and_then(|b| Validator::of(&st).chat(&b));
+    match job {
+        Ok(job) => generate::run(st.clone(), job)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `GET /v1/models`.
@@ -283,48 +350,23 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
 
 /// `POST /tokenize`: `{prompt}` or `{messages}` → `{tokens, count, max_model_len}`.
 pub async fn tokenize(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let r = (|| {
-        let m = body_map(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, &st.model_name)?;
-        let tokens = if f.get("messages").is_some() {
-            render_chat(&st, &f)?
-        } else {
-            let text = f.str("prompt")?.ok_or_else(|| {
-                ApiError::invalid("prompt", "`prompt` (a string) or `messages` is required")
-            })?;
-            let add = f.bool("add_special_tokens", true)?;
-            st.tokenizer
-                .encode(text, add, true)
-                .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}")))?
-        };
-        Ok::<_, ApiError>(Json(json!({
+    match body_bytes(body).and_then(|b| Validator::of(&st).tokenize(&b)) {
+        Ok(tokens) => Json(json!({
             "tokens": tokens,
             "count": tokens.len(),
             "max_model_len": st.engine.info().ctx_len,
-        })))
-    })();
-    r.map_or_else(IntoResponse::into_response, IntoResponse::into_response)
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /detokenize`: `{tokens}` → `{prompt}`.
 pub async fn detokenize(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let r = (|| {
-        let m = body_map(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, &st.model_name)?;
-        let ids = match f.get("tokens") {
-            Some(Value::Array(a)) => token_ids(&st, a, "tokens")?,
-            _ => {
-                return Err(ApiError::invalid(
-                    "tokens",
-                    "`tokens` must be an array of token ids",
-                ))
-            }
-        };
-        Ok(Json(json!({"prompt": st.tokenizer.decode(&ids, false)})))
-    })();
-    r.map_or_else(IntoResponse::into_response, IntoResponse::into_response)
+    match body_bytes(body).and_then(|b| Validator::of(&st).detokenize(&b)) {
+        Ok(ids) => Json(json!({"prompt": st.tokenizer.decode(&ids, false)})).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Unknown paths.

@@ -14,8 +14,12 @@
 //!
 //! Sandbox: there is no template loader (`include`/`import` of other files cannot reach the
 //! file system), every render has a fuel budget of [`FUEL`] instructions, and the recursion
-//! depth is capped at [`RECURSION_LIMIT`], so a hostile template in a downloaded model cannot
-//! read files or hang the server.
+//! depth is capped at [`RECURSION_LIMIT`], and the output at [`MAX_RENDER_BYTES`], so a hostile
+//! template in a downloaded model cannot read files, hang the server or fill memory with its
+//! output. Intermediate values are not metered: minijinja has no allocation hook, so a template
+//! that doubles a string in a loop (`{% set ns.s = ns.s ~ ns.s %}`) can still allocate without
+//! bound before anything is written. `RELIABILITY.md` records this residual risk; the template
+//! is part of the model file, which the operator chose, not of any request.
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind};
@@ -30,6 +34,15 @@ pub const FUEL: u64 = 20_000_000;
 
 /// Maximum template recursion depth (nested loops, macro calls).
 pub const RECURSION_LIMIT: usize = 200;
+
+/// Most bytes one render may produce. A prompt this long is far beyond any supported context
+/// (16 MiB is about 4 million tokens), so a template that writes more is runaway; the render
+/// stops with an error as soon as the output passes the bound.
+pub const MAX_RENDER_BYTES: usize = 16 << 20;
+
+/// Widest indentation the `indent` filter accepts (minijinja's own allocates `width` spaces
+/// for any `width`, so `indent(10**18)` would abort the process on allocation failure).
+const MAX_INDENT: usize = 1024;
 
 const KEY_TEMPLATE: &str = "tokenizer.chat_template";
 const NAME: &str = "chat_template";
@@ -115,6 +128,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        env.add_filter("indent", bounded_indent);
         let source = source.into();
         env.add_template_owned(NAME, source.clone())
             .map_err(template_error)?;
@@ -152,7 +166,37 @@ impl ChatTemplate {
             eos_token => &self.eos_token,
         };
         let ctx = minijinja::context! { ..base, ..Value::from_serialize(extra) };
-        tmpl.render(ctx).map_err(template_error)
+        let mut out = CappedOutput {
+            bytes: Vec::new(),
+            over: false,
+        };
+        // minijinja can panic on some inputs (2.24: a reversed slice of an empty string or
+        // list, `''[::-1]`, indexes past the end). A template or message that trips the
+        // engine is a failed render, not a crashed caller. Nothing is shared across the
+        // boundary but `out`, which is discarded on a panic.
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tmpl.render_captured_to(ctx, &mut out).map(|_| ())
+        }));
+        let rendered = match rendered {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(TokenizerError::ChatTemplate(
+                    "the template engine failed on this template and conversation".into(),
+                ))
+            }
+        };
+        match rendered {
+            Ok(()) => {}
+            Err(_) if out.over => {
+                return Err(TokenizerError::ChatTemplate(format!(
+                    "the chat template's output is longer than {MAX_RENDER_BYTES} bytes"
+                )))
+            }
+            Err(e) => return Err(template_error(e)),
+        }
+        String::from_utf8(out.bytes).map_err(|_| {
+            TokenizerError::ChatTemplate("the chat template's output is not UTF-8".into())
+        })
     }
 
     /// The template source.
@@ -169,6 +213,84 @@ impl ChatTemplate {
     pub fn eos_token(&self) -> &str {
         &self.eos_token
     }
+}
+
+/// The render's output buffer; a write past [`MAX_RENDER_BYTES`] fails (and so does the render).
+struct CappedOutput {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > MAX_RENDER_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output limit reached"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// minijinja's `indent` with the width bounded by [`MAX_INDENT`].
+fn bounded_indent(
+    value: &Value,
+    width: Option<Value>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let too_wide = |w: &Value| w.as_usize().is_none_or(|n| n > MAX_INDENT);
+    if width.as_ref().is_some_and(too_wide) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("indent: width must be at most {MAX_INDENT}"),
+        ));
+    }
+    let kw_width: Option<Value> = kwargs.get("width")?;
+    if kw_width.as_ref().is_some_and(too_wide) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("indent: width must be at most {MAX_INDENT}"),
+        ));
+    }
+    let width = width.or(kw_width).and_then(|w| w.as_usize()).unwrap_or(4);
+    let first = match first {
+        Some(f) => f,
+        None => kwargs.get::<Option<bool>>("first")?.unwrap_or(false),
+    };
+    let blank = match blank {
+        Some(b) => b,
+        None => kwargs.get::<Option<bool>>("blank")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    let input = value.to_string();
+    let trim = |mut s: &str| {
+        s = s.strip_suffix('\n').unwrap_or(s);
+        s.strip_suffix('\r').unwrap_or(s).len()
+    };
+    let input = &input[..trim(&input)];
+    let pad = " ".repeat(width);
+    let mut out = String::with_capacity(input.len() + 16);
+    let mut lines = input.split('\n');
+    if !first {
+        out.push_str(lines.next().unwrap_or(""));
+        out.push('\n');
+    }
+    for line in lines {
+        if !line.is_empty() || blank {
+            out.push_str(&pad);
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let keep = trim(&out);
+    out.truncate(keep);
+    Ok(Value::from(out))
 }
 
 fn raise_exception(message: String) -> Result<Value, Error> {
@@ -518,6 +640,81 @@ mod tests {
     fn no_file_access() {
         let t = ChatTemplate::new("{% include '/etc/passwd' %}", "", "").unwrap();
         assert!(t.render(&msgs(), false).is_err());
+    }
+
+    /// Renders a hostile template; it must fail, quickly, with a message containing `needle`.
+    fn hostile(source: &str, needle: &str) {
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let start = std::time::Instant::now();
+        let e = t.render(&msgs(), true).unwrap_err().to_string();
+        let secs = start.elapsed().as_secs_f64();
+        assert!(e.to_lowercase().contains(needle), "{source}: {e}");
+        // Fuel runs out in about a second in a release build; allow for a loaded machine.
+        assert!(secs < 20.0, "{source}: took {secs:.1} s");
+    }
+
+    #[test]
+    fn sandbox_stops_infinite_loops_recursion_and_huge_output() {
+        // Unbounded work: nested loops and recursive loops run out of fuel.
+        hostile(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}",
+            "fuel",
+        );
+        hostile(
+            "{% for m in [[1]] recursive %}{{ loop([m]) }}{% endfor %}",
+            "recursion",
+        );
+        // Unbounded recursion: macros and nested loops hit the recursion limit.
+        hostile(
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        );
+        // Output: 100 000 × 200 bytes = 20 MB, over the cap long before fuel runs out.
+        hostile(
+            "{% for i in range(100000) %}{{ 'x' * 200 }}{% endfor %}",
+            "longer than",
+        );
+        hostile("{{ 'x' * 50000000 }}", "longer than");
+        // Filters that would allocate a client- or template-chosen width.
+        hostile("{{ 'a\nb' | indent(1000000000000) }}", "indent");
+        hostile("{{ 'a\nb' | indent(width=99999) }}", "indent");
+        // No loader: nothing outside the one template can be reached.
+        hostile("{% include '/etc/passwd' %}", "not found");
+        hostile("{% import '/etc/passwd' as p %}", "not found");
+        hostile("{% extends '../../secret' %}", "not found");
+        // An engine panic (minijinja 2.24 on a reversed empty slice) is a failed render.
+        hostile("{{ messages[0].content[5:5][::-1] }}", "engine failed");
+        hostile("{{ [][::-1] }}", "engine failed");
+    }
+
+    #[test]
+    fn indent_still_works() {
+        let t = ChatTemplate::new(
+            "{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(width=3, first=true) }}|{{ 'a\n\nb' | indent(1, blank=true) }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[], false).unwrap(),
+            "a\n  b\n\n  c|   a\n   b|a\n \n b"
+        );
+    }
+
+    #[test]
+    fn long_conversations_render_within_the_bounds() {
+        // The largest conversation a request can carry (4096 messages, a 4 MiB body) renders
+        // well inside the fuel and output bounds with a ChatML template.
+        let t = ChatTemplate::new(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let body = "word ".repeat(200);
+        let many: Vec<ChatMessage> = (0..4096).map(|_| ChatMessage::new("user", &body)).collect();
+        let out = t.render(&many, true).unwrap();
+        assert!(out.len() > 4096 * 999);
     }
 
     #[test]

@@ -14,7 +14,11 @@ pub struct Server {
 impl Server {
     /// Starts `ridge serve` on the real model with extra args; waits until it listens.
     pub fn start(extra: &[&str]) -> Server {
-        let model = super::smollm2();
+        Self::start_model(&super::smollm2(), extra)
+    }
+
+    /// Starts `ridge serve` on the model file `model` with extra args; waits until it listens.
+    pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
         let mut child = super::ridge()
             .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
             .args(["--bandwidth-gbs", "20"])
