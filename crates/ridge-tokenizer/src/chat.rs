@@ -28,9 +28,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Tokenizer, TokenizerError};
 
-/// Instructions one render may execute. A long conversation with a large template needs well
-/// under a million; this only stops runaway loops.
-pub const FUEL: u64 = 20_000_000;
+/// Instructions one render may execute. The largest conversation a request can carry (4096
+/// messages) renders well inside it; a hostile template stops in under a second. (Bytes copied
+/// per instruction are not metered: with 20 M a template doubling macro output took 15 s and
+/// 1 GB — see RELIABILITY.md.)
+pub const FUEL: u64 = 2_000_000;
 
 /// Maximum template recursion depth (nested loops, macro calls).
 pub const RECURSION_LIMIT: usize = 200;
