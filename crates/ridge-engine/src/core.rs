@@ -306,13 +306,17 @@ impl EngineCore {
             max_new: req.max_tokens.min(ctx - req.prompt.len()),
             speculative: req.speculative,
         });
+        let prior = self
+            .speculator
+            .as_ref()
+            .map_or(0.8, |s| s.proposer.prior_acceptance());
         for index in 0..req.n {
             self.next_uid += 1;
             let mut sampling = req.sampling.clone();
             sampling.seed = sampling.seed.map(|s| s.wrapping_add(index as u64));
             self.waiting.push_back(Seq {
                 uid: self.next_uid,
-                spec: SpecState::default(),
+                spec: SpecState::with_prior(prior),
                 draft: Vec::new(),
                 req: shared.clone(),
                 index,

@@ -75,6 +75,8 @@ pub struct SpecState {
     backoff: u32,
     /// After a pause: the next step probes with a short draft.
     probing: bool,
+    /// Guesses in a probe: 2, or 1 for proposers expected to miss (their guesses cost more).
+    probe_len: usize,
 }
 
 /// Longest pause: a copy-heavy stretch often follows text with nothing to copy, and a probe of
@@ -96,11 +98,24 @@ impl Default for SpecState {
             pause: 0,
             backoff: 8,
             probing: false,
+            probe_len: 2,
         }
     }
 }
 
 impl SpecState {
+    /// A state whose acceptance estimate starts at `alpha` (the proposer's prior) with the
+    /// weight of five observations.
+    pub fn with_prior(alpha: f64) -> Self {
+        let a = alpha.clamp(0.05, 0.95);
+        SpecState {
+            acc: 5.0 * a,
+            rej: 5.0 * (1.0 - a),
+            probe_len: if a < 0.5 { 1 } else { 2 },
+            ..Self::default()
+        }
+    }
+
     /// Estimated probability that a guess holds.
     pub fn alpha(&self) -> f64 {
         self.acc / (self.acc + self.rej)
@@ -128,7 +143,7 @@ impl SpecState {
         if self.probing {
             // Explore: a short draft refreshes both the acceptance and the cost estimates.
             self.probing = false;
-            return max_k.min(2);
+            return max_k.min(self.probe_len);
         }
         let alpha = self.alpha();
         // A draft must promise a clear gain: step times are noisy, and losing is worse than
@@ -227,5 +242,42 @@ mod tests {
         }
         let k = s.choose_k(5, &costs);
         assert!((1..=3).contains(&k), "{k}");
+    }
+
+    #[test]
+    fn a_sceptical_prior_waits_and_probes_with_one_guess() {
+        // Extra verified tokens cost half a step: with a 0.4 prior no draft pays at first, and
+        // the probe after the pause is a single guess.
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            costs.record(1, 10.0);
+        }
+        let mut s = SpecState::with_prior(0.4);
+        assert_eq!(s.choose_k(5, &costs), 0);
+        assert_eq!(s.pause, 8);
+        while s.choose_k(5, &costs) == 0 {}
+        assert_eq!(s.pause, 0);
+        let mut s = SpecState::with_prior(0.4);
+        s.choose_k(5, &costs);
+        let probe = loop {
+            let k = s.choose_k(5, &costs);
+            if k > 0 {
+                break k;
+            }
+        };
+        assert_eq!(probe, 1);
+        // The optimistic default probes with two.
+        let mut d = SpecState::default();
+        for _ in 0..20 {
+            d.record(3, 0);
+        }
+        assert_eq!(d.choose_k(5, &costs), 0);
+        let probe = loop {
+            let k = d.choose_k(5, &costs);
+            if k > 0 {
+                break k;
+            }
+        };
+        assert_eq!(probe, 2);
     }
 }

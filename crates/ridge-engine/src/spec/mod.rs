@@ -99,6 +99,12 @@ pub trait Proposer: Send {
         slots: &mut [DraftSlot<'_>],
     ) -> Result<(), ModelError>;
 
+    /// How often a guess is expected to hold before any is measured (the adaptive policy's
+    /// prior): prompt lookup is usually right when it finds a match.
+    fn prior_acceptance(&self) -> f64 {
+        0.8
+    }
+
     /// Drops any state kept for sequences `live` rejects (finished, preempted or aborted).
     fn retain(&mut self, live: &dyn Fn(u64) -> bool) {
         let _ = live;
