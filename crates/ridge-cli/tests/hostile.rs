@@ -358,18 +358,7 @@ fn a_thousand_hostile_requests_mixed_into_real_load_are_all_4xx() {
     );
     // Healthy, drained, and still producing the same greedy text.
     assert_eq!(s.get("/health").0, 200);
-    let mut drained = false;
-    for _ in 0..100 {
-        if s.metric("ridge:num_requests_running") == 0.0
-            && s.metric("ridge:num_requests_waiting") == 0.0
-            && s.metric("ridge:kv_cache_usage_perc") == 0.0
-        {
-            drained = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(drained, "requests or KV blocks left behind");
+    assert!(s.drained(), "requests or KV blocks left behind");
     assert_eq!(greedy(&s.base).as_deref(), Ok(baseline.as_str()));
     let log = s.stderr.lock().unwrap().join("\n");
     assert!(!log.contains("panicked"), "server log has a panic: {log}");

@@ -179,18 +179,7 @@ fn mixed_load_completes_drains_and_does_not_leak() {
         failures.len(),
         &failures[..failures.len().min(5)]
     );
-    let mut drained = false;
-    for _ in 0..100 {
-        if s.metric("ridge:num_requests_running") == 0.0
-            && s.metric("ridge:num_requests_waiting") == 0.0
-            && s.metric("ridge:kv_cache_usage_perc") == 0.0
-        {
-            drained = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(drained, "KV cache or queues not empty after the load");
+    assert!(s.drained(), "KV cache or queues not empty after the load");
     let rss_end = rss_kib(pid);
     let (good, bad, dropped) = (
         tally.good.load(Ordering::Relaxed),

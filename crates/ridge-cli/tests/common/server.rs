@@ -95,6 +95,20 @@ impl Server {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("metric {name} missing"))
     }
+
+    /// Waits up to 10 s for nothing to run or wait and no KV block to be held; true if so.
+    pub fn drained(&self) -> bool {
+        for _ in 0..100 {
+            if self.metric("ridge:num_requests_running") == 0.0
+                && self.metric("ridge:num_requests_waiting") == 0.0
+                && self.metric("ridge:kv_cache_usage_perc") == 0.0
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
 }
 
 impl Drop for Server {
