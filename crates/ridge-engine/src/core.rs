@@ -520,6 +520,12 @@ impl EngineCore {
         for s in running.iter_mut() {
             s.draft.clear();
         }
+        // Drop the proposer's state of sequences that left (a scan, no allocation per step).
+        spec.proposer
+            .retain(&|k| running.iter().any(|s| s.uid == k));
+        if plan.iter().all(|p| p.k == 0) {
+            return;
+        }
         let mut want = vec![0usize; running.len()];
         for p in plan.iter() {
             want[p.ri] = p.k;
@@ -549,9 +555,6 @@ impl EngineCore {
                 s.out.truncate(s.k);
             }
         }
-        drop(slots);
-        let live: std::collections::HashSet<u64> = running.iter().map(|s| s.uid).collect();
-        spec.proposer.retain(&|k| live.contains(&k));
     }
 
     fn schedule(&mut self) {
