@@ -27,7 +27,7 @@ def main():
     # Chat, non-streaming.
     r = client.chat.completions.create(
         model=name,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in one word."}],
         max_tokens=24,
         temperature=0,
     )
@@ -39,7 +39,7 @@ def main():
     # Chat, streaming with usage.
     stream = client.chat.completions.create(
         model=name,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in one word."}],
         max_tokens=24,
         temperature=0,
         stream=True,

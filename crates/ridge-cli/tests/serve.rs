@@ -98,7 +98,7 @@ fn openai_shapes_streaming_and_tools() {
     let resp = Server::client()
         .post(s.url("/v1/chat/completions"))
         .json(&json!({
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital of France? Answer in one word."}]}],
             "max_tokens": 24, "temperature": 0, "stream": true,
             "stream_options": {"include_usage": true}
         }))

@@ -143,7 +143,7 @@ fn chat_keeps_the_conversation_through_the_template() {
             "--max-tokens",
             "24",
         ],
-        b"What is the capital of France?\nAnd of Germany?\n/exit\n",
+        b"What is the capital of France? Answer in one word.\nAnd of Germany?\n/exit\n",
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);

@@ -68,7 +68,7 @@ fn gemma(c: &mut Criterion) {
             if big {
                 g.sample_size(10).measurement_time(Duration::from_secs(3));
             }
-            for prec in [ActPrecision::Int8, ActPrecision::F32] {
+            for prec in [ActPrecision::Int8, ActPrecision::Int16, ActPrecision::F32] {
                 let mut s = MatmulScratch::default();
                 g.bench_function(
                     BenchmarkId::new(format!("{isa:?}"), format!("{prec:?}")),
@@ -110,7 +110,7 @@ fn bench(c: &mut Criterion) {
             let mut g = c.benchmark_group(format!("matmul_{dtype:?}_{rows}x{cols}_n{n}"));
             g.throughput(Throughput::Elements((2 * rows * cols * n) as u64));
             for &isa in &isas {
-                for prec in [ActPrecision::Int8, ActPrecision::F32] {
+                for prec in [ActPrecision::Int8, ActPrecision::Int16, ActPrecision::F32] {
                     if !dtype.is_quantized() && prec == ActPrecision::F32 {
                         continue;
                     }

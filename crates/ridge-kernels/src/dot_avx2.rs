@@ -6,7 +6,7 @@
 // Row index `r` addresses accumulators, corrections and pointer offsets together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::ActBlock;
+use crate::act::{Act16Block, ActBlock};
 use std::arch::x86_64::*;
 
 #[inline]
@@ -134,6 +134,61 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
     }
 }
 
+/// Quantizes activations into 16-bit blocks exactly as `act::quantize16_scalar` does.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act16(x: &[f32], out: &mut [Act16Block]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let p = b.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for vi in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+        let d = amax / crate::act::Q16_MAX;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let mut q = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(v[k], idv),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            ));
+        }
+        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
+        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b00_00_00_01));
+        // packs works within 128-bit halves; the 64-bit permute restores element order.
+        let lo = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0b11_01_10_00);
+        let hi = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0b11_01_10_00);
+        let qp = o.qs.as_mut_ptr() as *mut __m256i;
+        _mm256_storeu_si256(qp, lo);
+        _mm256_storeu_si256(qp.add(1), hi);
+        o.d = d;
+        o.isum = _mm_cvtsi128_si32(s1);
+    }
+}
+
+/// Prefetches the cache lines of `bytes` bytes from `p` (never faults, so `p` may run past the
+/// matrix). Consecutive spans cover every line between them, whatever the block size.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_span(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
 /// How many row groups ahead `dot_rows` prefetches.
 pub(crate) const PREFETCH_GROUPS: usize = 2;
 
@@ -232,9 +287,10 @@ unsafe fn corrections<const FMT: u8, const R: usize>(
     blk: *const u8,
     stride: usize,
     dw: __m128,
-    a: &ActBlock,
+    d: f32,
+    isum: i32,
 ) -> __m128 {
-    let (dx, isum) = (_mm_set1_ps(a.d), _mm_set1_ps(a.isum as f32));
+    let (dx, isum) = (_mm_set1_ps(d), _mm_set1_ps(isum as f32));
     match FMT {
         FMT_Q4_0 => _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(-8.0), dw), dx), isum),
         FMT_Q5_0 => _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(-16.0), dw), dx), isum),
@@ -267,8 +323,7 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for (i, a) in x.iter().enumerate() {
         let pf = next.wrapping_add(i * R * bb);
-        _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
+        prefetch_span(pf, R * bb);
         let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
         let blk = rows.add(i * bb);
         let dw = f16_lanes::<R>(blk, stride);
@@ -277,7 +332,7 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
             let p = block_products(FMT, blk.add(r * stride), xv);
             acc[r] = _mm256_fmadd_ps(lane(sc, r), p, acc[r]);
         }
-        corr = _mm_add_ps(corr, corrections::<FMT, R>(blk, stride, dw, a));
+        corr = _mm_add_ps(corr, corrections::<FMT, R>(blk, stride, dw, a.d, a.isum));
     }
     let mut c = [0f32; 4];
     _mm_storeu_ps(c.as_mut_ptr(), corr);
@@ -354,7 +409,85 @@ pub(crate) unsafe fn dot_rows_xt<const FMT: u8, const R: usize, const T: usize>(
         }
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a));
+            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a.d, a.isum));
+        }
+    }
+    for t in 0..T {
+        let mut c = [0f32; 4];
+        _mm_storeu_ps(c.as_mut_ptr(), corr[t]);
+        for r in 0..R {
+            out[t][r] = hsum(acc[t][r]) + c[r];
+        }
+    }
+}
+
+/// A weight block widened to 16-bit integers for `pmaddwd`: elements 0..16 and 16..32.
+#[inline(always)]
+unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
+    match fmt {
+        FMT_Q8_0 => (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(2) as *const __m128i)),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(18) as *const __m128i)),
+        ),
+        FMT_Q5_0 => {
+            let w = q5_0_bytes(b);
+            (
+                _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w)),
+                _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w, 1)),
+            )
+        }
+        _ => {
+            let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
+            let q = _mm_loadu_si128(qs as *const __m128i);
+            let m = _mm_set1_epi8(0x0F);
+            (
+                _mm256_cvtepu8_epi16(_mm_and_si128(q, m)),
+                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), m)),
+            )
+        }
+    }
+}
+
+/// `R` (≤ 4) consecutive weight rows against `T` rows of 16-bit activation blocks: per block,
+/// the weights are widened to 16 bits once, `pmaddwd` gives exact 32-bit sums for every
+/// activation row, and one FMA per (row, activation row) applies the two scales; the constant
+/// terms (Q4_0/Q5_0 offsets, Q4_1 minimums) are one multiply per block as in [`dot_rows`]. The
+/// next row group is prefetched as in [`dot_rows`]. Every output is reduced in the same order
+/// whatever `R` and `T` (batch invariance).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_rows_i16<const FMT: u8, const R: usize, const T: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: [&[Act16Block]; T],
+    out: &mut [[f32; R]; T],
+) {
+    debug_assert!(R <= 4);
+    let bb = block_bytes(FMT);
+    let mut acc = [[_mm256_setzero_ps(); R]; T];
+    let mut corr = [_mm_setzero_ps(); T];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for i in 0..x[0].len() {
+        prefetch_span(next.wrapping_add(i * R * bb), R * bb);
+        let blk = rows.add(i * bb);
+        let dw = f16_lanes::<R>(blk, stride);
+        let mut sc = [_mm_setzero_ps(); T];
+        for t in 0..T {
+            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).d));
+        }
+        for r in 0..R {
+            let (w0, w1) = unpack_block16(FMT, blk.add(r * stride));
+            for t in 0..T {
+                let xp = x[t].get_unchecked(i).qs.as_ptr() as *const __m256i;
+                let p = _mm256_add_epi32(
+                    _mm256_madd_epi16(w0, _mm256_loadu_si256(xp)),
+                    _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(1))),
+                );
+                acc[t][r] = _mm256_fmadd_ps(lane(sc[t], r), _mm256_cvtepi32_ps(p), acc[t][r]);
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a.d, a.isum));
         }
     }
     for t in 0..T {
@@ -437,8 +570,7 @@ pub(crate) unsafe fn dot_rows_f32<const FMT: u8, const R: usize>(
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for i in 0..x.len() / 32 {
         let pf = next.wrapping_add(i * R * bb);
-        _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
+        prefetch_span(pf, R * bb);
         let xp = x.as_ptr().add(32 * i);
         for r in 0..R {
             let w = dequant_block(FMT, rows.add(r * stride + i * bb));
@@ -514,6 +646,22 @@ pub(crate) unsafe fn attend_group(
         );
     }
     let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * kv.kv_dim + group * hd;
+    let rows = Rows16 {
+        kp,
+        vp,
+        table,
+        first,
+        bs,
+        kv_dim: kv.kv_dim,
+        off: group * hd,
+    };
+    match gs {
+        1 => return attend_f16::<1>(&rows, len, hd, shape.scale, q, out, scores),
+        2 => return attend_f16::<2>(&rows, len, hd, shape.scale, q, out, scores),
+        3 => return attend_f16::<3>(&rows, len, hd, shape.scale, q, out, scores),
+        4 => return attend_f16::<4>(&rows, len, hd, shape.scale, q, out, scores),
+        _ => {}
+    }
     for j in 0..len {
         let r = row_of(first + j);
         let mut acc = [_mm256_setzero_ps(); MAXG];
@@ -540,6 +688,105 @@ pub(crate) unsafe fn attend_group(
                 let o = op.add(h * hd + c);
                 let p = _mm256_set1_ps(scores[h * len + j]);
                 _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
+            }
+        }
+    }
+}
+
+/// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
+/// element `slot · kv_dim + off` of `kp` (keys) and `vp` (values).
+struct Rows16<'t> {
+    kp: *const u8,
+    vp: *const u8,
+    table: &'t [u32],
+    first: usize,
+    bs: usize,
+    kv_dim: usize,
+    off: usize,
+}
+
+impl Rows16<'_> {
+    /// Element index of position `first + j`'s row.
+    #[inline(always)]
+    fn row(&self, j: usize) -> usize {
+        let pos = self.first + j;
+        (self.table[pos / self.bs] as usize * self.bs + pos % self.bs) * self.kv_dim + self.off
+    }
+}
+
+/// [`attend_group`] for `GS` heads known at compile time, so every accumulator lives in a
+/// register: scores as one dot product per (head, position) with the K row converted once for
+/// all heads; the weighted sum of values in chunks of up to 32 dimensions, the chunk's
+/// accumulators for all heads held in registers across every position (the V row chunk
+/// converted once for all heads), stored once at the end. Each output element is the same
+/// sequence of FMAs from zero, in position order, as the general loop, so results do not
+/// depend on `GS` (a head computed alone or with its group gives identical bits).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_f16<const GS: usize>(
+    rows: &Rows16<'_>,
+    len: usize,
+    hd: usize,
+    scale: f32,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut [f32],
+) {
+    let qp = q.as_ptr();
+    for j in 0..len {
+        let r = rows.row(j);
+        let mut acc = [_mm256_setzero_ps(); GS];
+        for c in (0..hd).step_by(8) {
+            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(rows.kp.add(2 * (r + c)) as *const __m128i));
+            for h in 0..GS {
+                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
+            }
+        }
+        for h in 0..GS {
+            *scores.get_unchecked_mut(h * len + j) = hsum(acc[h]) * scale;
+        }
+    }
+    for h in 0..GS {
+        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+    }
+    // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4 heads: ≤ 12 accumulators.
+    if hd.is_multiple_of(32) && GS <= 3 {
+        attend_values::<GS, 4>(rows, len, hd, out, scores);
+    } else if hd.is_multiple_of(16) {
+        attend_values::<GS, 2>(rows, len, hd, out, scores);
+    } else {
+        attend_values::<GS, 1>(rows, len, hd, out, scores);
+    }
+}
+
+/// `out[h] = Σ_j p[h][j] · V[j]` in chunks of `CW` vectors (8·CW dimensions) per head.
+#[inline(always)]
+unsafe fn attend_values<const GS: usize, const CW: usize>(
+    rows: &Rows16<'_>,
+    len: usize,
+    hd: usize,
+    out: &mut [f32],
+    scores: &[f32],
+) {
+    let op = out.as_mut_ptr();
+    for c in (0..hd).step_by(8 * CW) {
+        let mut acc = [[_mm256_setzero_ps(); CW]; GS];
+        for j in 0..len {
+            let vr = rows.vp.add(2 * (rows.row(j) + c));
+            let mut v8 = [_mm256_setzero_ps(); CW];
+            for w in 0..CW {
+                v8[w] = _mm256_cvtph_ps(_mm_loadu_si128(vr.add(16 * w) as *const __m128i));
+            }
+            for h in 0..GS {
+                let p = _mm256_set1_ps(*scores.get_unchecked(h * len + j));
+                for w in 0..CW {
+                    acc[h][w] = _mm256_fmadd_ps(p, v8[w], acc[h][w]);
+                }
+            }
+        }
+        for h in 0..GS {
+            for w in 0..CW {
+                _mm256_storeu_ps(op.add(h * hd + c + 8 * w), acc[h][w]);
             }
         }
     }

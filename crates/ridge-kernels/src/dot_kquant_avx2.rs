@@ -26,7 +26,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::ActBlock;
-use crate::dot_avx2::{f16_ptr, hsum};
+use crate::dot_avx2::{f16_ptr, hsum, prefetch_span};
 
 /// How many row groups ahead the kernels prefetch (a group's rows are consecutive, so the
 /// prefetch walks the group `PREFETCH_GROUPS` ahead linearly, one super-block of each row per
@@ -65,16 +65,6 @@ pub(crate) unsafe fn rows<const R: usize, const T: usize>(
         (DType::Q5_K, false) => q45_rows_f32::<true, R, T>(rows, stride, xf, out),
         (_, true) => q6k_rows::<R, T>(rows, stride, xq, out),
         (_, false) => q6k_rows_f32::<R, T>(rows, stride, xf, out),
-    }
-}
-
-/// Prefetches `bytes` bytes from `p` (never faults, so `p` may run past the matrix).
-#[inline(always)]
-unsafe fn prefetch_span(p: *const u8, bytes: usize) {
-    let mut o = 0;
-    while o < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
-        o += 64;
     }
 }
 

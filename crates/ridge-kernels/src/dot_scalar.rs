@@ -1,48 +1,48 @@
 //! Scalar reference dot products: one weight row (in its stored format) against one activation
 //! row. Every SIMD path is tested against these.
 
-use crate::act::ActBlock;
+use crate::act::{ActBlock, IntActBlock};
 use crate::blocks::f16_at;
 use crate::kquant::{self, QK_K};
 use half::{bf16, f16};
 
-/// Q8_0 row · 8-bit activations.
-pub fn dot_q8_0(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q8_0 row · 8- or 16-bit activations.
+pub fn dot_q8_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in row.chunks_exact(34).zip(x) {
         let mut s = 0i32;
-        for (&w, &q) in b[2..34].iter().zip(&a.qs) {
-            s += (w as i8) as i32 * q as i32;
+        for (i, &w) in b[2..34].iter().enumerate() {
+            s += (w as i8) as i32 * a.q(i);
         }
-        sum += f16_at(b) * a.d * s as f32;
+        sum += f16_at(b) * a.scale() * s as f32;
     }
     sum
 }
 
-/// Q4_0 row · 8-bit activations.
-pub fn dot_q4_0(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q4_0 row · 8- or 16-bit activations.
+pub fn dot_q4_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in row.chunks_exact(18).zip(x) {
         let mut s = 0i32;
         for j in 0..16 {
-            s += (b[2 + j] & 0x0F) as i32 * a.qs[j] as i32;
-            s += (b[2 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+            s += (b[2 + j] & 0x0F) as i32 * a.q(j);
+            s += (b[2 + j] >> 4) as i32 * a.q(j + 16);
         }
-        sum += f16_at(b) * a.d * (s - 8 * a.isum) as f32;
+        sum += f16_at(b) * a.scale() * (s - 8 * a.qsum()) as f32;
     }
     sum
 }
 
-/// Q4_1 row · 8-bit activations.
-pub fn dot_q4_1(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q4_1 row · 8- or 16-bit activations.
+pub fn dot_q4_1<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in row.chunks_exact(20).zip(x) {
         let mut s = 0i32;
         for j in 0..16 {
-            s += (b[4 + j] & 0x0F) as i32 * a.qs[j] as i32;
-            s += (b[4 + j] >> 4) as i32 * a.qs[j + 16] as i32;
+            s += (b[4 + j] & 0x0F) as i32 * a.q(j);
+            s += (b[4 + j] >> 4) as i32 * a.q(j + 16);
         }
-        sum += f16_at(b) * a.d * s as f32 + f16_at(&b[2..]) * a.d * a.isum as f32;
+        sum += f16_at(b) * a.scale() * s as f32 + f16_at(&b[2..]) * a.scale() * a.qsum() as f32;
     }
     sum
 }
@@ -123,8 +123,8 @@ pub fn dot_q4_1_f32(row: &[u8], x: &[f32]) -> f32 {
     sum
 }
 
-/// Q5_0 row · 8-bit activations.
-pub fn dot_q5_0(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q5_0 row · 8- or 16-bit activations.
+pub fn dot_q5_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in row.chunks_exact(22).zip(x) {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
@@ -132,9 +132,9 @@ pub fn dot_q5_0(row: &[u8], x: &[ActBlock]) -> f32 {
         for j in 0..16 {
             let lo = (b[6 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
             let hi = (b[6 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
-            s += lo as i32 * a.qs[j] as i32 + hi as i32 * a.qs[j + 16] as i32;
+            s += lo as i32 * a.q(j) + hi as i32 * a.q(j + 16);
         }
-        sum += f16_at(b) * a.d * (s - 16 * a.isum) as f32;
+        sum += f16_at(b) * a.scale() * (s - 16 * a.qsum()) as f32;
     }
     sum
 }

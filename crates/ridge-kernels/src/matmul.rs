@@ -6,7 +6,7 @@
 //! call and reused from cache for the whole batch. Each `y[t][r]` is one dot product whose
 //! reduction order does not depend on the batch.
 
-use crate::act::{self, ActBlock};
+use crate::act::{self, Act16Block, ActBlock};
 use crate::pool::{self, SharedMut};
 use crate::{dot_scalar, DType, Isa};
 
@@ -55,19 +55,52 @@ impl<'a> WeightMatrix<'a> {
 pub enum ActPrecision {
     /// 8-bit activation blocks.
     Int8,
+    /// 16-bit activation blocks for the formats with 32-element blocks (Q8_0, Q4_0, Q4_1,
+    /// Q5_0): integer dot products nearly as fast as 8-bit, with rounding ~256× finer. Other
+    /// formats take the f32 path.
+    Int16,
     /// f32 activations.
     F32,
+}
+
+/// The dot-product path one call takes (resolved from the format and the precision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    Int8,
+    Int16,
+    F32,
+}
+
+impl Path {
+    fn of(dtype: DType, precision: ActPrecision) -> Path {
+        let simple = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0);
+        match precision {
+            _ if !dtype.is_quantized() => Path::F32,
+            ActPrecision::Int8 => Path::Int8,
+            ActPrecision::Int16 if simple => Path::Int16,
+            ActPrecision::Int16 | ActPrecision::F32 => Path::F32,
+        }
+    }
 }
 
 /// Reusable buffers for [`matmul`] (quantized activations); grows, never shrinks.
 #[derive(Default)]
 pub struct MatmulScratch {
     act: Vec<ActBlock>,
+    act16: Vec<Act16Block>,
+}
+
+/// One activation row in the form its path reads: 8-bit blocks, 16-bit blocks or f32.
+#[derive(Clone, Copy)]
+struct Acts<'x> {
+    q8: &'x [ActBlock],
+    q16: &'x [Act16Block],
+    f: &'x [f32],
 }
 
 /// One row dot product in the given path.
 #[inline]
-fn dot_row(isa: Isa, dtype: DType, int8: bool, row: &[u8], xq: &[ActBlock], xf: &[f32]) -> f32 {
+fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
         // SAFETY: Isa::Avx2 exists only after Isa::detect verified avx2, fma and f16c; the
@@ -76,146 +109,175 @@ fn dot_row(isa: Isa, dtype: DType, int8: bool, row: &[u8], xq: &[ActBlock], xf: 
         return unsafe {
             use crate::dot_avx2 as k;
             match dtype {
-                DType::F32 => k::dot_f32(row, xf),
-                DType::F16 => k::dot_f16(row, xf),
-                DType::BF16 => k::dot_bf16(row, xf),
-                _ => rows1::<1>(dtype, int8, row.as_ptr(), 0, xq, xf)[0],
+                DType::F32 => k::dot_f32(row, a.f),
+                DType::F16 => k::dot_f16(row, a.f),
+                DType::BF16 => k::dot_bf16(row, a.f),
+                _ => rows_t::<1, 1>(dtype, path, row.as_ptr(), 0, [a])[0][0],
             }
         };
     }
     let _ = isa;
     use dot_scalar as s;
-    match (dtype, int8) {
+    let (xq, x16, xf) = (a.q8, a.q16, a.f);
+    match (dtype, path) {
         (DType::F32, _) => s::dot_f32(row, xf),
         (DType::F16, _) => s::dot_f16(row, xf),
         (DType::BF16, _) => s::dot_bf16(row, xf),
-        (DType::Q8_0, true) => s::dot_q8_0(row, xq),
-        (DType::Q4_0, true) => s::dot_q4_0(row, xq),
-        (DType::Q4_1, true) => s::dot_q4_1(row, xq),
-        (DType::Q5_0, true) => s::dot_q5_0(row, xq),
-        (DType::Q4_K, true) => s::dot_q4_k(row, xq),
-        (DType::Q5_K, true) => s::dot_q5_k(row, xq),
-        (DType::Q6_K, true) => s::dot_q6_k(row, xq),
-        (DType::Q8_0, false) => s::dot_q8_0_f32(row, xf),
-        (DType::Q4_0, false) => s::dot_q4_0_f32(row, xf),
-        (DType::Q4_1, false) => s::dot_q4_1_f32(row, xf),
-        (DType::Q5_0, false) => s::dot_q5_0_f32(row, xf),
-        (DType::Q4_K, false) => s::dot_q4_k_f32(row, xf),
-        (DType::Q5_K, false) => s::dot_q5_k_f32(row, xf),
-        (DType::Q6_K, false) => s::dot_q6_k_f32(row, xf),
+        (DType::Q8_0, Path::Int8) => s::dot_q8_0(row, xq),
+        (DType::Q4_0, Path::Int8) => s::dot_q4_0(row, xq),
+        (DType::Q4_1, Path::Int8) => s::dot_q4_1(row, xq),
+        (DType::Q5_0, Path::Int8) => s::dot_q5_0(row, xq),
+        (DType::Q4_K, Path::Int8) => s::dot_q4_k(row, xq),
+        (DType::Q5_K, Path::Int8) => s::dot_q5_k(row, xq),
+        (DType::Q6_K, Path::Int8) => s::dot_q6_k(row, xq),
+        (DType::Q8_0, Path::Int16) => s::dot_q8_0(row, x16),
+        (DType::Q4_0, Path::Int16) => s::dot_q4_0(row, x16),
+        (DType::Q4_1, Path::Int16) => s::dot_q4_1(row, x16),
+        (DType::Q5_0, Path::Int16) => s::dot_q5_0(row, x16),
+        (DType::Q8_0, _) => s::dot_q8_0_f32(row, xf),
+        (DType::Q4_0, _) => s::dot_q4_0_f32(row, xf),
+        (DType::Q4_1, _) => s::dot_q4_1_f32(row, xf),
+        (DType::Q5_0, _) => s::dot_q5_0_f32(row, xf),
+        (DType::Q4_K, _) => s::dot_q4_k_f32(row, xf),
+        (DType::Q5_K, _) => s::dot_q5_k_f32(row, xf),
+        (DType::Q6_K, _) => s::dot_q6_k_f32(row, xf),
     }
 }
 
-/// `R` (1 or 4) consecutive rows of a quantized format against one activation row (int8
-/// blocks `xq` or f32 `xf`).
+/// `R` (≤ 4) consecutive rows of a quantized format against `T` activation rows (prefill,
+/// batched decode, speculative verification take `T` > 1): each weight block is unpacked once
+/// for all of them. Every output is reduced with the same operations in the same order
+/// whatever `R` and `T`, so results are bitwise identical to single rows (batch invariance).
 ///
 /// # Safety
-/// The CPU supports AVX2/FMA/F16C; `base` points at `R` rows of `stride` bytes, each matching
-/// the activation length.
-#[cfg(target_arch = "x86_64")]
-unsafe fn rows1<const R: usize>(
-    dtype: DType,
-    int8: bool,
-    base: *const u8,
-    stride: usize,
-    xq: &[ActBlock],
-    xf: &[f32],
-) -> [f32; R] {
-    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
-    let mut o = [0f32; R];
-    match (dtype, int8) {
-        (DType::Q4_0, true) => k::dot_rows::<FMT_Q4_0, R>(base, stride, xq, &mut o),
-        (DType::Q4_1, true) => k::dot_rows::<FMT_Q4_1, R>(base, stride, xq, &mut o),
-        (DType::Q5_0, true) => k::dot_rows::<FMT_Q5_0, R>(base, stride, xq, &mut o),
-        (DType::Q8_0, true) => k::dot_rows::<FMT_Q8_0, R>(base, stride, xq, &mut o),
-        (DType::Q4_0, false) => k::dot_rows_f32::<FMT_Q4_0, R>(base, stride, xf, &mut o),
-        (DType::Q4_1, false) => k::dot_rows_f32::<FMT_Q4_1, R>(base, stride, xf, &mut o),
-        (DType::Q5_0, false) => k::dot_rows_f32::<FMT_Q5_0, R>(base, stride, xf, &mut o),
-        (DType::Q8_0, false) => k::dot_rows_f32::<FMT_Q8_0, R>(base, stride, xf, &mut o),
-        (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => {
-            let mut oo = [o];
-            crate::dot_kquant_avx2::rows::<R, 1>(dtype, int8, base, stride, [xq], [xf], &mut oo);
-            o = oo[0];
-        }
-        (DType::F32 | DType::F16 | DType::BF16, _) => {
-            unreachable!("float formats take the f32 dot products")
-        }
-    }
-    o
-}
-
-/// As [`rows1`] for `T` activation rows at once (prefill, batched decode, speculative
-/// verification): each weight block is unpacked once for all of them. Every output is reduced
-/// with exactly the operations of [`rows1`], in the same order, so results are bitwise
-/// identical to `T` single calls.
-///
-/// # Safety
-/// As [`rows1`], for every activation row.
+/// The CPU supports AVX2/FMA/F16C; the format is quantized and `path` is what [`Path::of`]
+/// gives for it; `base` points at `R` rows of `stride` bytes, each matching every activation
+/// row's length in that path's form.
 #[cfg(target_arch = "x86_64")]
 unsafe fn rows_t<const R: usize, const T: usize>(
     dtype: DType,
-    int8: bool,
+    path: Path,
     base: *const u8,
     stride: usize,
-    xq: [&[ActBlock]; T],
-    xf: [&[f32]; T],
+    a: [Acts<'_>; T],
 ) -> [[f32; R]; T] {
     use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
     let mut o = [[0f32; R]; T];
-    match (dtype, int8) {
-        (DType::Q4_0, true) => k::dot_rows_xt::<FMT_Q4_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q4_1, true) => k::dot_rows_xt::<FMT_Q4_1, R, T>(base, stride, xq, &mut o),
-        (DType::Q5_0, true) => k::dot_rows_xt::<FMT_Q5_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q8_0, true) => k::dot_rows_xt::<FMT_Q8_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q4_0, false) => k::dot_rows_f32_xt::<FMT_Q4_0, R, T>(base, stride, xf, &mut o),
-        (DType::Q4_1, false) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
-        (DType::Q5_0, false) => k::dot_rows_f32_xt::<FMT_Q5_0, R, T>(base, stride, xf, &mut o),
-        (DType::Q8_0, false) => k::dot_rows_f32_xt::<FMT_Q8_0, R, T>(base, stride, xf, &mut o),
-        (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => {
-            crate::dot_kquant_avx2::rows::<R, T>(dtype, int8, base, stride, xq, xf, &mut o)
+    let xq = a.map(|a| a.q8);
+    let x16 = a.map(|a| a.q16);
+    let xf = a.map(|a| a.f);
+    match (dtype, path) {
+        (DType::Q4_0, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_Q4_0, R>(base, stride, xq[0], &mut o[0])
         }
+        (DType::Q4_1, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_Q4_1, R>(base, stride, xq[0], &mut o[0])
+        }
+        (DType::Q5_0, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_Q5_0, R>(base, stride, xq[0], &mut o[0])
+        }
+        (DType::Q8_0, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_Q8_0, R>(base, stride, xq[0], &mut o[0])
+        }
+        (DType::Q4_0, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_Q4_0, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::Q4_1, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_Q4_1, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::Q5_0, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_Q5_0, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::Q8_0, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_Q8_0, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::Q4_0, Path::Int8) => k::dot_rows_xt::<FMT_Q4_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q4_1, Path::Int8) => k::dot_rows_xt::<FMT_Q4_1, R, T>(base, stride, xq, &mut o),
+        (DType::Q5_0, Path::Int8) => k::dot_rows_xt::<FMT_Q5_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q8_0, Path::Int8) => k::dot_rows_xt::<FMT_Q8_0, R, T>(base, stride, xq, &mut o),
+        (DType::Q4_0, Path::Int16) => k::dot_rows_i16::<FMT_Q4_0, R, T>(base, stride, x16, &mut o),
+        (DType::Q4_1, Path::Int16) => k::dot_rows_i16::<FMT_Q4_1, R, T>(base, stride, x16, &mut o),
+        (DType::Q5_0, Path::Int16) => k::dot_rows_i16::<FMT_Q5_0, R, T>(base, stride, x16, &mut o),
+        (DType::Q8_0, Path::Int16) => k::dot_rows_i16::<FMT_Q8_0, R, T>(base, stride, x16, &mut o),
+        (DType::Q4_0, _) => k::dot_rows_f32_xt::<FMT_Q4_0, R, T>(base, stride, xf, &mut o),
+        (DType::Q4_1, _) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
+        (DType::Q5_0, _) => k::dot_rows_f32_xt::<FMT_Q5_0, R, T>(base, stride, xf, &mut o),
+        (DType::Q8_0, _) => k::dot_rows_f32_xt::<FMT_Q8_0, R, T>(base, stride, xf, &mut o),
+        (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => crate::dot_kquant_avx2::rows::<R, T>(
+            dtype,
+            path == Path::Int8,
+            base,
+            stride,
+            xq,
+            xf,
+            &mut o,
+        ),
         (DType::F32 | DType::F16 | DType::BF16, _) => {
             unreachable!("float formats take the f32 dot products")
         }
     }
     o
+}
+
+/// The activations of one call, every row in its path's form.
+#[derive(Clone, Copy)]
+struct CallActs<'x> {
+    path: Path,
+    cols: usize,
+    q8: &'x [ActBlock],
+    q16: &'x [Act16Block],
+    f: &'x [f32],
+}
+
+impl<'x> CallActs<'x> {
+    /// Activation row `t` (only the slice its path reads is non-empty).
+    #[inline]
+    fn row(&self, t: usize) -> Acts<'x> {
+        let (cols, nb) = (self.cols, self.cols / 32);
+        Acts {
+            q8: if self.path == Path::Int8 {
+                &self.q8[t * nb..(t + 1) * nb]
+            } else {
+                &[]
+            },
+            q16: if self.path == Path::Int16 {
+                &self.q16[t * nb..(t + 1) * nb]
+            } else {
+                &[]
+            },
+            f: if self.path == Path::F32 {
+                &self.f[t * cols..(t + 1) * cols]
+            } else {
+                &[]
+            },
+        }
+    }
 }
 
 /// Tokens `t..t + T` against weight rows `r0..r1`, `T` tokens per unpacked block, written into
 /// `y` (row-major `n × rows`).
 ///
 /// # Safety
-/// Isa::Avx2 was detected; `w` is quantized; `t + T <= n`, `r1 <= w.rows`; `xq` (int8) or `x`
-/// (f32) hold `n` activation rows; `y` points at `n · w.rows` floats that no other task writes
-/// in rows `r0..r1`.
+/// Isa::Avx2 was detected; `w` is quantized and `a.path` is its path; `t + T <= n`, `r1 <=
+/// w.rows`; `a` holds `n` activation rows; `y` points at `n · w.rows` floats that no other task
+/// writes in rows `r0..r1`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tokens_t<const T: usize, const R: usize>(
     w: &WeightMatrix<'_>,
-    int8: bool,
-    xq: &[ActBlock],
-    x: &[f32],
+    a: &CallActs<'_>,
     t: usize,
     r0: usize,
     r1: usize,
     y: SharedMut<f32>,
 ) {
-    let (cols, rows) = (w.cols, w.rows);
-    let nb = cols / 32;
-    let stride = w.dtype.row_bytes(cols);
-    let xq_t: [&[ActBlock]; T] = std::array::from_fn(|j| {
-        if int8 {
-            &xq[(t + j) * nb..(t + j + 1) * nb]
-        } else {
-            &[][..]
-        }
-    });
-    let xf_t: [&[f32]; T] = std::array::from_fn(|j| &x[(t + j) * cols..(t + j + 1) * cols]);
+    let rows = w.rows;
+    let stride = w.dtype.row_bytes(w.cols);
+    let at: [Acts<'_>; T] = std::array::from_fn(|j| a.row(t + j));
     let mut r = r0;
     while r < r1 {
         let base = w.row(r).as_ptr();
         if r + R <= r1 {
-            let o = rows_t::<R, T>(w.dtype, int8, base, stride, xq_t, xf_t);
+            let o = rows_t::<R, T>(w.dtype, a.path, base, stride, at);
             for (j, oj) in o.iter().enumerate() {
                 for (i, &v) in oj.iter().enumerate() {
                     *y.ptr().add((t + j) * rows + r + i) = v;
@@ -223,7 +285,7 @@ unsafe fn tokens_t<const T: usize, const R: usize>(
             }
             r += R;
         } else {
-            let o = rows_t::<1, T>(w.dtype, int8, base, stride, xq_t, xf_t);
+            let o = rows_t::<1, T>(w.dtype, a.path, base, stride, at);
             for (j, oj) in o.iter().enumerate() {
                 *y.ptr().add((t + j) * rows + r) = oj[0];
             }
@@ -247,21 +309,35 @@ pub fn matmul(
     assert_eq!(x.len(), n * w.cols, "matmul: x shape");
     assert_eq!(y.len(), n * w.rows, "matmul: y shape");
     let nb = w.cols / 32;
-    let int8 = w.dtype.is_quantized() && precision == ActPrecision::Int8;
-    if int8 {
-        if scratch.act.len() < n * nb {
-            scratch.act.resize(n * nb, ActBlock::default());
+    let path = Path::of(w.dtype, precision);
+    match path {
+        Path::Int8 => {
+            if scratch.act.len() < n * nb {
+                scratch.act.resize(n * nb, ActBlock::default());
+            }
+            act::quantize(isa, x, &mut scratch.act[..n * nb]);
         }
-        act::quantize(isa, x, &mut scratch.act[..n * nb]);
+        Path::Int16 => {
+            if scratch.act16.len() < n * nb {
+                scratch.act16.resize(n * nb, Act16Block::default());
+            }
+            act::quantize16(isa, x, &mut scratch.act16[..n * nb]);
+        }
+        Path::F32 => {}
     }
-    let xq: &[ActBlock] = if int8 { &scratch.act[..n * nb] } else { &[] };
+    let a = CallActs {
+        path,
+        cols: w.cols,
+        q8: &scratch.act[..if path == Path::Int8 { n * nb } else { 0 }],
+        q16: &scratch.act16[..if path == Path::Int16 { n * nb } else { 0 }],
+        f: x,
+    };
     let threads = pool::threads();
     // Enough chunks to balance, each big enough to amortise the task overhead.
     let chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));
     let n_chunks = w.rows.div_ceil(chunk);
     let out = SharedMut(y.as_mut_ptr());
     let rows = w.rows;
-    let cols = w.cols;
     pool::parallel_for(n_chunks, |c| {
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(rows);
@@ -270,58 +346,38 @@ pub fn matmul(
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2 && w.dtype.is_quantized() {
             // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
-            // rows per call keeps the accumulators in registers), then the last 2 or 3.
+            // rows per call keeps the accumulators in registers), then the last 1, 2 or 3.
             while t + 4 <= n {
                 // SAFETY: Isa::Avx2 was detected and the format is quantized; t + 4 <= n;
                 // rows r0..r1 lie inside w; chunks partition the rows, so this task alone
                 // writes rows r0..r1 of y, which outlives parallel_for.
-                unsafe { tokens_t::<4, 2>(w, int8, xq, x, t, r0, r1, yp) };
+                unsafe { tokens_t::<4, 2>(w, &a, t, r0, r1, yp) };
                 t += 4;
             }
             // The rest in one pass too (a verification step of 3, 6 or 7 tokens is common).
             match n - t {
                 3 => {
                     // SAFETY: as above with t + 3 == n.
-                    unsafe { tokens_t::<3, 2>(w, int8, xq, x, t, r0, r1, yp) };
+                    unsafe { tokens_t::<3, 2>(w, &a, t, r0, r1, yp) };
                     t += 3;
                 }
                 2 => {
                     // SAFETY: as above with t + 2 == n.
-                    unsafe { tokens_t::<2, 4>(w, int8, xq, x, t, r0, r1, yp) };
+                    unsafe { tokens_t::<2, 4>(w, &a, t, r0, r1, yp) };
                     t += 2;
+                }
+                1 => {
+                    // SAFETY: as above with t + 1 == n.
+                    unsafe { tokens_t::<1, 4>(w, &a, t, r0, r1, yp) };
+                    t += 1;
                 }
                 _ => {}
             }
         }
         for t in t..n {
-            let xf = if int8 {
-                &[][..]
-            } else {
-                &x[t * cols..(t + 1) * cols]
-            };
-            let xqt = if int8 {
-                &xq[t * nb..(t + 1) * nb]
-            } else {
-                &[][..]
-            };
-            let mut r = r0;
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 && w.dtype.is_quantized() {
-                let stride = w.dtype.row_bytes(cols);
-                while r + 4 <= r1 {
-                    // SAFETY: Isa::Avx2 was detected; rows r..r+4 lie inside w.data (r + 4 <=
-                    // r1 <= rows) and each holds `nb` blocks, matching xqt (int8) or xf (f32).
-                    let out =
-                        unsafe { rows1::<4>(w.dtype, int8, w.row(r).as_ptr(), stride, xqt, xf) };
-                    for (j, v) in out.into_iter().enumerate() {
-                        // SAFETY: rows r..r+4 of token t lie inside y; chunks are disjoint.
-                        unsafe { *yp.ptr().add(t * rows + r + j) = v };
-                    }
-                    r += 4;
-                }
-            }
-            for r in r..r1 {
-                let v = dot_row(isa, w.dtype, int8, w.row(r), xqt, xf);
+            let at = a.row(t);
+            for r in r0..r1 {
+                let v = dot_row(isa, w.dtype, path, w.row(r), at);
                 // SAFETY: t < n and r < rows, so the index is inside y (length n·rows, asserted
                 // above); chunks partition the rows, so no two tasks write the same element; y
                 // outlives parallel_for, which returns only when every task is done.

@@ -3,7 +3,7 @@
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use ridge_kernels::act::{quantize_scalar, ActBlock};
+use ridge_kernels::act::{quantize16_scalar, quantize_scalar, Act16Block, ActBlock};
 use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
 use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
@@ -26,7 +26,7 @@ fn cols_for(dtype: DType, cols: usize) -> usize {
     cols.next_multiple_of(dtype.block_size())
 }
 
-const PRECS: [ActPrecision; 2] = [ActPrecision::Int8, ActPrecision::F32];
+const PRECS: [ActPrecision; 3] = [ActPrecision::Int8, ActPrecision::Int16, ActPrecision::F32];
 
 fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
@@ -41,10 +41,11 @@ fn isas() -> Vec<Isa> {
 }
 
 /// The exact value each kernel should produce: weights dequantized, activations either f32
-/// (float formats) or dequantized from their 8-bit blocks (quantized formats), summed in f64.
+/// (float formats, the f32 path, and 16-bit requests for formats without a 16-bit path) or
+/// dequantized from their 8- or 16-bit blocks, summed in f64.
 fn reference(
     dtype: DType,
-    int8: bool,
+    prec: ActPrecision,
     w: &[u8],
     rows: usize,
     cols: usize,
@@ -54,15 +55,24 @@ fn reference(
     let mut wf = vec![0f32; cols];
     let mut out = vec![0f64; n * rows];
     let mut xa = vec![ActBlock::default(); cols / 32];
+    let mut x16 = vec![Act16Block::default(); cols / 32];
+    let has16 = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
-        let xe: Vec<f32> = if dtype.is_quantized() && int8 {
-            quantize_scalar(xt, &mut xa);
-            xa.iter()
-                .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
-                .collect()
-        } else {
-            xt.to_vec()
+        let xe: Vec<f32> = match prec {
+            ActPrecision::Int8 if dtype.is_quantized() => {
+                quantize_scalar(xt, &mut xa);
+                xa.iter()
+                    .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
+                    .collect()
+            }
+            ActPrecision::Int16 if has16 => {
+                quantize16_scalar(xt, &mut x16);
+                x16.iter()
+                    .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
+                    .collect()
+            }
+            _ => xt.to_vec(),
         };
         let rb = dtype.row_bytes(cols);
         for r in 0..rows {
@@ -87,7 +97,7 @@ fn matmul_matches_reference_for_every_format_and_path() {
             let x = randv(&mut rng, n * cols);
             let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
             for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
-                let want = reference(dtype, prec == ActPrecision::Int8, &w, rows, cols, &x, n);
+                let want = reference(dtype, prec, &w, rows, cols, &x, n);
                 let mut y = vec![0f32; n * rows];
                 matmul(isa, prec, &wm, &x, n, &mut y, &mut MatmulScratch::default());
                 for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
@@ -194,6 +204,36 @@ fn activation_quantization_simd_equals_scalar() {
         assert_eq!(p.qs, q.qs);
         assert_eq!(p.isum, p.qs.iter().map(|&v| v as i32).sum::<i32>());
     }
+}
+
+#[test]
+fn activation_quantization_16_bit_simd_equals_scalar_and_is_fine() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let mut x = randv(&mut rng, 32 * 40);
+    x[0..32].fill(0.0); // an all-zero block
+    x[40] = -1e-30; // a tiny value beside large ones
+    x[64..96].fill(3.0); // a constant block: every quant is the maximum
+    let mut a = vec![Act16Block::default(); 40];
+    let mut b = vec![Act16Block::default(); 40];
+    quantize16_scalar(&x, &mut a);
+    ridge_kernels::act::quantize16(Isa::detect(), &x, &mut b);
+    for (k, (p, q)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(p.d, q.d);
+        assert_eq!(p.isum, q.isum);
+        assert_eq!(p.qs, q.qs);
+        assert_eq!(p.isum, p.qs.iter().map(|&v| v as i32).sum::<i32>());
+        let amax = x[32 * k..32 * k + 32]
+            .iter()
+            .fold(0f32, |m, v| m.max(v.abs()));
+        for (j, &v) in x[32 * k..32 * k + 32].iter().enumerate() {
+            // Half a quantization step: amax / 65534 (plus f32 rounding).
+            assert!(
+                (p.d * p.qs[j] as f32 - v).abs() <= amax * 1.6e-5,
+                "block {k} elem {j}"
+            );
+        }
+    }
+    assert!(a[2].qs.iter().all(|&q| q == 32767));
 }
 
 #[test]
@@ -306,6 +346,79 @@ fn grouped_attention_equals_per_head_attention() {
                             (a - b).abs() < 1e-5,
                             "{isa:?} group {g} head {h}: {a} vs {b}"
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every group size and head width the kernels specialise (1–4 heads in registers, 8/16/32
+/// dimensions per chunk) and the general loop (5, 6 heads): a head computed inside its group
+/// gives exactly the bits it gives alone (batch invariance: decode runs heads one at a time,
+/// prefill whole groups), and both match the per-head reference.
+#[test]
+fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
+    let mut rng = StdRng::seed_from_u64(23);
+    for (n_heads, n_kv_heads, hd) in [
+        (9, 3, 64),
+        (8, 2, 32),
+        (4, 1, 256),
+        (2, 1, 48),
+        (10, 2, 16),
+        (12, 2, 8),
+    ] {
+        let shape = AttnShape {
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            scale: 0.3,
+        };
+        let gs = n_heads / n_kv_heads;
+        let kv_dim = n_kv_heads * hd;
+        let (block, n_blocks) = (8, 5);
+        let mut mk = || -> Vec<f16> {
+            (0..block * n_blocks * kv_dim)
+                .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+                .collect()
+        };
+        let (k, v) = (mk(), mk());
+        let kvl = KvLayer::f16(&k, &v, kv_dim, block);
+        let table = [4u32, 1, 3, 0, 2];
+        let q = randv(&mut rng, n_heads * hd);
+        for (first, n_ctx) in [(0usize, 1usize), (0, 29), (7, 40)] {
+            for g in 0..n_kv_heads {
+                let qg = &q[g * gs * hd..(g + 1) * gs * hd];
+                for isa in isas() {
+                    let mut group = vec![0f32; gs * hd];
+                    attend_group(
+                        isa, &kvl, &table, first, n_ctx, &shape, g, gs, qg, &mut group,
+                    );
+                    for h in 0..gs {
+                        let qh = &qg[h * hd..(h + 1) * hd];
+                        let mut alone = vec![0f32; hd];
+                        attend_group(
+                            isa, &kvl, &table, first, n_ctx, &shape, g, 1, qh, &mut alone,
+                        );
+                        assert_eq!(
+                            &group[h * hd..(h + 1) * hd],
+                            &alone[..],
+                            "{isa:?} gs {gs} hd {hd}"
+                        );
+                        let mut want = vec![0f32; hd];
+                        attend_head(
+                            &kvl,
+                            &table,
+                            first,
+                            n_ctx,
+                            &shape,
+                            g * gs + h,
+                            qh,
+                            &mut want,
+                        );
+                        for (a, b) in alone.iter().zip(&want) {
+                            assert!((a - b).abs() < 1e-5, "{isa:?} gs {gs} hd {hd}: {a} vs {b}");
+                        }
                     }
                 }
             }

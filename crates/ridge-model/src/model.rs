@@ -60,7 +60,7 @@ pub(crate) struct ActPlan {
 
 impl ActPlan {
     fn new(policy: ActPolicy, arch: Architecture) -> Self {
-        use ActPrecision::{Int8, F32};
+        use ActPrecision::{Int16, Int8, F32};
         let all = |p| ActPlan {
             qkv: p,
             o: p,
@@ -71,14 +71,15 @@ impl ActPlan {
         match policy {
             ActPolicy::F32 => all(F32),
             ActPolicy::Int8 => all(Int8),
-            // Measured in act_policy.rs: for gemma3 only the attention output needs f32.
+            // Measured in act_policy.rs: for gemma3 only the attention output needs more than
+            // 8 bits. 16-bit blocks where the format has a 16-bit path, f32 otherwise.
             ActPolicy::Mixed if arch == Architecture::Gemma3 => ActPlan {
-                o: F32,
+                o: Int16,
                 ..all(Int8)
             },
             ActPolicy::Mixed => ActPlan {
-                o: F32,
-                down: F32,
+                o: Int16,
+                down: Int16,
                 ..all(Int8)
             },
         }
