@@ -5,15 +5,19 @@
 //! into one multiply per block instead of per element.
 
 /// One quantized block of 32 activations.
+///
+/// The quants come first and the block is 32-byte aligned (64 bytes with padding), so a
+/// 32-byte load of `qs` never straddles two cache lines (with 40-byte blocks three in eight
+/// did, and which ones depended on where the allocator put the buffer).
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(8))]
+#[repr(C, align(32))]
 pub struct ActBlock {
+    /// Quantized values.
+    pub qs: [i8; 32],
     /// Scale.
     pub d: f32,
     /// Sum of `qs`.
     pub isum: i32,
-    /// Quantized values.
-    pub qs: [i8; 32],
 }
 
 /// Quantizes `x` (length a multiple of 32) into `out` (length `x.len() / 32`). Scalar reference.

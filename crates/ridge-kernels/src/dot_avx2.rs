@@ -393,17 +393,17 @@ pub(crate) unsafe fn dot_rows_xt<const FMT: u8, const R: usize, const T: usize>(
     for i in 0..x[0].len() {
         let blk = rows.add(i * bb);
         let dw = f16_lanes::<R>(blk, stride);
-        let mut xv = [_mm256_setzero_si256(); T];
         let mut sc = [_mm_setzero_ps(); T];
         for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            xv[t] = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(a.d));
+            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).d));
         }
         for r in 0..R {
             let w = unpack_block(FMT, blk.add(r * stride));
             for t in 0..T {
-                let p = unpacked_products(FMT, w, xv[t]);
+                // Loaded where used (an L1 hit): holding T blocks in registers across the rows
+                // spills the accumulators instead.
+                let xv = _mm256_loadu_si256(x[t].get_unchecked(i).qs.as_ptr() as *const __m256i);
+                let p = unpacked_products(FMT, w, xv);
                 acc[t][r] = _mm256_fmadd_ps(lane(sc[t], r), p, acc[t][r]);
             }
         }
@@ -437,12 +437,13 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
             )
         }
         _ => {
+            // Each byte widened to a 16-bit lane holds its two nibbles: the low one (element
+            // j) under a mask, the high one (element j + 16) a shift away, no mask needed.
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
-            let q = _mm_loadu_si128(qs as *const __m128i);
-            let m = _mm_set1_epi8(0x0F);
+            let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(qs as *const __m128i));
             (
-                _mm256_cvtepu8_epi16(_mm_and_si128(q, m)),
-                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), m)),
+                _mm256_and_si256(v, _mm256_set1_epi16(0x0F)),
+                _mm256_srli_epi16(v, 4),
             )
         }
     }

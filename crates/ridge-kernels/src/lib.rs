@@ -29,4 +29,4 @@ pub mod pool;
 
 pub use cpu::Isa;
 pub use dtype::DType;
-pub use matmul::{matmul, ActPrecision, MatmulScratch, WeightMatrix};
+pub use matmul::{matmul, matmul_many, ActPrecision, MatmulScratch, WeightMatrix};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ridge_gguf::GgufFile;
 use ridge_kernels::attention::{attend_group, AttnShape};
 use ridge_kernels::pool::{self, SharedMut};
-use ridge_kernels::{blocks, matmul, ops, ActPrecision, Isa};
+use ridge_kernels::{blocks, matmul, matmul_many, ops, ActPrecision, Isa};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
@@ -373,17 +373,23 @@ impl Model {
 
     /// `q, k, v = xn · Wq/Wk/Wvᵀ`.
     pub(crate) fn qkv(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let p = self.act.qkv;
-        self.mm(p, &l.wq, &ws.xn, n, &mut ws.q, &mut ws.mm);
-        self.mm(p, &l.wk, &ws.xn, n, &mut ws.k, &mut ws.mm);
-        self.mm(p, &l.wv, &ws.xn, n, &mut ws.v, &mut ws.mm);
+        let b = self.bytes();
+        let mut ys = [
+            (l.wq.view(b), &mut ws.q[..]),
+            (l.wk.view(b), &mut ws.k[..]),
+            (l.wv.view(b), &mut ws.v[..]),
+        ];
+        matmul_many(self.isa, self.act.qkv, &mut ys, &ws.xn, n, &mut ws.mm);
     }
 
     /// `gate, up = xn · Wgate/Wupᵀ`.
     pub(crate) fn gate_up(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let p = self.act.gate_up;
-        self.mm(p, &l.w_gate, &ws.xn, n, &mut ws.gate, &mut ws.mm);
-        self.mm(p, &l.w_up, &ws.xn, n, &mut ws.up, &mut ws.mm);
+        let b = self.bytes();
+        let mut ys = [
+            (l.w_gate.view(b), &mut ws.gate[..]),
+            (l.w_up.view(b), &mut ws.up[..]),
+        ];
+        matmul_many(self.isa, self.act.gate_up, &mut ys, &ws.xn, n, &mut ws.mm);
     }
 
     /// Rotates every head of `ws.q` and `ws.k` by its token's position (`neox`: halves
