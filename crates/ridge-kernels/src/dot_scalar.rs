@@ -139,9 +139,9 @@ pub fn dot_q5_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     sum
 }
 
-/// Q4_K (`five == false`) or Q5_K row · 8-bit activations: per sub-block of 32,
+/// Q4_K (`five == false`) or Q5_K row · 8- or 16-bit activations: per sub-block of 32,
 /// `d·sc·dx·Σq·qx − dmin·m·dx·Σqx`.
-fn dot_q45(row: &[u8], x: &[ActBlock], five: bool) -> f32 {
+fn dot_q45<A: IntActBlock>(row: &[u8], x: &[A], five: bool) -> f32 {
     let bb = if five { 176 } else { 144 };
     let mut sum = 0f32;
     for (b, xs) in row.chunks_exact(bb).zip(x.chunks_exact(8)) {
@@ -149,22 +149,22 @@ fn dot_q45(row: &[u8], x: &[ActBlock], five: bool) -> f32 {
         for (j, a) in xs.iter().enumerate() {
             let mut s = 0i32;
             for i in 0..32 {
-                s += kquant::q45(qs, qh, j, i) as i32 * a.qs[i] as i32;
+                s += kquant::q45(qs, qh, j, i) as i32 * a.q(i);
             }
-            sum += d * kquant::lane(sc, j) as f32 * a.d * s as f32
-                - dmin * kquant::lane(m, j) as f32 * a.d * a.isum as f32;
+            sum += d * kquant::lane(sc, j) as f32 * a.scale() * s as f32
+                - dmin * kquant::lane(m, j) as f32 * a.scale() * a.qsum() as f32;
         }
     }
     sum
 }
 
-/// Q4_K row · 8-bit activations.
-pub fn dot_q4_k(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q4_K row · 8- or 16-bit activations.
+pub fn dot_q4_k<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     dot_q45(row, x, false)
 }
 
-/// Q5_K row · 8-bit activations.
-pub fn dot_q5_k(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q5_K row · 8- or 16-bit activations.
+pub fn dot_q5_k<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     dot_q45(row, x, true)
 }
 

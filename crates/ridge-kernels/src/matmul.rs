@@ -55,9 +55,8 @@ impl<'a> WeightMatrix<'a> {
 pub enum ActPrecision {
     /// 8-bit activation blocks.
     Int8,
-    /// 16-bit activation blocks for the formats with 32-element blocks (Q8_0, Q4_0, Q4_1,
-    /// Q5_0): integer dot products nearly as fast as 8-bit, with rounding ~256× finer. Other
-    /// formats take the f32 path.
+    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K): integer dot products
+    /// nearly as fast as 8-bit, with rounding ~256× finer. Other formats take the f32 path.
     Int16,
     /// f32 activations.
     F32,
@@ -73,7 +72,10 @@ enum Path {
 
 impl Path {
     fn of(dtype: DType, precision: ActPrecision) -> Path {
-        let simple = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0);
+        let simple = matches!(
+            dtype,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q5_K
+        );
         match precision {
             _ if !dtype.is_quantized() => Path::F32,
             ActPrecision::Int8 => Path::Int8,
@@ -134,6 +136,8 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q4_0, Path::Int16) => s::dot_q4_0(row, x16),
         (DType::Q4_1, Path::Int16) => s::dot_q4_1(row, x16),
         (DType::Q5_0, Path::Int16) => s::dot_q5_0(row, x16),
+        (DType::Q4_K, Path::Int16) => s::dot_q4_k(row, x16),
+        (DType::Q5_K, Path::Int16) => s::dot_q5_k(row, x16),
         (DType::Q8_0, _) => s::dot_q8_0_f32(row, xf),
         (DType::Q4_0, _) => s::dot_q4_0_f32(row, xf),
         (DType::Q4_1, _) => s::dot_q4_1_f32(row, xf),
@@ -199,6 +203,12 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q4_1, Path::Int16) => k::dot_rows_i16::<FMT_Q4_1, R, T>(base, stride, x16, &mut o),
         (DType::Q5_0, Path::Int16) => k::dot_rows_i16::<FMT_Q5_0, R, T>(base, stride, x16, &mut o),
         (DType::Q8_0, Path::Int16) => k::dot_rows_i16::<FMT_Q8_0, R, T>(base, stride, x16, &mut o),
+        (DType::Q4_K, Path::Int16) => {
+            crate::dot_kquant_avx2::q45_rows_i16::<false, R, T>(base, stride, x16, &mut o)
+        }
+        (DType::Q5_K, Path::Int16) => {
+            crate::dot_kquant_avx2::q45_rows_i16::<true, R, T>(base, stride, x16, &mut o)
+        }
         (DType::Q4_0, _) => k::dot_rows_f32_xt::<FMT_Q4_0, R, T>(base, stride, xf, &mut o),
         (DType::Q4_1, _) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
         (DType::Q5_0, _) => k::dot_rows_f32_xt::<FMT_Q5_0, R, T>(base, stride, xf, &mut o),

@@ -56,7 +56,10 @@ fn reference(
     let mut out = vec![0f64; n * rows];
     let mut xa = vec![ActBlock::default(); cols / 32];
     let mut x16 = vec![Act16Block::default(); cols / 32];
-    let has16 = matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0);
+    let has16 = matches!(
+        dtype,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q5_K
+    );
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
         let xe: Vec<f32> = match prec {
@@ -185,9 +188,10 @@ fn batch_rows_are_bitwise_independent_of_batch() {
             .flat_map(|r| quantize_row(dtype, r))
             .collect();
         let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
-        let x = randv(&mut rng, 7 * cols);
-        // 6 rows take the 4- and 2-row kernels, 7 rows the 4- and 3-row ones.
-        for n in [6, 7] {
+        let x = randv(&mut rng, 13 * cols);
+        // 6 rows take the 4- and 2-row kernels, 7 rows the 4- and 3-row ones, 13 rows the
+        // 4- and 1-row ones.
+        for n in [6, 7, 13] {
             for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
                 let mut all = vec![0f32; n * rows];
                 matmul(
