@@ -1,55 +1,92 @@
-use ridge_kernels::*;
-use std::time::Instant;
-fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    let threads: usize = a[1].parse().unwrap();
-    let dt = match a[2].as_str() {
-        "q8_0" => DType::Q8_0,
-        "q4_1" => DType::Q4_1,
-        "q5_0" => DType::Q5_0,
-        _ => DType::Q4_K,
-    };
-    let rows: usize = a[3].parse().unwrap();
-    let cols: usize = a[4].parse().unwrap();
+//! Streaming rate of one matrix product, in isolation: how close a kernel gets to the memory
+//! bandwidth (`ridge probe`) with one activation row (decode), or its arithmetic rate with many
+//! (prefill). The weights are synthetic bytes in several copies of the matrix, far larger than
+//! the caches when `n = 1`, so every call streams from memory as a decode step does.
+//!
+//! ```sh
+//! cargo run --release -p ridge-kernels --example mv_bw -- THREADS FORMAT ROWS COLS [i8|i16|f32] [N]
+//! cargo run --release -p ridge-kernels --example mv_bw -- 2 q8_0 262144 640      # gemma's head
+//! cargo run --release -p ridge-kernels --example mv_bw -- 1 q4_1 576 1536 i16 64
+//! ```
+//!
+//! Prints GB/s of weights read, microseconds per matrix and GMAC/s (best of several passes).
+//! Single runs on a shared VM vary by 10–30%: compare medians of alternating runs.
 
+use ridge_kernels::{matmul, pool, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
+use std::time::Instant;
+
+fn parse() -> Result<(usize, DType, usize, usize, ActPrecision, usize), String> {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, what: &str| -> Result<usize, String> {
+        a.get(i)
+            .ok_or(format!("missing {what}"))?
+            .parse()
+            .map_err(|_| format!("{what} must be a positive integer"))
+    };
+    let threads = num(0, "THREADS")?;
+    let dtype = match a.get(1).map(String::as_str) {
+        Some("q8_0") => DType::Q8_0,
+        Some("q4_0") => DType::Q4_0,
+        Some("q4_1") => DType::Q4_1,
+        Some("q5_0") => DType::Q5_0,
+        Some("q4_k") => DType::Q4_K,
+        Some("q5_k") => DType::Q5_K,
+        Some("q6_k") => DType::Q6_K,
+        _ => return Err("FORMAT: q8_0, q4_0, q4_1, q5_0, q4_k, q5_k or q6_k".into()),
+    };
+    let (rows, cols) = (num(2, "ROWS")?, num(3, "COLS")?);
+    if rows == 0 || cols == 0 || !cols.is_multiple_of(dtype.block_size()) {
+        return Err(format!(
+            "ROWS > 0; COLS a multiple of {}",
+            dtype.block_size()
+        ));
+    }
+    let prec = match a.get(4).map(String::as_str) {
+        None | Some("i8") => ActPrecision::Int8,
+        Some("i16") => ActPrecision::Int16,
+        Some("f32") => ActPrecision::F32,
+        Some(p) => return Err(format!("unknown activation precision `{p}` (i8, i16, f32)")),
+    };
+    let n = if a.len() > 5 { num(5, "N")?.max(1) } else { 1 };
+    Ok((threads.max(1), dtype, rows, cols, prec, n))
+}
+
+fn main() {
+    let (threads, dtype, rows, cols, prec, n) = match parse() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("mv_bw: {e}\nusage: mv_bw THREADS FORMAT ROWS COLS [i8|i16|f32] [N]");
+            std::process::exit(1);
+        }
+    };
     pool::init(threads);
     let isa = Isa::detect();
-    let rb = dt.row_bytes(cols);
-    // several copies so the total is far beyond the LLC
-    let n: usize = a.get(6).map_or(1, |s| s.parse().unwrap());
-    let copies = (if n > 1 { 4_000_000 } else { 400_000_000 } / (rows * rb)).max(1);
-    let mut data = vec![0u8; rows * rb * copies];
-    for (i, b) in data.iter_mut().enumerate() {
-        *b = (i * 7 % 13) as u8;
-    }
-    // keep f16 scales sane: set every block's first 2 bytes to 0x3c00 is format-specific; ignore (ints only)
+    let rb = dtype.row_bytes(cols);
+    // Decode streams ~400 MB of copies (far beyond the last-level cache); prefill-like calls
+    // are compute-bound and need only a few.
+    let budget = if n > 1 { 4_000_000 } else { 400_000_000 };
+    let copies = (budget / (rows * rb)).max(1);
+    // Arbitrary bytes, but every f16 scale field (and any other 16-bit word) stays finite:
+    // bytes below 0x78 never form an f16 exponent of all ones.
+    let data: Vec<u8> = (0..rows * rb * copies)
+        .map(|i| (i * 7 % 13) as u8)
+        .collect();
     let x: Vec<f32> = (0..cols * n).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y = vec![0f32; rows * n];
-    let mut s = MatmulScratch::default();
-    let prec = match a.get(5).map(|s| s.as_str()) {
-        Some("f32") => ActPrecision::F32,
-        Some("i16") => ActPrecision::Int16,
-        _ => ActPrecision::Int8,
-    };
+    let mut scratch = MatmulScratch::default();
     let mut best = f64::MAX;
     for _ in 0..if n > 1 { 30 } else { 5 } {
         let t = Instant::now();
-        for c in 0..copies {
-            let w = WeightMatrix::new(dt, rows, cols, &data[c * rows * rb..(c + 1) * rows * rb])
-                .unwrap();
-            matmul(isa, prec, &w, &x, n, &mut y, &mut s);
+        for c in data.chunks_exact(rows * rb) {
+            if let Some(w) = WeightMatrix::new(dtype, rows, cols, c) {
+                matmul(isa, prec, &w, &x, n, &mut y, &mut scratch);
+            }
         }
         best = best.min(t.elapsed().as_secs_f64());
     }
     let bytes = (rows * rb * copies) as f64;
     println!(
-        "{:?} {}x{} n={} x{} threads {}: {:.2} GB/s, {:.1} us/matrix, {:.1} GMAC/s",
-        dt,
-        rows,
-        cols,
-        n,
-        copies,
-        threads,
+        "{dtype:?} {rows}x{cols} n={n} {prec:?} x{copies} threads {threads}: {:.2} GB/s, {:.1} us/matrix, {:.1} GMAC/s",
         bytes / best / 1e9,
         best / copies as f64 * 1e6,
         (rows * cols * n * copies) as f64 / best / 1e9
