@@ -3,8 +3,8 @@
 //! llama-batched-bench report.
 //!
 //! Definitions (llama-batched-bench's, so the two compare): prefill rate = all prompt tokens /
-//! time until every request has its first token; aggregate decode rate = tokens generated after
-//! each request's first / time from the last first token to the last token (the window in which
+//! time until every request has its first token; aggregate decode rate = tokens sampled after
+//! the last request's first token / time from that first token to the last token (the window in which
 //! every request is decoding). TTFT and TPOT are per request (vLLM's definitions), averaged.
 
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,9 @@ pub struct ThroughputRun {
     pub gen_tokens: usize,
     /// All prompt tokens / time until every request had its first token.
     pub prefill_tok_s: f64,
-    /// Tokens after the first, all requests, / the all-decoding window.
+    /// Tokens sampled inside the all-decoding window (after the last request's first token).
+    pub decode_tokens: usize,
+    /// `decode_tokens` / the all-decoding window.
     pub decode_tok_s: f64,
     /// Mean TTFT, ms.
     pub ttft_ms: f64,
@@ -42,13 +44,22 @@ pub fn run_concurrent(core: &mut EngineCore, prompts: &[Vec<u32>], gen: usize) -
         .steps
         .load(std::sync::atomic::Ordering::Relaxed);
     let done: Arc<Mutex<Vec<ChoiceTimings>>> = Arc::default();
+    // When every token was sampled (all requests): the decode window is only known at the end.
+    let sampled: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let base_id = u64::MAX / 2;
     for (i, p) in prompts.iter().enumerate() {
-        let d = done.clone();
+        let (d, at) = (done.clone(), sampled.clone());
         let sink: EventSink = Arc::new(move |e| {
-            if let Event::Finish(f) = e {
-                if let Ok(mut v) = d.lock() {
-                    v.push(f.timings);
+            match e {
+                Event::Finish(f) => {
+                    if let Ok(mut v) = d.lock() {
+                        v.push(f.timings);
+                    }
+                }
+                Event::Token(t) => {
+                    if let Ok(mut v) = at.lock() {
+                        v.push(t.at);
+                    }
                 }
             }
             true
@@ -67,23 +78,12 @@ pub fn run_concurrent(core: &mut EngineCore, prompts: &[Vec<u32>], gen: usize) -
     let last = lasts.iter().max().copied().unwrap_or(all_first);
     let prompt_total: usize = prompts.iter().map(Vec::len).sum();
     let prefill_s = (all_first - start).as_secs_f64();
-    // Tokens sampled after the all-decoding window opened.
-    let after: usize = t
-        .iter()
-        .map(|x| {
-            let n = x.tokens;
-            match (x.first_token, x.last_token) {
-                (Some(f), Some(l)) if n > 1 && l > f => {
-                    // Uniform spacing between first and last is a close estimate of how many
-                    // fell after `all_first`.
-                    let frac = (l.saturating_duration_since(all_first)).as_secs_f64()
-                        / (l - f).as_secs_f64();
-                    ((n - 1) as f64 * frac.min(1.0)).round() as usize
-                }
-                _ => 0,
-            }
-        })
-        .sum();
+    // Tokens sampled after the all-decoding window opened (every request's first token is at
+    // or before `all_first`, so none of them counts).
+    let after = sampled
+        .lock()
+        .map(|v| v.iter().filter(|&&at| at > all_first).count())
+        .unwrap_or(0);
     let window = (last - all_first).as_secs_f64();
     let mean = |f: &dyn Fn(&ChoiceTimings) -> Option<f64>| {
         let v: Vec<f64> = t.iter().filter_map(f).collect();
@@ -102,6 +102,7 @@ pub fn run_concurrent(core: &mut EngineCore, prompts: &[Vec<u32>], gen: usize) -
         } else {
             0.0
         },
+        decode_tokens: after,
         decode_tok_s: if window > 0.0 {
             after as f64 / window
         } else {

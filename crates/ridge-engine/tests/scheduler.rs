@@ -302,3 +302,35 @@ fn a_q8_0_kv_cache_serves_the_same_mechanism() {
             >= 32
     );
 }
+
+/// The all-decoding window counts exactly the tokens sampled after the last first token: with
+/// every prompt prefilled in one step, that is every request's tokens but its first. (It used
+/// to estimate them by spacing each request's tokens uniformly, which undercounted when early
+/// requests decoded slowly beside others' prefill.)
+#[test]
+fn throughput_counts_the_decode_window_exactly() {
+    let fx = common::fixture(256);
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 64,
+        ..Default::default()
+    });
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| vec![1, 2 + i, 3, 4]).collect();
+    let r = ridge_engine::run_concurrent(&mut core, &prompts, 7);
+    assert_eq!(r.decode_tokens, 3 * 6);
+    assert!(r.decode_tok_s > 0.0);
+    // Prompts too long to prefill together: the early ones decode during the later prefill,
+    // and only tokens after the last first token count.
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 16,
+        ..Default::default()
+    });
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| (0..14).map(|j| 1 + (i + j) % 20).collect())
+        .collect();
+    let r = ridge_engine::run_concurrent(&mut core, &prompts, 9);
+    assert!(
+        r.decode_tokens < 3 * 8 && r.decode_tokens >= 8,
+        "{}",
+        r.decode_tokens
+    );
+}
