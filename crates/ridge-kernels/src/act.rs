@@ -20,19 +20,26 @@ pub struct ActBlock {
     pub isum: i32,
 }
 
+/// One block of 32 values to integers of at most `qmax` in magnitude: `put(i, q_i)` for each,
+/// returning the scale `d = amax / qmax` and `Σ q` (round half to even, as the SIMD paths).
+fn quantize_block(b: &[f32], qmax: f32, mut put: impl FnMut(usize, i32)) -> (f32, i32) {
+    let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / qmax;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut s = 0i32;
+    for (i, v) in b.iter().enumerate() {
+        let q = (v * id).round_ties_even().clamp(-qmax, qmax) as i32;
+        put(i, q);
+        s += q;
+    }
+    (d, s)
+}
+
 /// Quantizes `x` (length a multiple of 32) into `out` (length `x.len() / 32`). Scalar reference.
 pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut s = 0i32;
-        for (q, v) in o.qs.iter_mut().zip(b) {
-            *q = (v * id).round_ties_even() as i8;
-            s += *q as i32;
-        }
-        o.d = d;
-        o.isum = s;
+        // |q| <= 127 (clamped above), so the narrowing is exact.
+        (o.d, o.isum) = quantize_block(b, 127.0, |i, q| o.qs[i] = q as i8);
     }
 }
 
@@ -80,16 +87,8 @@ pub const Q16_MAX: f32 = 32767.0;
 /// reference.
 pub fn quantize16_scalar(x: &[f32], out: &mut [Act16Block]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / Q16_MAX;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut s = 0i32;
-        for (q, v) in o.qs.iter_mut().zip(b) {
-            *q = (v * id).round_ties_even() as i16;
-            s += *q as i32;
-        }
-        o.d = d;
-        o.isum = s;
+        // |q| <= 32767 (clamped above), so the narrowing is exact.
+        (o.d, o.isum) = quantize_block(b, Q16_MAX, |i, q| o.qs[i] = q as i16);
     }
 }
 

@@ -90,83 +90,62 @@ pub(crate) unsafe fn dot_bf16(row: &[u8], x: &[f32]) -> f32 {
     s
 }
 
+/// One block of 32 activations at `p` to integers of at most `qmax` in magnitude, as
+/// `act::quantize_block` computes them: the scale, the four vectors of eight quants, their sum.
+#[inline(always)]
+unsafe fn quantize_block(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
+    let sign = _mm256_set1_ps(-0.0);
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
+    let mut m = _mm256_andnot_ps(sign, v[0]);
+    for vi in &v[1..] {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+    let d = amax / qmax;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    // A loop, not a closure: closures do not inherit the target features.
+    let mut q = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+            _mm256_mul_ps(v[k], idv),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        ));
+    }
+    let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
+    let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b00_00_00_01));
+    (d, q, _mm_cvtsi128_si32(s1))
+}
+
 /// Quantizes activations exactly as `act::quantize_scalar` does (same scale, round half to even).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
-    let sign = _mm256_set1_ps(-0.0);
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let p = b.as_ptr();
-        let v = [
-            _mm256_loadu_ps(p),
-            _mm256_loadu_ps(p.add(8)),
-            _mm256_loadu_ps(p.add(16)),
-            _mm256_loadu_ps(p.add(24)),
-        ];
-        let mut m = _mm256_andnot_ps(sign, v[0]);
-        for vi in &v[1..] {
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
-        }
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let idv = _mm256_set1_ps(id);
-        // A loop, not a closure: closures do not inherit the target features.
-        let mut q = [_mm256_setzero_si256(); 4];
-        for k in 0..4 {
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
-                _mm256_mul_ps(v[k], idv),
-                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-            ));
-        }
-        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
-        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b00_00_00_01));
+        let (d, q, isum) = quantize_block(b.as_ptr(), 127.0);
         let p16a = _mm256_packs_epi32(q[0], q[1]);
         let p16b = _mm256_packs_epi32(q[2], q[3]);
         let p8 = _mm256_packs_epi16(p16a, p16b);
         let fixed = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, fixed);
         o.d = d;
-        o.isum = _mm_cvtsi128_si32(s1);
+        o.isum = isum;
     }
 }
 
 /// Quantizes activations into 16-bit blocks exactly as `act::quantize16_scalar` does.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act16(x: &[f32], out: &mut [Act16Block]) {
-    let sign = _mm256_set1_ps(-0.0);
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let p = b.as_ptr();
-        let v = [
-            _mm256_loadu_ps(p),
-            _mm256_loadu_ps(p.add(8)),
-            _mm256_loadu_ps(p.add(16)),
-            _mm256_loadu_ps(p.add(24)),
-        ];
-        let mut m = _mm256_andnot_ps(sign, v[0]);
-        for vi in &v[1..] {
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
-        }
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
-        let d = amax / crate::act::Q16_MAX;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let idv = _mm256_set1_ps(id);
-        let mut q = [_mm256_setzero_si256(); 4];
-        for k in 0..4 {
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
-                _mm256_mul_ps(v[k], idv),
-                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-            ));
-        }
-        let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
-        let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b00_00_00_01));
+        let (d, q, isum) = quantize_block(b.as_ptr(), crate::act::Q16_MAX);
         // packs works within 128-bit halves; the 64-bit permute restores element order.
         let lo = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0b11_01_10_00);
         let hi = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0b11_01_10_00);
@@ -174,7 +153,7 @@ pub(crate) unsafe fn quantize_act16(x: &[f32], out: &mut [Act16Block]) {
         _mm256_storeu_si256(qp, lo);
         _mm256_storeu_si256(qp.add(1), hi);
         o.d = d;
-        o.isum = _mm_cvtsi128_si32(s1);
+        o.isum = isum;
     }
 }
 
@@ -374,42 +353,87 @@ unsafe fn unpacked_products(fmt: u8, w: (__m256i, __m256i), xv: __m256i) -> __m2
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
 }
 
-/// As [`dot_rows`] for `T` activation rows at once (prefill, batched decode, speculative
-/// verification): each weight block is unpacked once and multiplied into every row, and the
-/// block's scales are converted once for all of them. Every output is reduced with exactly the
-/// operations of the one-row kernel, in the same order, so results are bitwise identical to
-/// computing the activation rows separately (batch invariance).
+/// An activation block the multi-row integer kernel multiplies weight blocks into: 8-bit
+/// (`pmaddubsw` on the weights' unsigned bytes) or 16-bit (`pmaddwd` on weights widened to 16
+/// bits, exact 32-bit sums). The constant terms (Q4_0/Q5_0 offsets, Q4_1 minimums) go through
+/// the block's quant sum in [`corrections`] either way.
+pub(crate) trait BlockAct: crate::act::IntActBlock {
+    /// A weight block in the form [`BlockAct::products`] takes.
+    type W: Copy;
+    /// Unpacks the weight block at `b` (format `fmt`).
+    unsafe fn unpack(fmt: u8, b: *const u8) -> Self::W;
+    /// The block's integer products with `a`, eight f32 lanes summing to `Σ w·q` (unscaled).
+    unsafe fn products(fmt: u8, w: Self::W, a: &Self) -> __m256;
+}
+
+impl BlockAct for ActBlock {
+    type W = (__m256i, __m256i);
+    #[inline(always)]
+    unsafe fn unpack(fmt: u8, b: *const u8) -> Self::W {
+        unpack_block(fmt, b)
+    }
+    #[inline(always)]
+    unsafe fn products(fmt: u8, w: Self::W, a: &Self) -> __m256 {
+        unpacked_products(fmt, w, _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i))
+    }
+}
+
+impl BlockAct for Act16Block {
+    type W = (__m256i, __m256i);
+    #[inline(always)]
+    unsafe fn unpack(fmt: u8, b: *const u8) -> Self::W {
+        unpack_block16(fmt, b)
+    }
+    #[inline(always)]
+    unsafe fn products(_fmt: u8, w: Self::W, a: &Self) -> __m256 {
+        let xp = a.qs.as_ptr() as *const __m256i;
+        let p = _mm256_add_epi32(
+            _mm256_madd_epi16(w.0, _mm256_loadu_si256(xp)),
+            _mm256_madd_epi16(w.1, _mm256_loadu_si256(xp.add(1))),
+        );
+        _mm256_cvtepi32_ps(p)
+    }
+}
+
+/// `R` (≤ 4) consecutive weight rows against `T` rows of 8- or 16-bit activation blocks
+/// (prefill, batched decode, speculative verification; 16-bit also decode): each weight block is
+/// unpacked once and multiplied into every activation row, and the block's scales are converted
+/// once for all of them; the next row group is prefetched as in [`dot_rows`]. Every output is
+/// reduced with exactly the same operations in the same order whatever `R` and `T` (and, for
+/// 8-bit blocks, as the one-row [`dot_rows`]), so results do not depend on the batch.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows_xt<const FMT: u8, const R: usize, const T: usize>(
+pub(crate) unsafe fn dot_rows_xt<A: BlockAct, const FMT: u8, const R: usize, const T: usize>(
     rows: *const u8,
     stride: usize,
-    x: [&[ActBlock]; T],
+    x: [&[A]; T],
     out: &mut [[f32; R]; T],
 ) {
     debug_assert!(R <= 4);
     let bb = block_bytes(FMT);
     let mut acc = [[_mm256_setzero_ps(); R]; T];
     let mut corr = [_mm_setzero_ps(); T];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for i in 0..x[0].len() {
+        prefetch_span(next.wrapping_add(i * R * bb), R * bb);
         let blk = rows.add(i * bb);
         let dw = f16_lanes::<R>(blk, stride);
         let mut sc = [_mm_setzero_ps(); T];
         for t in 0..T {
-            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).d));
+            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).scale()));
         }
         for r in 0..R {
-            let w = unpack_block(FMT, blk.add(r * stride));
+            let w = A::unpack(FMT, blk.add(r * stride));
             for t in 0..T {
-                // Loaded where used (an L1 hit): holding T blocks in registers across the rows
-                // spills the accumulators instead.
-                let xv = _mm256_loadu_si256(x[t].get_unchecked(i).qs.as_ptr() as *const __m256i);
-                let p = unpacked_products(FMT, w, xv);
+                // Activations loaded where used (an L1 hit): holding T blocks in registers
+                // across the rows spills the accumulators instead.
+                let p = A::products(FMT, w, x[t].get_unchecked(i));
                 acc[t][r] = _mm256_fmadd_ps(lane(sc[t], r), p, acc[t][r]);
             }
         }
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a.d, a.isum));
+            let c = corrections::<FMT, R>(blk, stride, dw, a.scale(), a.qsum());
+            corr[t] = _mm_add_ps(corr[t], c);
         }
     }
     for t in 0..T {
@@ -445,57 +469,6 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
                 _mm256_and_si256(v, _mm256_set1_epi16(0x0F)),
                 _mm256_srli_epi16(v, 4),
             )
-        }
-    }
-}
-
-/// `R` (≤ 4) consecutive weight rows against `T` rows of 16-bit activation blocks: per block,
-/// the weights are widened to 16 bits once, `pmaddwd` gives exact 32-bit sums for every
-/// activation row, and one FMA per (row, activation row) applies the two scales; the constant
-/// terms (Q4_0/Q5_0 offsets, Q4_1 minimums) are one multiply per block as in [`dot_rows`]. The
-/// next row group is prefetched as in [`dot_rows`]. Every output is reduced in the same order
-/// whatever `R` and `T` (batch invariance).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_rows_i16<const FMT: u8, const R: usize, const T: usize>(
-    rows: *const u8,
-    stride: usize,
-    x: [&[Act16Block]; T],
-    out: &mut [[f32; R]; T],
-) {
-    debug_assert!(R <= 4);
-    let bb = block_bytes(FMT);
-    let mut acc = [[_mm256_setzero_ps(); R]; T];
-    let mut corr = [_mm_setzero_ps(); T];
-    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
-    for i in 0..x[0].len() {
-        prefetch_span(next.wrapping_add(i * R * bb), R * bb);
-        let blk = rows.add(i * bb);
-        let dw = f16_lanes::<R>(blk, stride);
-        let mut sc = [_mm_setzero_ps(); T];
-        for t in 0..T {
-            sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).d));
-        }
-        for r in 0..R {
-            let (w0, w1) = unpack_block16(FMT, blk.add(r * stride));
-            for t in 0..T {
-                let xp = x[t].get_unchecked(i).qs.as_ptr() as *const __m256i;
-                let p = _mm256_add_epi32(
-                    _mm256_madd_epi16(w0, _mm256_loadu_si256(xp)),
-                    _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(1))),
-                );
-                acc[t][r] = _mm256_fmadd_ps(lane(sc[t], r), _mm256_cvtepi32_ps(p), acc[t][r]);
-            }
-        }
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            corr[t] = _mm_add_ps(corr[t], corrections::<FMT, R>(blk, stride, dw, a.d, a.isum));
-        }
-    }
-    for t in 0..T {
-        let mut c = [0f32; 4];
-        _mm_storeu_ps(c.as_mut_ptr(), corr[t]);
-        for r in 0..R {
-            out[t][r] = hsum(acc[t][r]) + c[r];
         }
     }
 }

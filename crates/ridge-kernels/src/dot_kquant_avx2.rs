@@ -25,7 +25,7 @@
 // Row index `r` and token index `t` address accumulators and pointers together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{Act16Block, ActBlock};
+use crate::act::{Act16Block, ActBlock, IntActBlock};
 use crate::dot_avx2::{f16_ptr, hsum, prefetch_span};
 
 /// How many row groups ahead the kernels prefetch (a group's rows are consecutive, so the
@@ -59,8 +59,8 @@ pub(crate) unsafe fn rows<const R: usize, const T: usize>(
     out: &mut [[f32; R]; T],
 ) {
     match (dtype, int8) {
-        (DType::Q4_K, true) => q45_rows::<false, R, T>(rows, stride, xq, out),
-        (DType::Q5_K, true) => q45_rows::<true, R, T>(rows, stride, xq, out),
+        (DType::Q4_K, true) => q45_rows::<ActBlock, false, R, T>(rows, stride, xq, out),
+        (DType::Q5_K, true) => q45_rows::<ActBlock, true, R, T>(rows, stride, xq, out),
         (DType::Q4_K, false) => q45_rows_f32::<false, R, T>(rows, stride, xf, out),
         (DType::Q5_K, false) => q45_rows_f32::<true, R, T>(rows, stride, xf, out),
         (_, true) => q6k_rows::<R, T>(rows, stride, xq, out),
@@ -81,17 +81,60 @@ unsafe fn bcast(v: __m256, j: usize) -> __m256 {
 }
 
 /// The scales of the eight activation blocks at `a` (lane j = block j), and the same times
-/// each block's sum of quants.
+/// each block's sum of quants (8- or 16-bit blocks).
 #[inline(always)]
-unsafe fn act_scales(a: *const ActBlock) -> (__m256, __m256) {
-    let a = &*(a as *const [ActBlock; 8]);
+unsafe fn act_scales<A: IntActBlock>(a: *const A) -> (__m256, __m256) {
+    let a = &*(a as *const [A; 8]);
     let dx = _mm256_setr_ps(
-        a[0].d, a[1].d, a[2].d, a[3].d, a[4].d, a[5].d, a[6].d, a[7].d,
+        a[0].scale(),
+        a[1].scale(),
+        a[2].scale(),
+        a[3].scale(),
+        a[4].scale(),
+        a[5].scale(),
+        a[6].scale(),
+        a[7].scale(),
     );
     let is = _mm256_setr_epi32(
-        a[0].isum, a[1].isum, a[2].isum, a[3].isum, a[4].isum, a[5].isum, a[6].isum, a[7].isum,
+        a[0].qsum(),
+        a[1].qsum(),
+        a[2].qsum(),
+        a[3].qsum(),
+        a[4].qsum(),
+        a[5].qsum(),
+        a[6].qsum(),
+        a[7].qsum(),
     );
     (dx, _mm256_mul_ps(dx, _mm256_cvtepi32_ps(is)))
+}
+
+/// An activation block the integer k-quant kernels multiply weights into.
+pub(crate) trait SimdAct: IntActBlock {
+    /// Eight 32-bit lanes summing to `Σ_i w_i · q_i`, for 32 unsigned weight bytes `w`
+    /// (each < 128) in element order.
+    unsafe fn products(w: __m256i, a: &Self) -> __m256i;
+}
+
+impl SimdAct for ActBlock {
+    #[inline(always)]
+    unsafe fn products(w: __m256i, a: &Self) -> __m256i {
+        let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1))
+    }
+}
+
+impl SimdAct for Act16Block {
+    /// The weights widened to 16 bits; `pmaddwd` sums are exact.
+    #[inline(always)]
+    unsafe fn products(w: __m256i, a: &Self) -> __m256i {
+        let xp = a.qs.as_ptr() as *const __m256i;
+        let w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w));
+        let w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(w));
+        _mm256_add_epi32(
+            _mm256_madd_epi16(w0, _mm256_loadu_si256(xp)),
+            _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(1))),
+        )
+    }
 }
 
 /// Q5_K's fifth bit of sub-block `j` (bit `j` of each `qh` byte) moved to bit 4 of its byte.
@@ -140,16 +183,18 @@ unsafe fn q45_scales(b: *const u8) -> (__m256, __m256) {
     )
 }
 
-/// Q4_K (`FIVE == false`) or Q5_K rows against 8-bit activations. See [`rows`].
+/// Q4_K (`FIVE == false`) or Q5_K rows against 8- or 16-bit activation blocks. See [`rows`].
+///
+/// # Safety
+/// As [`rows`], with every `x[t]` holding `cols / 32` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45_rows<const FIVE: bool, const R: usize, const T: usize>(
+pub(crate) unsafe fn q45_rows<A: SimdAct, const FIVE: bool, const R: usize, const T: usize>(
     rows: *const u8,
     stride: usize,
-    x: [&[ActBlock]; T],
+    x: [&[A]; T],
     out: &mut [[f32; R]; T],
 ) {
     let sb = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for s in 0..x[0].len() / 8 {
@@ -177,86 +222,7 @@ unsafe fn q45_rows<const FIVE: bool, const R: usize, const T: usize>(
                 for h in 0..2 {
                     let j = 2 * g + h;
                     for t in 0..T {
-                        let a = x[t].as_ptr().add(8 * s + j);
-                        let xv = _mm256_loadu_si256((*a).qs.as_ptr() as *const __m256i);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[h], xv), ones);
-                        acc[r][t] =
-                            _mm256_fmadd_ps(bcast(st[t], j), _mm256_cvtepi32_ps(p), acc[r][t]);
-                    }
-                }
-            }
-        }
-    }
-    for t in 0..T {
-        for r in 0..R {
-            out[t][r] = hsum(acc[r][t]);
-        }
-    }
-}
-
-/// The scales of the eight 16-bit activation blocks at `a` and the same times their sums of
-/// quants, as [`act_scales`].
-#[inline(always)]
-unsafe fn act16_scales(a: *const Act16Block) -> (__m256, __m256) {
-    let a = &*(a as *const [Act16Block; 8]);
-    let dx = _mm256_setr_ps(
-        a[0].d, a[1].d, a[2].d, a[3].d, a[4].d, a[5].d, a[6].d, a[7].d,
-    );
-    let is = _mm256_setr_epi32(
-        a[0].isum, a[1].isum, a[2].isum, a[3].isum, a[4].isum, a[5].isum, a[6].isum, a[7].isum,
-    );
-    (dx, _mm256_mul_ps(dx, _mm256_cvtepi32_ps(is)))
-}
-
-/// Q4_K (`FIVE == false`) or Q5_K rows against 16-bit activation blocks: [`q45_rows`] with
-/// each sub-block's quants widened to 16 bits and multiplied by `pmaddwd` (exact 32-bit sums),
-/// in the same order whatever `R` and `T`.
-///
-/// # Safety
-/// As [`rows`], with every `x[t]` holding `cols / 32` 16-bit blocks.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q45_rows_i16<const FIVE: bool, const R: usize, const T: usize>(
-    rows: *const u8,
-    stride: usize,
-    x: [&[Act16Block]; T],
-    out: &mut [[f32; R]; T],
-) {
-    let sb = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
-    for s in 0..x[0].len() / 8 {
-        prefetch_span(next.wrapping_add(s * R * sb), R * sb);
-        let mut dx = [_mm256_setzero_ps(); T];
-        let mut dxs = [_mm256_setzero_ps(); T];
-        for t in 0..T {
-            (dx[t], dxs[t]) = act16_scales(x[t].as_ptr().add(8 * s));
-        }
-        for r in 0..R {
-            let b = rows.add(r * stride + s * sb);
-            let (scf, mf) = q45_scales(b);
-            let mut st = [_mm256_setzero_ps(); T];
-            for t in 0..T {
-                acc[r][t] = _mm256_fnmadd_ps(mf, dxs[t], acc[r][t]);
-                st[t] = _mm256_mul_ps(scf, dx[t]);
-            }
-            let qh = if FIVE {
-                _mm256_loadu_si256(b.add(16) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
-            for g in 0..4 {
-                let w = q45_pair::<FIVE>(b, qh, g);
-                for h in 0..2 {
-                    let j = 2 * g + h;
-                    let w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w[h]));
-                    let w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(w[h]));
-                    for t in 0..T {
-                        let a = x[t].as_ptr().add(8 * s + j);
-                        let xp = (*a).qs.as_ptr() as *const __m256i;
-                        let p = _mm256_add_epi32(
-                            _mm256_madd_epi16(w0, _mm256_loadu_si256(xp)),
-                            _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(1))),
-                        );
+                        let p = A::products(w[h], x[t].get_unchecked(8 * s + j));
                         acc[r][t] =
                             _mm256_fmadd_ps(bcast(st[t], j), _mm256_cvtepi32_ps(p), acc[r][t]);
                     }

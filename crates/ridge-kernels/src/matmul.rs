@@ -195,19 +195,35 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q8_0, Path::F32) if T == 1 => {
             k::dot_rows_f32::<FMT_Q8_0, R>(base, stride, xf[0], &mut o[0])
         }
-        (DType::Q4_0, Path::Int8) => k::dot_rows_xt::<FMT_Q4_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q4_1, Path::Int8) => k::dot_rows_xt::<FMT_Q4_1, R, T>(base, stride, xq, &mut o),
-        (DType::Q5_0, Path::Int8) => k::dot_rows_xt::<FMT_Q5_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q8_0, Path::Int8) => k::dot_rows_xt::<FMT_Q8_0, R, T>(base, stride, xq, &mut o),
-        (DType::Q4_0, Path::Int16) => k::dot_rows_i16::<FMT_Q4_0, R, T>(base, stride, x16, &mut o),
-        (DType::Q4_1, Path::Int16) => k::dot_rows_i16::<FMT_Q4_1, R, T>(base, stride, x16, &mut o),
-        (DType::Q5_0, Path::Int16) => k::dot_rows_i16::<FMT_Q5_0, R, T>(base, stride, x16, &mut o),
-        (DType::Q8_0, Path::Int16) => k::dot_rows_i16::<FMT_Q8_0, R, T>(base, stride, x16, &mut o),
+        (DType::Q4_0, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_Q4_0, R, T>(base, stride, xq, &mut o)
+        }
+        (DType::Q4_1, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_Q4_1, R, T>(base, stride, xq, &mut o)
+        }
+        (DType::Q5_0, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_Q5_0, R, T>(base, stride, xq, &mut o)
+        }
+        (DType::Q8_0, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_Q8_0, R, T>(base, stride, xq, &mut o)
+        }
+        (DType::Q4_0, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_Q4_0, R, T>(base, stride, x16, &mut o)
+        }
+        (DType::Q4_1, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_Q4_1, R, T>(base, stride, x16, &mut o)
+        }
+        (DType::Q5_0, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_Q5_0, R, T>(base, stride, x16, &mut o)
+        }
+        (DType::Q8_0, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_Q8_0, R, T>(base, stride, x16, &mut o)
+        }
         (DType::Q4_K, Path::Int16) => {
-            crate::dot_kquant_avx2::q45_rows_i16::<false, R, T>(base, stride, x16, &mut o)
+            crate::dot_kquant_avx2::q45_rows::<Act16Block, false, R, T>(base, stride, x16, &mut o)
         }
         (DType::Q5_K, Path::Int16) => {
-            crate::dot_kquant_avx2::q45_rows_i16::<true, R, T>(base, stride, x16, &mut o)
+            crate::dot_kquant_avx2::q45_rows::<Act16Block, true, R, T>(base, stride, x16, &mut o)
         }
         (DType::Q4_0, _) => k::dot_rows_f32_xt::<FMT_Q4_0, R, T>(base, stride, xf, &mut o),
         (DType::Q4_1, _) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
