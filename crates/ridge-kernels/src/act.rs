@@ -113,26 +113,21 @@ pub trait IntActBlock {
     fn q(&self, i: usize) -> i32;
 }
 
-impl IntActBlock for ActBlock {
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    fn qsum(&self) -> i32 {
-        self.isum
-    }
-    fn q(&self, i: usize) -> i32 {
-        self.qs[i] as i32
-    }
+/// Both block widths store the same fields; only the quant type differs.
+macro_rules! int_act_block {
+    ($t:ty) => {
+        impl IntActBlock for $t {
+            fn scale(&self) -> f32 {
+                self.d
+            }
+            fn qsum(&self) -> i32 {
+                self.isum
+            }
+            fn q(&self, i: usize) -> i32 {
+                self.qs[i] as i32
+            }
+        }
+    };
 }
-
-impl IntActBlock for Act16Block {
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    fn qsum(&self) -> i32 {
-        self.isum
-    }
-    fn q(&self, i: usize) -> i32 {
-        self.qs[i] as i32
-    }
-}
+int_act_block!(ActBlock);
+int_act_block!(Act16Block);

@@ -85,26 +85,10 @@ unsafe fn bcast(v: __m256, j: usize) -> __m256 {
 #[inline(always)]
 unsafe fn act_scales<A: IntActBlock>(a: *const A) -> (__m256, __m256) {
     let a = &*(a as *const [A; 8]);
-    let dx = _mm256_setr_ps(
-        a[0].scale(),
-        a[1].scale(),
-        a[2].scale(),
-        a[3].scale(),
-        a[4].scale(),
-        a[5].scale(),
-        a[6].scale(),
-        a[7].scale(),
-    );
-    let is = _mm256_setr_epi32(
-        a[0].qsum(),
-        a[1].qsum(),
-        a[2].qsum(),
-        a[3].qsum(),
-        a[4].qsum(),
-        a[5].qsum(),
-        a[6].qsum(),
-        a[7].qsum(),
-    );
+    let d: [f32; 8] = std::array::from_fn(|j| a[j].scale());
+    let is: [i32; 8] = std::array::from_fn(|j| a[j].qsum());
+    let dx = _mm256_loadu_ps(d.as_ptr());
+    let is = _mm256_loadu_si256(is.as_ptr() as *const __m256i);
     (dx, _mm256_mul_ps(dx, _mm256_cvtepi32_ps(is)))
 }
 
