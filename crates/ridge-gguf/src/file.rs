@@ -128,6 +128,24 @@ impl GgufFile {
         Self::parse(path, Data::Mapped(map))
     }
 
+    /// Tells the kernel that `len` bytes at `offset` will not be read again (a tensor a loader
+    /// copied into another layout), so their pages leave this process's resident set. A hint:
+    /// should they be read after all, they are faulted back in from the file, unchanged.
+    pub fn release(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        if let Data::Mapped(m) = &self.map {
+            if offset.checked_add(len).is_some_and(|end| end <= m.len()) {
+                // SAFETY: the map is a read-only file mapping, so dropping its pages loses
+                // nothing: any later read faults the same bytes back in from the file, and no
+                // slice handed out observes a change. Failure only leaves the pages resident.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+                };
+            }
+        }
+        let _ = (offset, len);
+    }
+
     /// Parses and validates a GGUF image held in memory, with the same checks as
     /// [`GgufFile::open`]. `name` stands in for the path in error messages (e.g. `"<memory>"`).
     ///

@@ -10,9 +10,13 @@
 //! ```
 //!
 //! Prints GB/s of weights read, microseconds per matrix and GMAC/s (best of several passes).
+//! `TILES=1` in the environment repacks the matrix into tiles of eight rows first (Q4_1).
+//!
 //! Single runs on a shared VM vary by 10–30%: compare medians of alternating runs.
 
-use ridge_kernels::{matmul, pool, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
+use ridge_kernels::{
+    matmul, pool, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
+};
 use std::time::Instant;
 
 fn parse() -> Result<(usize, DType, usize, usize, ActPrecision, usize), String> {
@@ -74,12 +78,29 @@ fn main() {
     let x: Vec<f32> = (0..cols * n).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y = vec![0f32; rows * n];
     let mut scratch = MatmulScratch::default();
+    let tiles = std::env::var("TILES").is_ok_and(|v| v == "1");
+    let packed: Vec<PackedMatrix> = data
+        .chunks_exact(rows * rb)
+        .filter(|_| tiles)
+        .filter_map(|c| WeightMatrix::new(dtype, rows, cols, c))
+        .filter_map(|w| PackedMatrix::pack(&w))
+        .collect();
+    if tiles && packed.is_empty() {
+        eprintln!("mv_bw: this matrix cannot be tiled (Q4_1, rows a multiple of 8)");
+        std::process::exit(1);
+    }
     let mut best = f64::MAX;
     for _ in 0..if n > 1 { 30 } else { 5 } {
         let t = Instant::now();
-        for c in data.chunks_exact(rows * rb) {
-            if let Some(w) = WeightMatrix::new(dtype, rows, cols, c) {
-                matmul(isa, prec, &w, &x, n, &mut y, &mut scratch);
+        if tiles {
+            for p in &packed {
+                matmul(isa, prec, &p.view(), &x, n, &mut y, &mut scratch);
+            }
+        } else {
+            for c in data.chunks_exact(rows * rb) {
+                if let Some(w) = WeightMatrix::new(dtype, rows, cols, c) {
+                    matmul(isa, prec, &w, &x, n, &mut y, &mut scratch);
+                }
             }
         }
         best = best.min(t.elapsed().as_secs_f64());

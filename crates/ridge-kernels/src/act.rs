@@ -131,3 +131,43 @@ macro_rules! int_act_block {
 }
 int_act_block!(ActBlock);
 int_act_block!(Act16Block);
+
+/// A 16-bit activation block split into bytes for the tiled kernels: `q = 256 · hi + lo`
+/// with `lo` in 0..256 and `hi` in −128..128, so a 16-bit product is two 8-bit
+/// `pmaddubsw` products (exact, see `dot_tiles_avx2`).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(32))]
+pub struct ActSplit16 {
+    /// Low bytes of the quants (unsigned).
+    pub lo: [u8; 32],
+    /// High bytes of the quants (signed).
+    pub hi: [i8; 32],
+    /// Scale.
+    pub d: f32,
+    /// Sum of the 16-bit quants.
+    pub isum: i32,
+}
+
+impl Default for ActSplit16 {
+    fn default() -> Self {
+        ActSplit16 {
+            lo: [0; 32],
+            hi: [0; 32],
+            d: 0.0,
+            isum: 0,
+        }
+    }
+}
+
+/// Splits 16-bit blocks into [`ActSplit16`] (`out.len() == x.len()`).
+pub fn split16(x: &[Act16Block], out: &mut [ActSplit16]) {
+    for (a, o) in x.iter().zip(out.iter_mut()) {
+        for i in 0..32 {
+            // Two's complement: q = 256 · (q >> 8) + (q & 0xFF) for every i16.
+            o.lo[i] = (a.qs[i] & 0xFF) as u8;
+            o.hi[i] = (a.qs[i] >> 8) as i8;
+        }
+        o.d = a.d;
+        o.isum = a.isum;
+    }
+}

@@ -21,12 +21,15 @@ mod cpu;
 mod dot_avx2;
 mod dot_kquant_avx2;
 pub mod dot_scalar;
+mod dot_tiles_avx2;
 mod dtype;
 pub mod kquant;
 pub mod matmul;
 pub mod ops;
+pub mod packed;
 pub mod pool;
 
 pub use cpu::Isa;
 pub use dtype::DType;
-pub use matmul::{matmul, matmul_many, ActPrecision, MatmulScratch, WeightMatrix};
+pub use matmul::{matmul, matmul_many, ActPrecision, Layout, MatmulScratch, WeightMatrix};
+pub use packed::PackedMatrix;

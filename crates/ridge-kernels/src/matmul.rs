@@ -6,7 +6,8 @@
 //! call and reused from cache for the whole batch. Each `y[t][r]` is one dot product whose
 //! reduction order does not depend on the batch.
 
-use crate::act::{self, Act16Block, ActBlock};
+use crate::act::{self, Act16Block, ActBlock, ActSplit16};
+use crate::packed::{self, TILE_ROWS};
 use crate::pool::{self, SharedMut};
 use crate::{dot_scalar, DType, Isa};
 
@@ -21,6 +22,18 @@ pub struct WeightMatrix<'a> {
     pub cols: usize,
     /// `rows * dtype.row_bytes(cols)` bytes.
     pub data: &'a [u8],
+    /// How the blocks are arranged in `data`.
+    pub layout: Layout,
+}
+
+/// The arrangement of a matrix's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// As stored in GGUF: row after row.
+    Rows,
+    /// Tiles of eight rows ([`crate::packed`]), made at load by
+    /// [`PackedMatrix::pack`](crate::packed::PackedMatrix::pack).
+    Tiles8,
 }
 
 impl<'a> WeightMatrix<'a> {
@@ -34,12 +47,14 @@ impl<'a> WeightMatrix<'a> {
             rows,
             cols,
             data,
+            layout: Layout::Rows,
         })
     }
 
-    /// The bytes of row `r`.
+    /// The bytes of row `r` (stored layout only).
     #[inline]
     pub fn row(&self, r: usize) -> &'a [u8] {
+        debug_assert_eq!(self.layout, Layout::Rows);
         let rb = self.dtype.row_bytes(self.cols);
         &self.data[r * rb..(r + 1) * rb]
     }
@@ -90,6 +105,7 @@ impl Path {
 pub struct MatmulScratch {
     act: Vec<ActBlock>,
     act16: Vec<Act16Block>,
+    split16: Vec<ActSplit16>,
 }
 
 /// One activation row in the form its path reads: 8-bit blocks, 16-bit blocks or f32.
@@ -252,6 +268,7 @@ struct CallActs<'x> {
     cols: usize,
     q8: &'x [ActBlock],
     q16: &'x [Act16Block],
+    s16: &'x [ActSplit16],
     f: &'x [f32],
 }
 
@@ -378,6 +395,14 @@ pub fn matmul_many(
             scratch.act16.resize(n * nb, Act16Block::default());
         }
         act::quantize16(isa, x, &mut scratch.act16[..n * nb]);
+        let tiled16 = (ys.iter().zip(paths))
+            .any(|((w, _), p)| w.layout == Layout::Tiles8 && p == Some(Path::Int16));
+        if tiled16 {
+            if scratch.split16.len() < n * nb {
+                scratch.split16.resize(n * nb, ActSplit16::default());
+            }
+            act::split16(&scratch.act16[..n * nb], &mut scratch.split16[..n * nb]);
+        }
     }
     let threads = pool::threads();
     // Per matrix: enough chunks to balance, each big enough to amortise the task overhead;
@@ -390,6 +415,7 @@ pub fn matmul_many(
                     rows: 0,
                     cols: 0,
                     data: &[],
+                    layout: Layout::Rows,
                 },
                 SharedMut(std::ptr::null_mut()),
                 0,
@@ -399,13 +425,16 @@ pub fn matmul_many(
         });
     let mut n_tasks = 0;
     for (i, (w, y)) in ys.iter_mut().enumerate() {
-        let chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));
+        let mut chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));
+        if w.layout == Layout::Tiles8 {
+            chunk = chunk.next_multiple_of(TILE_ROWS);
+        }
         let path = paths[i].unwrap_or(Path::F32);
         jobs[i] = (*w, SharedMut(y.as_mut_ptr()), chunk, n_tasks, path);
         n_tasks += w.rows.div_ceil(chunk);
     }
     let n_jobs = ys.len();
-    let (q8, q16) = (&scratch.act[..], &scratch.act16[..]);
+    let (q8, q16, s16) = (&scratch.act[..], &scratch.act16[..], &scratch.split16[..]);
     pool::parallel_for(n_tasks, |task| {
         let mut j = 0;
         while j + 1 < n_jobs && jobs[j + 1].3 <= task {
@@ -419,6 +448,11 @@ pub fn matmul_many(
             cols,
             q8: &q8[..if *path == Path::Int8 { n * nb } else { 0 }],
             q16: &q16[..if *path == Path::Int16 { n * nb } else { 0 }],
+            s16: &s16[..if *path == Path::Int16 && w.layout == Layout::Tiles8 {
+                n * nb
+            } else {
+                0
+            }],
             f: x,
         };
         // SAFETY: chunks partition each matrix's rows and each matrix has its own output, so
@@ -442,6 +476,9 @@ unsafe fn rows_of_chunk(
     r1: usize,
     yp: SharedMut<f32>,
 ) {
+    if w.layout == Layout::Tiles8 {
+        return tiled_rows_of_chunk(isa, w, a, n, r0, r1, yp);
+    }
     let rows = w.rows;
     let mut t = 0;
     #[cfg(target_arch = "x86_64")]
@@ -471,6 +508,83 @@ unsafe fn rows_of_chunk(
             // SAFETY: t < n and r < rows, so the index is inside y; this caller owns rows
             // r0..r1 (function contract).
             *yp.ptr().add(t * rows + r) = v;
+        }
+    }
+}
+
+/// [`rows_of_chunk`] for a tiled matrix (`r0`, `r1` multiples of [`TILE_ROWS`] or `r1 ==
+/// w.rows`): integer paths on AVX2 run the tile kernels, four tokens per pass over the
+/// chunk's tiles; other paths unpack each row to the stored layout and take [`dot_row`].
+///
+/// # Safety
+/// As [`rows_of_chunk`].
+unsafe fn tiled_rows_of_chunk(
+    isa: Isa,
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    yp: SharedMut<f32>,
+) {
+    let rows = w.rows;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && a.path != Path::F32 {
+        let mut t = 0;
+        while t < n {
+            // SAFETY (each arm): AVX2 was detected; t + T <= n; rows r0..r1 are whole tile
+            // groups of w owned by this caller.
+            match n - t {
+                1 => tiles_t::<1>(w, a, t, r0, r1, yp),
+                2 => tiles_t::<2>(w, a, t, r0, r1, yp),
+                3 => tiles_t::<3>(w, a, t, r0, r1, yp),
+                _ => tiles_t::<4>(w, a, t, r0, r1, yp),
+            }
+            t += (n - t).min(4);
+        }
+        return;
+    }
+    let mut row = vec![0u8; w.dtype.row_bytes(w.cols)];
+    for r in r0..r1 {
+        packed::unpack_row(w, r, &mut row);
+        for t in 0..n {
+            let v = dot_row(isa, w.dtype, a.path, &row, a.row(t));
+            // SAFETY: t < n and r < rows; this caller owns rows r0..r1 (function contract).
+            *yp.ptr().add(t * rows + r) = v;
+        }
+    }
+}
+
+/// Tokens `t..t + T` against the tile groups of rows `r0..r1` of a tiled Q4_1 matrix.
+///
+/// # Safety
+/// AVX2 was detected; `a.path` is an integer path; `t + T <= n`; `r0..r1` are whole groups
+/// inside `w`, written by this caller alone; `y` as in [`rows_of_chunk`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn tiles_t<const T: usize>(
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    t: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+) {
+    use crate::dot_tiles_avx2 as k;
+    let nb = w.cols / 32;
+    let group_bytes = nb * packed::Q4_1_TILE;
+    for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
+        let tiles = w.data.as_ptr().add(g * group_bytes);
+        let o = if a.path == Path::Int16 {
+            let x: [&[ActSplit16]; T] =
+                std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
+            k::q4_1_tiles_i16::<T>(tiles, x)
+        } else {
+            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+            k::q4_1_tiles_i8::<T>(tiles, x)
+        };
+        for (j, oj) in o.iter().enumerate() {
+            let dst = y.ptr().add((t + j) * w.rows + g * TILE_ROWS);
+            std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
         }
     }
 }

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use ridge_kernels::act::{quantize16_scalar, quantize_scalar, Act16Block, ActBlock};
 use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
-use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
+use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix};
 
 const ALL: [DType; 10] = [
     DType::F32,
@@ -140,10 +140,14 @@ fn fused_matmuls_equal_separate_ones_bitwise() {
     for n in [1, 3, 6] {
         let x = randv(&mut rng, n * cols);
         for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
-            let views: Vec<WeightMatrix<'_>> = mats
+            let mut views: Vec<WeightMatrix<'_>> = mats
                 .iter()
                 .map(|(dt, rows, w)| WeightMatrix::new(*dt, *rows, cols, w).unwrap())
                 .collect();
+            // A tiled matrix in the mix (the Q4_1 one, cut to whole tiles).
+            let q41 = WeightMatrix::new(DType::Q4_1, 64, cols, &mats[0].2[..64 * 160]).unwrap();
+            let packed = PackedMatrix::pack(&q41).expect("packable");
+            views[1] = packed.view();
             let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![0f32; n * w.rows]).collect();
             {
                 let mut ys: Vec<(WeightMatrix<'_>, &mut [f32])> = views
@@ -223,6 +227,85 @@ fn batch_rows_are_bitwise_independent_of_batch() {
             }
         }
     }
+}
+
+/// Random Q4_1 matrices packed into tiles of eight rows: every path (the tile kernels for
+/// 8- and 16-bit activations, the unpacking fallback for f32 and the scalar ISA) against the
+/// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
+/// and each activation row's outputs are bitwise the same alone or in a batch of any size
+/// (1..=9 takes every token-group kernel, chunk boundaries included).
+#[test]
+fn packed_tiles_match_reference_and_are_batch_invariant() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let dtype = DType::Q4_1;
+    for &(rows, cols) in &[(8, 32), (40, 576), (64, 96), (272, 1536)] {
+        let wf = randv(&mut rng, rows * cols);
+        let w: Vec<u8> = wf
+            .chunks(cols)
+            .flat_map(|r| quantize_row(dtype, r))
+            .collect();
+        let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let packed = PackedMatrix::pack(&plain).expect("packable");
+        let tiles = packed.view();
+        let n = 9;
+        let x = randv(&mut rng, n * cols);
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+            let want = reference(dtype, prec, &w, rows, cols, &x, n);
+            let mut all = vec![0f32; n * rows];
+            matmul(
+                isa,
+                prec,
+                &tiles,
+                &x,
+                n,
+                &mut all,
+                &mut MatmulScratch::default(),
+            );
+            for (i, (&a, &b)) in all.iter().zip(&want).enumerate() {
+                let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
+                assert!(
+                    (a as f64 - b).abs() < tol,
+                    "tiles {isa:?} {prec:?} {rows}x{cols} elem {i}: {a} vs {b}"
+                );
+            }
+            if isa == Isa::Scalar {
+                let mut y = vec![0f32; n * rows];
+                matmul(
+                    isa,
+                    prec,
+                    &plain,
+                    &x,
+                    n,
+                    &mut y,
+                    &mut MatmulScratch::default(),
+                );
+                assert_eq!(all, y, "scalar tiles vs rows {prec:?} {rows}x{cols}");
+            }
+            for m in 1..n {
+                let mut some = vec![0f32; m * rows];
+                let xm = &x[(n - m) * cols..];
+                matmul(
+                    isa,
+                    prec,
+                    &tiles,
+                    xm,
+                    m,
+                    &mut some,
+                    &mut MatmulScratch::default(),
+                );
+                assert_eq!(
+                    &all[(n - m) * rows..],
+                    &some[..],
+                    "tiles {isa:?} {prec:?} {rows}x{cols}: last {m} rows alone"
+                );
+            }
+        }
+    }
+    let odd = WeightMatrix::new(dtype, 12, 32, &[0u8; 12 * 20]).unwrap();
+    assert!(
+        PackedMatrix::pack(&odd).is_none(),
+        "12 rows are not whole tiles"
+    );
 }
 
 #[test]

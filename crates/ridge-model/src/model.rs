@@ -14,7 +14,9 @@ use std::sync::Arc;
 use ridge_gguf::GgufFile;
 use ridge_kernels::attention::{attend_group, AttnShape};
 use ridge_kernels::pool::{self, SharedMut};
-use ridge_kernels::{blocks, matmul, matmul_many, ops, ActPrecision, Isa};
+use ridge_kernels::{
+    blocks, matmul, matmul_many, ops, ActPrecision, Isa, PackedMatrix, WeightMatrix,
+};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
@@ -46,6 +48,9 @@ pub struct Model {
     /// Gemma 3's extra per-layer norms (empty for llama).
     pub(crate) gemma: Vec<gemma3::LayerNorms>,
     pub(crate) act: ActPlan,
+    /// Tiled copies of the layer matrices that have a tile layout (see
+    /// `ridge_kernels::packed`), made at load on CPUs with tile kernels.
+    tiles: Vec<PackedMatrix>,
 }
 
 /// Per-matrix activation precision resolved from an [`ActPolicy`].
@@ -141,17 +146,34 @@ impl Model {
         }
         let output_norm = vector(f, "output_norm.weight", d)?;
         let act = ActPlan::new(ActPolicy::default(), cfg.arch);
+        let isa = Isa::detect();
+        let tiles = if isa == Isa::Avx2 {
+            tile_layers(f, &mut layers)
+        } else {
+            Vec::new()
+        };
         Ok(Model {
             file,
             cfg,
-            isa: Isa::detect(),
+            isa,
             embd,
             output,
             output_norm,
             layers,
             gemma,
             act,
+            tiles,
         })
+    }
+
+    /// A bound matrix as the products take it: its tiled copy if it has one, else its bytes in
+    /// the file.
+    #[inline]
+    pub(crate) fn mat(&self, m: &MatRef) -> WeightMatrix<'_> {
+        match m.tiles {
+            Some(i) => self.tiles[i].view(),
+            None => m.view(self.bytes()),
+        }
     }
 
     /// The configuration.
@@ -368,26 +390,24 @@ impl Model {
         y: &mut [f32],
         scratch: &mut ridge_kernels::MatmulScratch,
     ) {
-        matmul(self.isa, precision, &w.view(self.bytes()), x, n, y, scratch);
+        matmul(self.isa, precision, &self.mat(w), x, n, y, scratch);
     }
 
     /// `q, k, v = xn · Wq/Wk/Wvᵀ`.
     pub(crate) fn qkv(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let b = self.bytes();
         let mut ys = [
-            (l.wq.view(b), &mut ws.q[..]),
-            (l.wk.view(b), &mut ws.k[..]),
-            (l.wv.view(b), &mut ws.v[..]),
+            (self.mat(&l.wq), &mut ws.q[..]),
+            (self.mat(&l.wk), &mut ws.k[..]),
+            (self.mat(&l.wv), &mut ws.v[..]),
         ];
         matmul_many(self.isa, self.act.qkv, &mut ys, &ws.xn, n, &mut ws.mm);
     }
 
     /// `gate, up = xn · Wgate/Wupᵀ`.
     pub(crate) fn gate_up(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let b = self.bytes();
         let mut ys = [
-            (l.w_gate.view(b), &mut ws.gate[..]),
-            (l.w_up.view(b), &mut ws.up[..]),
+            (self.mat(&l.w_gate), &mut ws.gate[..]),
+            (self.mat(&l.w_up), &mut ws.up[..]),
         ];
         matmul_many(self.isa, self.act.gate_up, &mut ys, &ws.xn, n, &mut ws.mm);
     }
@@ -519,4 +539,29 @@ impl Model {
         }
         &ws.logits[..m * cfg.vocab]
     }
+}
+
+/// Makes the tiled copies of every layer matrix that has a tile layout, pointing each one's
+/// [`MatRef::tiles`] at its copy, and releases the file pages the copies replace (they are
+/// not read again), so resident memory stays about the file's size.
+fn tile_layers(f: &GgufFile, layers: &mut [Layer]) -> Vec<PackedMatrix> {
+    let mut tiles = Vec::new();
+    for l in layers.iter_mut() {
+        for m in [
+            &mut l.wq,
+            &mut l.wk,
+            &mut l.wv,
+            &mut l.wo,
+            &mut l.w_gate,
+            &mut l.w_up,
+            &mut l.w_down,
+        ] {
+            if let Some(p) = PackedMatrix::pack(&m.view(f.bytes())) {
+                m.tiles = Some(tiles.len());
+                tiles.push(p);
+                f.release(m.offset, m.len);
+            }
+        }
+    }
+    tiles
 }

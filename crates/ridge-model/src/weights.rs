@@ -13,6 +13,8 @@ pub(crate) struct MatRef {
     pub cols: usize,
     pub offset: usize,
     pub len: usize,
+    /// Index of this matrix's tiled copy in [`crate::Model`]'s packed matrices, if it has one.
+    pub tiles: Option<usize>,
 }
 
 impl MatRef {
@@ -24,6 +26,7 @@ impl MatRef {
             rows: self.rows,
             cols: self.cols,
             data: &bytes[self.offset..self.offset + self.len],
+            layout: ridge_kernels::Layout::Rows,
         }
     }
 
@@ -88,6 +91,7 @@ pub(crate) fn matrix(
         cols,
         offset: t.offset,
         len: t.size,
+        tiles: None,
     })
 }
 

@@ -1,0 +1,143 @@
+//! AVX2 products of tiled Q4_1 weights (see `packed`) with `T` activation rows: eight weight
+//! rows per instruction, lane `j` of every vector belonging to row `j`.
+//!
+//! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
+//! products of a 4-bit quant (≤ 15) with an 8-bit activation (|q| ≤ 127), at most 30 480. The
+//! 16-bit activation kernel splits each quant as `256 · hi + lo` and keeps three such sums
+//! (the unsigned low bytes of elements 0..16, of 16..32, the signed high bytes of all), each
+//! below 32 768 in magnitude, then recombines them in 32 bits. A block's integer sum then
+//! meets the rows' scales once: `acc += isum · (d_row · d_act)` and `acc += m_row · (d_act ·
+//! Σq)` — the same operations in the same order for every token, whatever `T`, so an output
+//! does not depend on the batch it was computed in.
+#![cfg(target_arch = "x86_64")]
+
+use crate::act::{ActBlock, ActSplit16};
+use crate::dot_avx2::prefetch_span;
+use crate::packed::Q4_1_TILE;
+use std::arch::x86_64::*;
+
+/// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
+/// group's).
+const PREFETCH_TILES: usize = 4;
+
+/// Four activation bytes (a 32-bit little-endian word at `p`) in every lane.
+#[inline(always)]
+unsafe fn bcast4(p: *const u8) -> __m256i {
+    _mm256_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// The quant nibbles of vector `k` of the tile at `p`: (elements `4k..4k+4`, elements
+/// `16+4k..16+4k+4`) of each row, unsigned bytes.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let v = _mm256_loadu_si256(p.add(32 + 32 * k) as *const __m256i);
+    (
+        _mm256_and_si256(v, mask),
+        _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+    )
+}
+
+/// A block's integer sums and the rows' scales into the accumulator:
+/// `acc + isum · (d · da) + m · (da · Σq)`.
+#[inline(always)]
+unsafe fn scale_in(acc: __m256, isum: __m256i, p: *const u8, da: f32, qsum: i32) -> __m256 {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(m8, _mm256_set1_ps(da * qsum as f32), acc)
+}
+
+/// Eight tiled Q4_1 rows (`nb` tiles from `tiles`) against `T` rows of 8-bit activation
+/// blocks: `out[t][j]` = row `j` · activation row `t`.
+///
+/// # Safety
+/// AVX2/FMA/F16C are available; `tiles` points at `x[t].len()` (the same for every `t`)
+/// consecutive Q4_1 tiles.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_1_tiles_i8<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActBlock]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() {
+        let p = tiles.add(i * Q4_1_TILE);
+        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q4_1_TILE), Q4_1_TILE);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles(p, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
+                let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
+                s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(pl, ph));
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], _mm256_madd_epi16(s[t], ones), p, a.d, a.isum);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// As [`q4_1_tiles_i8`] with 16-bit activation blocks (split into bytes).
+///
+/// # Safety
+/// As [`q4_1_tiles_i8`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_1_tiles_i16<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActSplit16]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() {
+        let p = tiles.add(i * Q4_1_TILE);
+        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q4_1_TILE), Q4_1_TILE);
+        // Per token: low bytes × elements 0..16, low bytes × 16..32, high bytes × all.
+        let mut la = [_mm256_setzero_si256(); T];
+        let mut lb = [_mm256_setzero_si256(); T];
+        let mut h = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = nibbles(p, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                // Unsigned activation bytes × weights 0..16 (as signed bytes) ...
+                la[t] = _mm256_add_epi16(la[t], _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl));
+                lb[t] =
+                    _mm256_add_epi16(lb[t], _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh));
+                // ... and unsigned weights × signed high bytes.
+                let ph = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
+                    _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
+                );
+                h[t] = _mm256_add_epi16(h[t], ph);
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let low = _mm256_add_epi32(
+                _mm256_madd_epi16(la[t], ones),
+                _mm256_madd_epi16(lb[t], ones),
+            );
+            let isum = _mm256_add_epi32(_mm256_slli_epi32(_mm256_madd_epi16(h[t], ones), 8), low);
+            acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
