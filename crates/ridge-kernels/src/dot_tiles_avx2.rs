@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_1 weights (see `packed`) with `T` activation rows: eight weight
+//! AVX2 products of tiled Q4_1 and Q8_0 weights (see `packed`) with `T` activation rows: eight weight
 //! rows per instruction, lane `j` of every vector belonging to row `j`.
 //!
 //! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
@@ -13,7 +13,7 @@
 
 use crate::act::{ActBlock, ActSplit16};
 use crate::dot_avx2::prefetch_span;
-use crate::packed::Q4_1_TILE;
+use crate::packed::{Q4_1_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
@@ -133,6 +133,45 @@ pub(crate) unsafe fn q4_1_tiles_i16<const T: usize>(
             );
             let isum = _mm256_add_epi32(_mm256_slli_epi32(_mm256_madd_epi16(h[t], ones), 8), low);
             acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// Eight tiled Q8_0 rows against `T` rows of 8-bit activation blocks. A `pmaddubsw` pair of
+/// two signed 8-bit products can reach 32 512, so each is widened to 32 bits at once
+/// (`pmaddwd`); the weights' signs move onto the activations as in the row layout.
+///
+/// # Safety
+/// As [`q4_1_tiles_i8`], with Q8_0 tiles.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q8_0_tiles_i8<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActBlock]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() {
+        let p = tiles.add(i * Q8_0_TILE);
+        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q8_0_TILE), Q8_0_TILE);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..8 {
+            let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
+            let aw = _mm256_sign_epi8(w, w);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                let pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(a.add(4 * k)), w));
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(pr, ones));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
         }
     }
     let mut out = [[0f32; 8]; T];

@@ -512,9 +512,9 @@ unsafe fn rows_of_chunk(
     }
 }
 
-/// [`rows_of_chunk`] for a tiled matrix (`r0`, `r1` multiples of [`TILE_ROWS`] or `r1 ==
-/// w.rows`): integer paths on AVX2 run the tile kernels, four tokens per pass over the
-/// chunk's tiles; other paths unpack each row to the stored layout and take [`dot_row`].
+/// [`rows_of_chunk`] for a tiled matrix (`r0`, `r1` multiples of [`TILE_ROWS`]): paths with
+/// a tile kernel on AVX2 run it, four tokens per pass over the chunk's tiles; others unpack
+/// each row to the stored layout and take [`dot_row`].
 ///
 /// # Safety
 /// As [`rows_of_chunk`].
@@ -528,8 +528,14 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
 ) {
     let rows = w.rows;
+    // Tile kernels: Q4_1 with 8- or 16-bit activations, Q8_0 with 8-bit ones.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && a.path != Path::F32 {
+    if isa == Isa::Avx2
+        && matches!(
+            (w.dtype, a.path),
+            (DType::Q4_1, Path::Int8 | Path::Int16) | (DType::Q8_0, Path::Int8)
+        )
+    {
         let mut t = 0;
         while t < n {
             // SAFETY (each arm): AVX2 was detected; t + T <= n; rows r0..r1 are whole tile
@@ -555,10 +561,10 @@ unsafe fn tiled_rows_of_chunk(
     }
 }
 
-/// Tokens `t..t + T` against the tile groups of rows `r0..r1` of a tiled Q4_1 matrix.
+/// Tokens `t..t + T` against the tile groups of rows `r0..r1` of a tiled matrix.
 ///
 /// # Safety
-/// AVX2 was detected; `a.path` is an integer path; `t + T <= n`; `r0..r1` are whole groups
+/// AVX2 was detected; `(w.dtype, a.path)` has a tile kernel; `t + T <= n`; `r0..r1` are whole groups
 /// inside `w`, written by this caller alone; `y` as in [`rows_of_chunk`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn tiles_t<const T: usize>(
@@ -571,10 +577,13 @@ unsafe fn tiles_t<const T: usize>(
 ) {
     use crate::dot_tiles_avx2 as k;
     let nb = w.cols / 32;
-    let group_bytes = nb * packed::Q4_1_TILE;
+    let group_bytes = nb * packed::tile_bytes(w.dtype);
     for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
         let tiles = w.data.as_ptr().add(g * group_bytes);
-        let o = if a.path == Path::Int16 {
+        let o = if w.dtype == DType::Q8_0 {
+            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+            k::q8_0_tiles_i8::<T>(tiles, x)
+        } else if a.path == Path::Int16 {
             let x: [&[ActSplit16]; T] =
                 std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
             k::q4_1_tiles_i16::<T>(tiles, x)

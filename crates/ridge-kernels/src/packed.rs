@@ -12,14 +12,15 @@
 //! scales of the eight rows are one vector: the per-block overhead is paid once per eight rows
 //! instead of once per row, and no horizontal sum is ever needed (lane `j` is output `j`).
 //!
-//! Q4_1 tile (one block of 32 elements for rows `8g..8g+8`, 160 bytes = the eight blocks it
-//! replaces): the eight rows' f16 scales `d`, their f16 minimums `m`, then four 32-byte
-//! vectors `V_k` (k = 0..4) whose lane `j` is row `j`'s quant bytes `4k..4k+4` — each byte's
-//! low nibble is element `4k + i`, its high nibble element `16 + 4k + i`. Tiles are stored
+//! A tile holds one block of 32 elements for rows `8g..8g+8` and has exactly the size of the
+//! eight blocks it replaces: first each f16 field of the block for the eight rows (Q4_1: the
+//! scales `d`, then the minimums `m`; Q8_0: the scales), 16 bytes per field, then the quant
+//! bytes as 32-byte vectors `V_k` whose lane `j` is row `j`'s quant bytes `4k..4k+4` (Q4_1:
+//! four vectors, each byte's low nibble element `4k + i`, its high nibble element
+//! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
-//! The copy is made once at load (the file's bytes are left untouched) and has exactly the
-//! size of what it replaces.
+//! The copy is made once at load (the file's bytes are left untouched).
 
 use crate::{DType, WeightMatrix};
 
@@ -28,6 +29,55 @@ pub const TILE_ROWS: usize = 8;
 
 /// Bytes of one Q4_1 tile.
 pub const Q4_1_TILE: usize = 160;
+
+/// Bytes of one Q8_0 tile.
+pub const Q8_0_TILE: usize = 272;
+
+/// A tiled format's block: f16 fields first (`fields` of them), then its quant bytes.
+#[derive(Clone, Copy)]
+struct Shape {
+    fields: usize,
+    block: usize,
+}
+
+impl Shape {
+    fn of(dtype: DType) -> Option<Shape> {
+        match dtype {
+            DType::Q4_1 => Some(Shape {
+                fields: 2,
+                block: 20,
+            }),
+            DType::Q8_0 => Some(Shape {
+                fields: 1,
+                block: 34,
+            }),
+            _ => None,
+        }
+    }
+
+    fn tile(self) -> usize {
+        TILE_ROWS * self.block
+    }
+
+    /// Moves one row's block between its stored form and its place in a tile (row `j`):
+    /// `to_tile` copies `blk` into `tile`, else `tile` into `blk`.
+    fn shuttle(self, tile: &mut [u8], j: usize, blk: &mut [u8], to_tile: bool) {
+        let mut mv = |t: usize, b: usize, len: usize| {
+            if to_tile {
+                tile[t..t + len].copy_from_slice(&blk[b..b + len]);
+            } else {
+                blk[b..b + len].copy_from_slice(&tile[t..t + len]);
+            }
+        };
+        for f in 0..self.fields {
+            mv(16 * f + 2 * j, 2 * f, 2);
+        }
+        let (head, quants) = (16 * self.fields, self.block - 2 * self.fields);
+        for k in 0..quants / 4 {
+            mv(head + 32 * k + 4 * j, 2 * self.fields + 4 * k, 4);
+        }
+    }
+}
 
 /// 32 bytes, 32-byte aligned: the unit of a packed buffer (tiles start on vector boundaries).
 #[derive(Clone, Copy)]
@@ -55,7 +105,7 @@ impl std::fmt::Debug for PackedMatrix {
 /// True when `w` can be packed: a format with a tile layout and whole groups of rows.
 pub fn packable(w: &WeightMatrix<'_>) -> bool {
     w.layout == crate::matmul::Layout::Rows
-        && w.dtype == DType::Q4_1
+        && Shape::of(w.dtype).is_some()
         && w.rows > 0
         && w.rows.is_multiple_of(TILE_ROWS)
 }
@@ -66,22 +116,20 @@ impl PackedMatrix {
         if !packable(w) {
             return None;
         }
+        let shape = Shape::of(w.dtype)?;
         let bytes = w.data.len();
         let mut buf = vec![Chunk([0; 32]); bytes.div_ceil(32)];
         // SAFETY: `buf` owns at least `bytes` initialised bytes; Chunk is plain bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, bytes) };
         let nb = w.cols / 32;
+        let (tb, bb) = (shape.tile(), shape.block);
+        let mut blk = vec![0u8; bb];
         for g in 0..w.rows / TILE_ROWS {
             for b in 0..nb {
-                let tile = &mut out[(g * nb + b) * Q4_1_TILE..][..Q4_1_TILE];
+                let tile = &mut out[(g * nb + b) * tb..][..tb];
                 for j in 0..TILE_ROWS {
-                    let blk = &w.row(g * TILE_ROWS + j)[b * 20..][..20];
-                    tile[2 * j..2 * j + 2].copy_from_slice(&blk[0..2]);
-                    tile[16 + 2 * j..18 + 2 * j].copy_from_slice(&blk[2..4]);
-                    for k in 0..4 {
-                        let at = 32 + 32 * k + 4 * j;
-                        tile[at..at + 4].copy_from_slice(&blk[4 + 4 * k..8 + 4 * k]);
-                    }
+                    blk.copy_from_slice(&w.row(g * TILE_ROWS + j)[b * bb..][..bb]);
+                    shape.shuttle(tile, j, &mut blk, true);
                 }
             }
         }
@@ -116,17 +164,19 @@ impl PackedMatrix {
 /// Row `r` of a tiled matrix back in the stored layout, into `out` (`row_bytes(cols)` bytes):
 /// the scalar path and the f32-activation path read rows this way.
 pub(crate) fn unpack_row(w: &WeightMatrix<'_>, r: usize, out: &mut [u8]) {
-    debug_assert_eq!(w.dtype, DType::Q4_1);
-    let nb = w.cols / 32;
+    let Some(shape) = Shape::of(w.dtype) else {
+        unreachable!("only tiled formats are packed")
+    };
+    let (tb, bb, nb) = (shape.tile(), shape.block, w.cols / 32);
     let (g, j) = (r / TILE_ROWS, r % TILE_ROWS);
+    let mut tile = vec![0u8; tb];
     for b in 0..nb {
-        let tile = &w.data[(g * nb + b) * Q4_1_TILE..][..Q4_1_TILE];
-        let blk = &mut out[b * 20..][..20];
-        blk[0..2].copy_from_slice(&tile[2 * j..2 * j + 2]);
-        blk[2..4].copy_from_slice(&tile[16 + 2 * j..18 + 2 * j]);
-        for k in 0..4 {
-            let at = 32 + 32 * k + 4 * j;
-            blk[4 + 4 * k..8 + 4 * k].copy_from_slice(&tile[at..at + 4]);
-        }
+        tile.copy_from_slice(&w.data[(g * nb + b) * tb..][..tb]);
+        shape.shuttle(&mut tile, j, &mut out[b * bb..][..bb], false);
     }
+}
+
+/// Bytes of one tile of `dtype` (0 for formats without tiles).
+pub(crate) fn tile_bytes(dtype: DType) -> usize {
+    Shape::of(dtype).map_or(0, Shape::tile)
 }

@@ -229,16 +229,19 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_1 matrices packed into tiles of eight rows: every path (the tile kernels for
-/// 8- and 16-bit activations, the unpacking fallback for f32 and the scalar ISA) against the
+/// Random Q4_1 and Q8_0 matrices packed into tiles of eight rows: every path (the tile
+/// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
 /// (1..=9 takes every token-group kernel, chunk boundaries included).
 #[test]
 fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
-    let dtype = DType::Q4_1;
-    for &(rows, cols) in &[(8, 32), (40, 576), (64, 96), (272, 1536)] {
+    let shapes = [(8, 32), (40, 576), (64, 96), (272, 1536)];
+    for (dtype, (rows, cols)) in [DType::Q4_1, DType::Q8_0]
+        .into_iter()
+        .flat_map(|d| shapes.map(|s| (d, s)))
+    {
         let wf = randv(&mut rng, rows * cols);
         let w: Vec<u8> = wf
             .chunks(cols)
@@ -265,7 +268,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                 let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
                 assert!(
                     (a as f64 - b).abs() < tol,
-                    "tiles {isa:?} {prec:?} {rows}x{cols} elem {i}: {a} vs {b}"
+                    "tiles {dtype:?} {isa:?} {prec:?} {rows}x{cols} elem {i}: {a} vs {b}"
                 );
             }
             if isa == Isa::Scalar {
@@ -279,7 +282,10 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                     &mut y,
                     &mut MatmulScratch::default(),
                 );
-                assert_eq!(all, y, "scalar tiles vs rows {prec:?} {rows}x{cols}");
+                assert_eq!(
+                    all, y,
+                    "scalar tiles vs rows {dtype:?} {prec:?} {rows}x{cols}"
+                );
             }
             for m in 1..n {
                 let mut some = vec![0f32; m * rows];
@@ -296,16 +302,18 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                 assert_eq!(
                     &all[(n - m) * rows..],
                     &some[..],
-                    "tiles {isa:?} {prec:?} {rows}x{cols}: last {m} rows alone"
+                    "tiles {dtype:?} {isa:?} {prec:?} {rows}x{cols}: last {m} rows alone"
                 );
             }
         }
     }
-    let odd = WeightMatrix::new(dtype, 12, 32, &[0u8; 12 * 20]).unwrap();
+    let odd = WeightMatrix::new(DType::Q4_1, 12, 32, &[0u8; 12 * 20]).unwrap();
     assert!(
         PackedMatrix::pack(&odd).is_none(),
         "12 rows are not whole tiles"
     );
+    let k = WeightMatrix::new(DType::Q4_K, 8, 256, &[0u8; 8 * 144]).unwrap();
+    assert!(PackedMatrix::pack(&k).is_none(), "Q4_K has no tile layout");
 }
 
 #[test]

@@ -147,8 +147,9 @@ impl Model {
         let output_norm = vector(f, "output_norm.weight", d)?;
         let act = ActPlan::new(ActPolicy::default(), cfg.arch);
         let isa = Isa::detect();
+        let mut output = output;
         let tiles = if isa == Isa::Avx2 {
-            tile_layers(f, &mut layers)
+            tile_matrices(f, &mut layers, &mut output)
         } else {
             Vec::new()
         };
@@ -541,11 +542,21 @@ impl Model {
     }
 }
 
-/// Makes the tiled copies of every layer matrix that has a tile layout, pointing each one's
-/// [`MatRef::tiles`] at its copy, and releases the file pages the copies replace (they are
-/// not read again), so resident memory stays about the file's size.
-fn tile_layers(f: &GgufFile, layers: &mut [Layer]) -> Vec<PackedMatrix> {
+/// Makes the tiled copies of every layer matrix and of the output head where the format has a
+/// tile layout, pointing each one's [`MatRef::tiles`] at its copy, and releases the file
+/// pages the copies replace, so resident memory stays about the file's size. (A head tied to
+/// the embeddings keeps its file bytes for the embedding lookups, which fault back in only
+/// the rows of the tokens they read.)
+fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
+    let mut one = |m: &mut MatRef| {
+        if let Some(p) = PackedMatrix::pack(&m.view(f.bytes())) {
+            m.tiles = Some(tiles.len());
+            tiles.push(p);
+            f.release(m.offset, m.len);
+        }
+    };
+    one(output);
     for l in layers.iter_mut() {
         for m in [
             &mut l.wq,
@@ -556,11 +567,7 @@ fn tile_layers(f: &GgufFile, layers: &mut [Layer]) -> Vec<PackedMatrix> {
             &mut l.w_up,
             &mut l.w_down,
         ] {
-            if let Some(p) = PackedMatrix::pack(&m.view(f.bytes())) {
-                m.tiles = Some(tiles.len());
-                tiles.push(p);
-                f.release(m.offset, m.len);
-            }
+            one(m);
         }
     }
     tiles
