@@ -667,6 +667,12 @@ pub(crate) unsafe fn attend_group(
     }
 }
 
+/// Positions ahead that the attention loops prefetch K/V rows: a sequence's rows are spread
+/// over its blocks (and a head's part of a row is a fraction of it), which the hardware
+/// prefetchers follow poorly; with batched decode the cache no longer fits in the caches and
+/// the loops waited on memory for most of their time (measured: 27% of a 16-sequence step).
+const ATTN_PREFETCH: usize = 8;
+
 /// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
 /// element `slot · kv_dim + off` of `kp` (keys) and `vp` (values).
 struct Rows16<'t> {
@@ -709,6 +715,9 @@ unsafe fn attend_f16<const GS: usize>(
     let qp = q.as_ptr();
     for j in 0..len {
         let r = rows.row(j);
+        if j + ATTN_PREFETCH < len {
+            prefetch_span(rows.kp.add(2 * rows.row(j + ATTN_PREFETCH)), 2 * hd);
+        }
         let mut acc = [_mm256_setzero_ps(); GS];
         for c in (0..hd).step_by(8) {
             let k8 = _mm256_cvtph_ps(_mm_loadu_si128(rows.kp.add(2 * (r + c)) as *const __m128i));
@@ -747,6 +756,9 @@ unsafe fn attend_values<const GS: usize, const CW: usize>(
         let mut acc = [[_mm256_setzero_ps(); CW]; GS];
         for j in 0..len {
             let vr = rows.vp.add(2 * (rows.row(j) + c));
+            if j + ATTN_PREFETCH < len {
+                prefetch_span(rows.vp.add(2 * (rows.row(j + ATTN_PREFETCH) + c)), 16 * CW);
+            }
             let mut v8 = [_mm256_setzero_ps(); CW];
             for w in 0..CW {
                 v8[w] = _mm256_cvtph_ps(_mm_loadu_si128(vr.add(16 * w) as *const __m128i));
@@ -796,8 +808,12 @@ unsafe fn attend_group_q8(
     let row_bytes = kv.kv_dim / 32 * BB;
     let head_off = group * hd / 32 * BB;
     let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * row_bytes + head_off;
+    let head_bytes = hd / 32 * BB;
     for j in 0..len {
         let r = kp.add(row_of(first + j));
+        if j + ATTN_PREFETCH < len {
+            prefetch_span(kp.add(row_of(first + j + ATTN_PREFETCH)), head_bytes);
+        }
         let mut acc = [_mm256_setzero_ps(); MAXG];
         for b in 0..hd / 32 {
             let blk = r.add(b * BB);
@@ -824,6 +840,9 @@ unsafe fn attend_group_q8(
     let op = out.as_mut_ptr();
     for j in 0..len {
         let r = vp.add(row_of(first + j));
+        if j + ATTN_PREFETCH < len {
+            prefetch_span(vp.add(row_of(first + j + ATTN_PREFETCH)), head_bytes);
+        }
         for b in 0..hd / 32 {
             let blk = r.add(b * BB);
             let d = _mm256_set1_ps(
