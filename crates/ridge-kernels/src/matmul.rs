@@ -312,8 +312,8 @@ unsafe fn tokens_t<const T: usize, const R: usize>(
     r0: usize,
     r1: usize,
     y: SharedMut<f32>,
+    rows: usize,
 ) {
-    let rows = w.rows;
     let stride = w.dtype.row_bytes(w.cols);
     let at: [Acts<'_>; T] = std::array::from_fn(|j| a.row(t + j));
     let mut r = r0;
@@ -458,15 +458,16 @@ pub fn matmul_many(
         // SAFETY: chunks partition each matrix's rows and each matrix has its own output, so
         // this task alone writes rows r0..r1 of y (n · w.rows floats, asserted above), which
         // outlives parallel_for.
-        unsafe { rows_of_chunk(isa, w, &a, n, r0, r1, *yp) };
+        unsafe { rows_of_chunk(isa, w, &a, n, r0, r1, *yp, w.rows) };
     });
 }
 
-/// Rows `r0..r1` of `w` for all `n` activation rows, into `y` (row-major `n × w.rows`).
+/// Rows `r0..r1` of `w` for all `n` activation rows, into `y` (row-major, `rows` floats per
+/// activation row: output `(t, r)` at `t · rows + r`).
 ///
 /// # Safety
-/// `a` holds `n` activation rows in `w`'s path; `r1 <= w.rows`; `y` points at `n · w.rows`
-/// floats whose rows `r0..r1` no other thread writes meanwhile.
+/// `a` holds `n` activation rows in `w`'s path; `r1 <= w.rows <= rows`; `y` points at `n ·
+/// rows` floats whose columns `r0..r1` no other thread writes meanwhile.
 unsafe fn rows_of_chunk(
     isa: Isa,
     w: &WeightMatrix<'_>,
@@ -475,11 +476,11 @@ unsafe fn rows_of_chunk(
     r0: usize,
     r1: usize,
     yp: SharedMut<f32>,
+    rows: usize,
 ) {
     if w.layout == Layout::Tiles8 {
-        return tiled_rows_of_chunk(isa, w, a, n, r0, r1, yp);
+        return tiled_rows_of_chunk(isa, w, a, n, r0, r1, yp, rows);
     }
-    let rows = w.rows;
     let mut t = 0;
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && w.dtype.is_quantized() {
@@ -488,15 +489,15 @@ unsafe fn rows_of_chunk(
         while t + 4 <= n {
             // SAFETY: Isa::Avx2 was detected and the format is quantized; t + 4 <= n; rows
             // r0..r1 lie inside w and belong to this caller (function contract).
-            tokens_t::<4, 2>(w, a, t, r0, r1, yp);
+            tokens_t::<4, 2>(w, a, t, r0, r1, yp, rows);
             t += 4;
         }
         // The rest in one pass too (a verification step of 3, 6 or 7 tokens is common).
         match n - t {
             // SAFETY (each arm): as above with t + 3, t + 2 or t + 1 == n.
-            3 => tokens_t::<3, 2>(w, a, t, r0, r1, yp),
-            2 => tokens_t::<2, 4>(w, a, t, r0, r1, yp),
-            1 => tokens_t::<1, 4>(w, a, t, r0, r1, yp),
+            3 => tokens_t::<3, 2>(w, a, t, r0, r1, yp, rows),
+            2 => tokens_t::<2, 4>(w, a, t, r0, r1, yp, rows),
+            1 => tokens_t::<1, 4>(w, a, t, r0, r1, yp, rows),
             _ => {}
         }
         t = n;
@@ -514,10 +515,11 @@ unsafe fn rows_of_chunk(
 
 /// [`rows_of_chunk`] for a tiled matrix (`r0`, `r1` multiples of [`TILE_ROWS`]): paths with
 /// a tile kernel on AVX2 run it, four tokens per pass over the chunk's tiles; others unpack
-/// each row to the stored layout and take [`dot_row`].
+/// the chunk's rows to the stored layout and take the row kernels.
 ///
 /// # Safety
 /// As [`rows_of_chunk`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn tiled_rows_of_chunk(
     isa: Isa,
     w: &WeightMatrix<'_>,
@@ -526,8 +528,8 @@ unsafe fn tiled_rows_of_chunk(
     r0: usize,
     r1: usize,
     yp: SharedMut<f32>,
+    rows: usize,
 ) {
-    let rows = w.rows;
     // Tile kernels: Q4_1 with 8- or 16-bit activations, Q8_0 with 8-bit ones.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2
@@ -541,24 +543,40 @@ unsafe fn tiled_rows_of_chunk(
             // SAFETY (each arm): AVX2 was detected; t + T <= n; rows r0..r1 are whole tile
             // groups of w owned by this caller.
             match n - t {
-                1 => tiles_t::<1>(w, a, t, r0, r1, yp),
-                2 => tiles_t::<2>(w, a, t, r0, r1, yp),
-                3 => tiles_t::<3>(w, a, t, r0, r1, yp),
-                _ => tiles_t::<4>(w, a, t, r0, r1, yp),
+                1 => tiles_t::<1>(w, a, t, r0, r1, yp, rows),
+                2 => tiles_t::<2>(w, a, t, r0, r1, yp, rows),
+                3 => tiles_t::<3>(w, a, t, r0, r1, yp, rows),
+                _ => tiles_t::<4>(w, a, t, r0, r1, yp, rows),
             }
             t += (n - t).min(4);
         }
         return;
     }
-    let mut row = vec![0u8; w.dtype.row_bytes(w.cols)];
-    for r in r0..r1 {
-        packed::unpack_row(w, r, &mut row);
-        for t in 0..n {
-            let v = dot_row(isa, w.dtype, a.path, &row, a.row(t));
-            // SAFETY: t < n and r < rows; this caller owns rows r0..r1 (function contract).
-            *yp.ptr().add(t * rows + r) = v;
-        }
+    // The chunk's rows back in the stored layout, as a matrix of their own whose row 0 is
+    // row r0 (outputs shifted by r0 columns).
+    let rb = w.dtype.row_bytes(w.cols);
+    let mut data = vec![0u8; (r1 - r0) * rb];
+    for (r, row) in (r0..r1).zip(data.chunks_exact_mut(rb)) {
+        packed::unpack_row(w, r, row);
     }
+    let plain = WeightMatrix {
+        rows: r1 - r0,
+        data: &data,
+        layout: Layout::Rows,
+        ..*w
+    };
+    // SAFETY: the plain matrix's rows 0..r1-r0 are rows r0..r1 of w, whose outputs this
+    // caller owns (contract), at columns r0.. of y: the shifted pointer stays inside y.
+    rows_of_chunk(
+        isa,
+        &plain,
+        a,
+        n,
+        0,
+        r1 - r0,
+        SharedMut(yp.ptr().add(r0)),
+        rows,
+    );
 }
 
 /// Tokens `t..t + T` against the tile groups of rows `r0..r1` of a tiled matrix.
@@ -574,6 +592,7 @@ unsafe fn tiles_t<const T: usize>(
     r0: usize,
     r1: usize,
     y: SharedMut<f32>,
+    rows: usize,
 ) {
     use crate::dot_tiles_avx2 as k;
     let nb = w.cols / 32;
@@ -592,7 +611,7 @@ unsafe fn tiles_t<const T: usize>(
             k::q4_1_tiles_i8::<T>(tiles, x)
         };
         for (j, oj) in o.iter().enumerate() {
-            let dst = y.ptr().add((t + j) * w.rows + g * TILE_ROWS);
+            let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
             std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
         }
     }

@@ -58,10 +58,11 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
     }
 }
 
-/// `gate = silu(gate) · up` (SwiGLU), element-wise.
+/// `gate = silu(gate) · up` (SwiGLU), element-wise, with [`exp_approx`] so the loop
+/// vectorises (the library `expf` was 3% of a batched decode step, on one thread).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+        *g = *g / (1.0 + exp_approx(-*g)) * u;
     }
 }
 
