@@ -468,6 +468,7 @@ pub fn matmul_many(
 /// # Safety
 /// `a` holds `n` activation rows in `w`'s path; `r1 <= w.rows <= rows`; `y` points at `n ·
 /// rows` floats whose columns `r0..r1` no other thread writes meanwhile.
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_of_chunk(
     isa: Isa,
     w: &WeightMatrix<'_>,
