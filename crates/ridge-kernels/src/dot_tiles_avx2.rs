@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_1 and Q8_0 weights (see `packed`) with `T` activation rows: eight weight
+//! AVX2 products of tiled Q4_1, Q5_0 and Q8_0 weights (see `packed`) with `T` activation rows: eight weight
 //! rows per instruction, lane `j` of every vector belonging to row `j`.
 //!
 //! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
@@ -13,7 +13,7 @@
 
 use crate::act::{ActBlock, ActSplit16};
 use crate::dot_avx2::prefetch_span;
-use crate::packed::{Q4_1_TILE, Q8_0_TILE};
+use crate::packed::{Q4_1_TILE, Q5_0_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
@@ -179,4 +179,70 @@ pub(crate) unsafe fn q8_0_tiles_i8<const T: usize>(
         _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }
     out
+}
+
+/// Eight tiled Q5_0 rows against `T` rows of 8-bit activation blocks: the Q4_1 kernel's
+/// nibbles with each row's fifth bits ORed in (one shift and mask per vector, see
+/// `packed::spread_high_bits`), quants 0..32 whose 16-bit sums are widened every two vectors
+/// (four products of at most 31 · 127 per lane and vector pair stay below 32 768), and the
+/// offset of 16 folded in as `−16 · d · (d_act · Σq)`.
+///
+/// # Safety
+/// As [`q4_1_tiles_i8`], with Q5_0 tiles.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_0_tiles_i8<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActBlock]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() {
+        let p = tiles.add(i * Q5_0_TILE);
+        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q5_0_TILE), Q5_0_TILE);
+        let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
+        let mut s = [_mm256_setzero_si256(); T];
+        for pair in 0..2 {
+            let mut s16 = [_mm256_setzero_si256(); T];
+            for k in 2 * pair..2 * pair + 2 {
+                let (lo, hi) = nibbles(p.add(16), k);
+                let lo = _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4));
+                let hi = _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4));
+                for t in 0..T {
+                    let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                    let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
+                    let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pl, ph));
+                }
+            }
+            for t in 0..T {
+                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], ones));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let da = _mm256_set1_ps(a.d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
+            let off = _mm256_set1_ps(-16.0 * (a.d * a.isum as f32));
+            acc[t] = _mm256_fmadd_ps(d8, off, acc[t]);
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// 16-bit lanes of `v` shifted left by `n` (0..=4) bits.
+#[inline(always)]
+unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
+    _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// 16-bit lanes of `v` shifted right (logically) by `n` (0..=3) bits.
+#[inline(always)]
+unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
+    _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
 }

@@ -531,12 +531,12 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
     rows: usize,
 ) {
-    // Tile kernels: Q4_1 with 8- or 16-bit activations, Q8_0 with 8-bit ones.
+    // Tile kernels: Q4_1 with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit ones.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2
         && matches!(
             (w.dtype, a.path),
-            (DType::Q4_1, Path::Int8 | Path::Int16) | (DType::Q8_0, Path::Int8)
+            (DType::Q4_1, Path::Int8 | Path::Int16) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
         )
     {
         let mut t = 0;
@@ -603,6 +603,9 @@ unsafe fn tiles_t<const T: usize>(
         let o = if w.dtype == DType::Q8_0 {
             let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
             k::q8_0_tiles_i8::<T>(tiles, x)
+        } else if w.dtype == DType::Q5_0 {
+            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+            k::q5_0_tiles_i8::<T>(tiles, x)
         } else if a.path == Path::Int16 {
             let x: [&[ActSplit16]; T] =
                 std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);

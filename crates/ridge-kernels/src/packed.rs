@@ -17,7 +17,9 @@
 //! scales `d`, then the minimums `m`; Q8_0: the scales), 16 bytes per field, then the quant
 //! bytes as 32-byte vectors `V_k` whose lane `j` is row `j`'s quant bytes `4k..4k+4` (Q4_1:
 //! four vectors, each byte's low nibble element `4k + i`, its high nibble element
-//! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`). Tiles are stored
+//! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`; Q5_0: its scales,
+//! then its fifth bits for the eight rows arranged like the nibbles (see
+//! [`spread_high_bits`]), then four nibble vectors as Q4_1's). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
@@ -33,10 +35,15 @@ pub const Q4_1_TILE: usize = 160;
 /// Bytes of one Q8_0 tile.
 pub const Q8_0_TILE: usize = 272;
 
-/// A tiled format's block: f16 fields first (`fields` of them), then its quant bytes.
+/// Bytes of one Q5_0 tile.
+pub const Q5_0_TILE: usize = 176;
+
+/// A tiled format's block: f16 fields first (`fields` of them), for Q5_0 the 32 fifth bits
+/// (`high_bits`), then its quant bytes.
 #[derive(Clone, Copy)]
 struct Shape {
     fields: usize,
+    high_bits: bool,
     block: usize,
 }
 
@@ -45,11 +52,18 @@ impl Shape {
         match dtype {
             DType::Q4_1 => Some(Shape {
                 fields: 2,
+                high_bits: false,
                 block: 20,
             }),
             DType::Q8_0 => Some(Shape {
                 fields: 1,
+                high_bits: false,
                 block: 34,
+            }),
+            DType::Q5_0 => Some(Shape {
+                fields: 1,
+                high_bits: true,
+                block: 22,
             }),
             _ => None,
         }
@@ -62,7 +76,7 @@ impl Shape {
     /// Moves one row's block between its stored form and its place in a tile (row `j`):
     /// `to_tile` copies `blk` into `tile`, else `tile` into `blk`.
     fn shuttle(self, tile: &mut [u8], j: usize, blk: &mut [u8], to_tile: bool) {
-        let mut mv = |t: usize, b: usize, len: usize| {
+        let mv = |tile: &mut [u8], blk: &mut [u8], t: usize, b: usize, len: usize| {
             if to_tile {
                 tile[t..t + len].copy_from_slice(&blk[b..b + len]);
             } else {
@@ -70,11 +84,23 @@ impl Shape {
             }
         };
         for f in 0..self.fields {
-            mv(16 * f + 2 * j, 2 * f, 2);
+            mv(tile, blk, 16 * f + 2 * j, 2 * f, 2);
         }
-        let (head, quants) = (16 * self.fields, self.block - 2 * self.fields);
-        for k in 0..quants / 4 {
-            mv(head + 32 * k + 4 * j, 2 * self.fields + 4 * k, 4);
+        let (mut head, mut src) = (16 * self.fields, 2 * self.fields);
+        if self.high_bits {
+            let (h, b) = (&mut tile[head + 4 * j..][..4], &mut blk[src..][..4]);
+            if to_tile {
+                h.copy_from_slice(&spread_high_bits(u32::from_le_bytes([
+                    b[0], b[1], b[2], b[3],
+                ])));
+            } else {
+                b.copy_from_slice(&gather_high_bits([h[0], h[1], h[2], h[3]]).to_le_bytes());
+            }
+            head += 32;
+            src += 4;
+        }
+        for k in 0..(self.block - src) / 4 {
+            mv(tile, blk, head + 32 * k + 4 * j, src + 4 * k, 4);
         }
     }
 }
@@ -83,6 +109,33 @@ impl Shape {
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 struct Chunk([u8; 32]);
+
+/// A Q5_0 block's fifth bits (bit `e` of `qh` belongs to element `e`) arranged like its
+/// quant bytes in the tile: byte `i` holds in bit `k` the bit of element `4k + i` (the low
+/// nibble of byte `i` of vector `V_k`) and in bit `4 + k` that of element `16 + 4k + i` (its
+/// high nibble), so a kernel moves them into place with one shift and mask per vector.
+fn spread_high_bits(qh: u32) -> [u8; 4] {
+    let mut out = [0u8; 4];
+    for (i, o) in out.iter_mut().enumerate() {
+        for k in 0..4 {
+            *o |= (((qh >> (4 * k + i)) & 1) as u8) << k;
+            *o |= (((qh >> (16 + 4 * k + i)) & 1) as u8) << (4 + k);
+        }
+    }
+    out
+}
+
+/// The inverse of [`spread_high_bits`].
+fn gather_high_bits(h: [u8; 4]) -> u32 {
+    let mut qh = 0u32;
+    for (i, &b) in h.iter().enumerate() {
+        for k in 0..4 {
+            qh |= (((b >> k) & 1) as u32) << (4 * k + i);
+            qh |= (((b >> (4 + k)) & 1) as u32) << (16 + 4 * k + i);
+        }
+    }
+    qh
+}
 
 /// A weight matrix in the tiled layout, owning its bytes.
 pub struct PackedMatrix {

@@ -229,7 +229,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_1 and Q8_0 matrices packed into tiles of eight rows: every path (the tile
+/// Random Q4_1, Q5_0 and Q8_0 matrices packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
@@ -238,7 +238,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
 fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
     let shapes = [(8, 32), (40, 576), (64, 96), (272, 1536)];
-    for (dtype, (rows, cols)) in [DType::Q4_1, DType::Q8_0]
+    for (dtype, (rows, cols)) in [DType::Q4_1, DType::Q5_0, DType::Q8_0]
         .into_iter()
         .flat_map(|d| shapes.map(|s| (d, s)))
     {
