@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_1, Q5_0 and Q8_0 weights (see `packed`) with `T` activation rows: eight weight
+//! AVX2 products of tiled Q4_1, Q5_0, Q8_0 and Q4_K weights (see `packed`) with `T` activation rows: eight weight
 //! rows per instruction, lane `j` of every vector belonging to row `j`.
 //!
 //! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
@@ -10,10 +10,12 @@
 //! Σq)` — the same operations in the same order for every token, whatever `T`, so an output
 //! does not depend on the batch it was computed in.
 #![cfg(target_arch = "x86_64")]
+// Token index `t` and sub-block `h` address accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
 use crate::dot_avx2::prefetch_span;
-use crate::packed::{Q4_1_TILE, Q5_0_TILE, Q8_0_TILE};
+use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
@@ -245,4 +247,127 @@ unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
 #[inline(always)]
 unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
     _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// Eight tiled Q4_K rows against `T` rows of 8-bit activation blocks (one per 32-element
+/// sub-block). Per super-block and pair of sub-blocks, eight nibble vectors feed two 16-bit
+/// sums per token (16 products of at most 15 · 127 per lane); each sub-block's sum then meets
+/// the rows' scales, `d · sc` and `dmin · m`, converted once per tile for all tokens.
+///
+/// # Safety
+/// As [`q4_1_tiles_i8`], with Q4_K tiles (`x[t].len()` a multiple of 8).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_tiles_i8<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActBlock]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for sb in 0..x[0].len() / 8 {
+        let p = tiles.add(sb * Q4_K_TILE);
+        prefetch_span(p.wrapping_add(Q4_K_TILE), Q4_K_TILE);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for pair in 0..4 {
+            let mut s16 = [[_mm256_setzero_si256(); 2]; T];
+            for k in 0..8 {
+                let (lo, hi) = nibbles(p.add(128 + 256 * pair), k);
+                for t in 0..T {
+                    let a0 = x[t].get_unchecked(8 * sb + 2 * pair).qs.as_ptr() as *const u8;
+                    let a1 = x[t].get_unchecked(8 * sb + 2 * pair + 1).qs.as_ptr() as *const u8;
+                    let p0 = _mm256_maddubs_epi16(lo, bcast4(a0.add(4 * k)));
+                    let p1 = _mm256_maddubs_epi16(hi, bcast4(a1.add(4 * k)));
+                    s16[t][0] = _mm256_add_epi16(s16[t][0], p0);
+                    s16[t][1] = _mm256_add_epi16(s16[t][1], p1);
+                }
+            }
+            for h in 0..2 {
+                let s = 2 * pair + h;
+                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
+                let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
+                let dsc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc));
+                let dm = _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m));
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t][h], ones));
+                    acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
+                    let off = _mm256_set1_ps(-(a.d * a.isum as f32));
+                    acc[t] = _mm256_fmadd_ps(dm, off, acc[t]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// As [`q4_k_tiles_i8`] with 16-bit activation blocks split into bytes (see
+/// [`q4_1_tiles_i16`]): per sub-block the unsigned low bytes are summed four vectors at a time
+/// (at most 4 · 2 · 255 · 15 = 30 600 per lane) and the signed high bytes over all eight.
+///
+/// # Safety
+/// As [`q4_k_tiles_i8`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_tiles_i16<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActSplit16]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for sb in 0..x[0].len() / 8 {
+        let p = tiles.add(sb * Q4_K_TILE);
+        prefetch_span(p.wrapping_add(Q4_K_TILE), Q4_K_TILE);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for pair in 0..4 {
+            // Per token and sub-block of the pair: low bytes (32-bit), high bytes (16-bit).
+            let mut low = [[_mm256_setzero_si256(); 2]; T];
+            let mut high = [[_mm256_setzero_si256(); 2]; T];
+            for half in 0..2 {
+                let mut l16 = [[_mm256_setzero_si256(); 2]; T];
+                for k in 4 * half..4 * half + 4 {
+                    let w = nibbles(p.add(128 + 256 * pair), k);
+                    let w = [w.0, w.1];
+                    for t in 0..T {
+                        for h in 0..2 {
+                            let a = x[t].get_unchecked(8 * sb + 2 * pair + h);
+                            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                            let pl = _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), w[h]);
+                            let ph = _mm256_maddubs_epi16(w[h], bcast4(hi.add(4 * k)));
+                            l16[t][h] = _mm256_add_epi16(l16[t][h], pl);
+                            high[t][h] = _mm256_add_epi16(high[t][h], ph);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    for h in 0..2 {
+                        low[t][h] = _mm256_add_epi32(low[t][h], _mm256_madd_epi16(l16[t][h], ones));
+                    }
+                }
+            }
+            for h in 0..2 {
+                let s = 2 * pair + h;
+                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
+                let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
+                let dsc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc));
+                let dm = _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m));
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    let hs = _mm256_slli_epi32(_mm256_madd_epi16(high[t][h], ones), 8);
+                    let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(hs, low[t][h]));
+                    acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
+                    let off = _mm256_set1_ps(-(a.d * a.isum as f32));
+                    acc[t] = _mm256_fmadd_ps(dm, off, acc[t]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
 }

@@ -44,7 +44,7 @@ pub(crate) fn scales_mins(s: &[u8]) -> (u64, u64) {
 }
 
 /// The inverse of [`scales_mins`]: packs eight 6-bit scales and minimums into 12 bytes.
-fn pack_scales_mins(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+pub(crate) fn pack_scales_mins(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     let mut s = [0u8; 12];
     for j in 0..4 {
         s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);

@@ -531,12 +531,13 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
     rows: usize,
 ) {
-    // Tile kernels: Q4_1 with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit ones.
+    // Tile kernels: Q4_1 and Q4_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2
         && matches!(
             (w.dtype, a.path),
-            (DType::Q4_1, Path::Int8 | Path::Int16) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
+            (DType::Q4_1 | DType::Q4_K, Path::Int8 | Path::Int16)
+                | (DType::Q8_0 | DType::Q5_0, Path::Int8)
         )
     {
         let mut t = 0;
@@ -597,7 +598,7 @@ unsafe fn tiles_t<const T: usize>(
 ) {
     use crate::dot_tiles_avx2 as k;
     let nb = w.cols / 32;
-    let group_bytes = nb * packed::tile_bytes(w.dtype);
+    let group_bytes = w.cols / w.dtype.block_size() * packed::tile_bytes(w.dtype);
     for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
         let tiles = w.data.as_ptr().add(g * group_bytes);
         let o = if w.dtype == DType::Q8_0 {
@@ -606,6 +607,15 @@ unsafe fn tiles_t<const T: usize>(
         } else if w.dtype == DType::Q5_0 {
             let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
             k::q5_0_tiles_i8::<T>(tiles, x)
+        } else if w.dtype == DType::Q4_K {
+            if a.path == Path::Int16 {
+                let x: [&[ActSplit16]; T] =
+                    std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
+                k::q4_k_tiles_i16::<T>(tiles, x)
+            } else {
+                let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+                k::q4_k_tiles_i8::<T>(tiles, x)
+            }
         } else if a.path == Path::Int16 {
             let x: [&[ActSplit16]; T] =
                 std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);

@@ -229,7 +229,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_1, Q5_0 and Q8_0 matrices packed into tiles of eight rows: every path (the tile
+/// Random Q4_1, Q5_0, Q8_0 and Q4_K matrices packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
@@ -237,8 +237,8 @@ fn batch_rows_are_bitwise_independent_of_batch() {
 #[test]
 fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
-    let shapes = [(8, 32), (40, 576), (64, 96), (272, 1536)];
-    for (dtype, (rows, cols)) in [DType::Q4_1, DType::Q5_0, DType::Q8_0]
+    let shapes = [(8, 256), (40, 768), (64, 512), (272, 1536)];
+    for (dtype, (rows, cols)) in [DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K]
         .into_iter()
         .flat_map(|d| shapes.map(|s| (d, s)))
     {
@@ -312,8 +312,8 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         PackedMatrix::pack(&odd).is_none(),
         "12 rows are not whole tiles"
     );
-    let k = WeightMatrix::new(DType::Q4_K, 8, 256, &[0u8; 8 * 144]).unwrap();
-    assert!(PackedMatrix::pack(&k).is_none(), "Q4_K has no tile layout");
+    let k = WeightMatrix::new(DType::Q6_K, 8, 256, &[0u8; 8 * 210]).unwrap();
+    assert!(PackedMatrix::pack(&k).is_none(), "Q6_K has no tile layout");
 }
 
 #[test]
