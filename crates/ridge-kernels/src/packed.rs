@@ -218,31 +218,51 @@ pub fn packable(w: &WeightMatrix<'_>) -> bool {
 impl PackedMatrix {
     /// Repacks `w`; `None` if it is not [`packable`].
     pub fn pack(w: &WeightMatrix<'_>) -> Option<PackedMatrix> {
+        Self::pack_with(w, |_, _| {})
+    }
+
+    /// [`PackedMatrix::pack`], calling `done(r0, r1)` after rows `r0..r1` of `w` have been
+    /// copied (in slabs of a few MB, in order), so a caller can release the source pages as it
+    /// goes instead of holding both copies of a large matrix at once.
+    pub fn pack_with(
+        w: &WeightMatrix<'_>,
+        mut done: impl FnMut(usize, usize),
+    ) -> Option<PackedMatrix> {
         if !packable(w) {
             return None;
         }
         let shape = Shape::of(w.dtype)?;
         let nb = w.cols / w.dtype.block_size();
         let (tb, bb) = (shape.tile(), shape.block());
-        let bytes = w.rows / TILE_ROWS * nb * tb;
+        let groups = w.rows / TILE_ROWS;
+        let bytes = groups * nb * tb;
         let mut buf = vec![Chunk([0; 32]); bytes.div_ceil(32)];
         // SAFETY: `buf` owns at least `bytes` initialised bytes; Chunk is plain bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, bytes) };
-        // A group per task (the output head of a large vocabulary is ~200 MB).
-        let groups = crate::pool::SharedMut(out.as_mut_ptr());
-        crate::pool::parallel_for(w.rows / TILE_ROWS, |g| {
-            // SAFETY: task g alone writes group g's tiles, bytes g·nb·tb..(g+1)·nb·tb of
-            // `out`, which outlives the loop.
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(groups.ptr().add(g * nb * tb), nb * tb) };
-            let mut blk = [0u8; 256];
-            for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
-                for j in 0..TILE_ROWS {
-                    blk[..bb].copy_from_slice(&w.row(g * TILE_ROWS + j)[b * bb..][..bb]);
-                    shape.shuttle(tile, j, &mut blk[..bb], true);
+        let out = crate::pool::SharedMut(out.as_mut_ptr());
+        // Slabs of ~4 MB of tiles, a group per task within each (the output head of a large
+        // vocabulary is ~200 MB).
+        let slab = (4 << 20) / (nb * tb).max(1) + 1;
+        let mut g0 = 0;
+        while g0 < groups {
+            let g1 = (g0 + slab).min(groups);
+            crate::pool::parallel_for(g1 - g0, |i| {
+                let g = g0 + i;
+                // SAFETY: task g alone writes group g's tiles, bytes g·nb·tb..(g+1)·nb·tb of
+                // the buffer, which outlives the loop.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(out.ptr().add(g * nb * tb), nb * tb) };
+                let mut blk = [0u8; 256];
+                for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
+                    for j in 0..TILE_ROWS {
+                        blk[..bb].copy_from_slice(&w.row(g * TILE_ROWS + j)[b * bb..][..bb]);
+                        shape.shuttle(tile, j, &mut blk[..bb], true);
+                    }
                 }
-            }
-        });
+            });
+            done(g0 * TILE_ROWS, g1 * TILE_ROWS);
+            g0 = g1;
+        }
         Some(PackedMatrix {
             dtype: w.dtype,
             rows: w.rows,

@@ -550,10 +550,14 @@ impl Model {
 fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
     let mut one = |m: &mut MatRef| {
-        if let Some(p) = PackedMatrix::pack(&m.view(f.bytes())) {
+        let rb = m.dtype.row_bytes(m.cols);
+        let off = m.offset;
+        let packed = PackedMatrix::pack_with(&m.view(f.bytes()), |r0, r1| {
+            f.release(off + r0 * rb, (r1 - r0) * rb)
+        });
+        if let Some(p) = packed {
             m.tiles = Some(tiles.len());
             tiles.push(p);
-            f.release(m.offset, m.len);
         }
     };
     one(output);
