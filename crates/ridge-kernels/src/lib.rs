@@ -4,10 +4,14 @@
 //! Design:
 //! - Weights are computed in their stored block format ([`DType`]); nothing is dequantized into
 //!   a second copy of the model. Quantized weights (Q4_0, Q4_1, Q5_0, Q8_0, and the k-quants
-//!   Q4_K, Q5_K, Q6_K) are multiplied against activations quantized on the fly to 8-bit blocks
-//!   of 32 ([`act::ActBlock`]), so the inner loop is an integer dot product (a k-quant
-//!   super-block meets eight activation blocks); float weights (F32, F16, BF16) multiply f32
-//!   activations.
+//!   Q4_K, Q5_K, Q6_K) are multiplied against activations quantized on the fly to 8-bit (or
+//!   16-bit) blocks of 32 ([`act::ActBlock`]), so the inner loop is an integer dot product (a
+//!   k-quant super-block meets eight activation blocks); float weights (F32, F16, BF16)
+//!   multiply f32 activations.
+//! - Where AVX2 kernels exist for it (Q4_1, Q5_0, Q8_0, Q4_K), a matrix is repacked at load
+//!   into tiles of eight rows ([`packed`]): the same blocks, the same bytes (Q4_K +2.8%),
+//!   interleaved so one instruction advances eight rows. The file's pages are released as
+//!   they are copied, so resident memory stays about the file's size.
 //! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C today) are selected once
 //!   by [`Isa::detect`] and tested against the scalar path on random data.
 //! - Each output element of a matrix product is reduced in the same order whatever the batch

@@ -86,22 +86,28 @@ pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
 /// (truncation error `r⁷/7! < 1.3e-7`), and `2^n` built in the exponent bits. Inputs are
 /// clamped to `[−87, 88]`, where `2^n` stays a normal float: below, the result is ~1e-38
 /// instead of 0; above, ~1.7e38 instead of infinity.
+///
+/// `n` never goes through a float-to-integer conversion (Rust's saturating `as` kept the loops
+/// scalar): adding `1.5·2²³ + 127` rounds `x·log2 e` to an integer held, biased by 127, in the
+/// low mantissa bits, which a shift moves into the exponent field.
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split in two so n·LN2_HI is exact for the |n| <= 127 used here.
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding and subtracting 1.5·2²³ rounds to the nearest integer (|x·log2 e| < 2²²).
-    const ROUND: f32 = 12_582_912.0;
+    // 1.5·2²³ + 127: the sum's ulp is 1, so adding it rounds to the nearest integer
+    // (|x·log2 e| < 2²²), and its low bits hold n + 127 (bit 22 shifts out below).
+    const ROUND: f32 = 12_583_039.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let t = x * LOG2_E + ROUND;
+    let n = t - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    p * f32::from_bits(t.to_bits() << 23)
 }
 
 /// `x *= s`, element-wise.

@@ -29,6 +29,13 @@
 //! measures 23.2018 (+0.14%; it was 23.1343, −0.15%, with f32: the same 8-bit noise in the other
 //! matrices, of the same size and opposite sign). Gemma 3 (attention output Q4_K, now 16-bit):
 //! 22.4365 (+0.25%; 22.4085, +0.13%, with f32), inside the bar, the difference again 8-bit noise.
+//!
+//! Since session 4 (tiled weights) gemma3's `Mixed` also gives the FFN down projection 16-bit
+//! blocks (Q4_K layers) or f32 (Q6_K layers): with 8-bit blocks there its perplexity wandered
+//! between +0.18% and +0.52% under 1-ulp changes (a `exp_approx` variant differing in 126 of
+//! 300 million inputs moved it from +0.37% to +0.52%, across the bar); with 16-bit blocks it is
+//! 22.3795 (−0.002%) under both variants. It costs prefill speed (Q6_K in f32: 1.43× → 1.29×
+//! llama.cpp in same-run comparisons an hour apart) and nothing measurable in decode.
 
 use std::str::FromStr;
 
@@ -39,7 +46,7 @@ pub enum ActPolicy {
     F32,
     /// 16-bit blocks (or f32 where the format has no 16-bit path) where 8-bit activations
     /// measurably cost accuracy, 8-bit elsewhere: into the attention output and FFN down
-    /// projections for llama, the attention output for gemma3.
+    /// projections.
     #[default]
     Mixed,
     /// 8-bit activations everywhere: fastest, least accurate.

@@ -64,7 +64,7 @@ pub(crate) struct ActPlan {
 }
 
 impl ActPlan {
-    fn new(policy: ActPolicy, arch: Architecture) -> Self {
+    fn new(policy: ActPolicy) -> Self {
         use ActPrecision::{Int16, Int8, F32};
         let all = |p| ActPlan {
             qkv: p,
@@ -76,12 +76,8 @@ impl ActPlan {
         match policy {
             ActPolicy::F32 => all(F32),
             ActPolicy::Int8 => all(Int8),
-            // Measured in act_policy.rs: for gemma3 only the attention output needs more than
-            // 8 bits. 16-bit blocks where the format has a 16-bit path, f32 otherwise.
-            ActPolicy::Mixed if arch == Architecture::Gemma3 => ActPlan {
-                o: Int16,
-                ..all(Int8)
-            },
+            // Measured in act_policy.rs: both projections whose inputs 8-bit blocks round worst,
+            // 16-bit blocks where the format has a 16-bit path, f32 otherwise (gemma3's Q6_K).
             ActPolicy::Mixed => ActPlan {
                 o: Int16,
                 down: Int16,
@@ -145,7 +141,7 @@ impl Model {
             }
         }
         let output_norm = vector(f, "output_norm.weight", d)?;
-        let act = ActPlan::new(ActPolicy::default(), cfg.arch);
+        let act = ActPlan::new(ActPolicy::default());
         let isa = Isa::detect();
         let mut output = output;
         let tiles = if isa == Isa::Avx2 {
@@ -201,7 +197,7 @@ impl Model {
 
     /// Chooses how activations meet quantized weights (see [`ActPolicy`]).
     pub fn set_act_policy(&mut self, policy: ActPolicy) {
-        self.act = ActPlan::new(policy, self.cfg.arch);
+        self.act = ActPlan::new(policy);
     }
 
     /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
