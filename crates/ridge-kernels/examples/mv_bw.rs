@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Prints GB/s of weights read, microseconds per matrix and GMAC/s (best of several passes).
-//! `TILES=1` in the environment repacks the matrix into tiles of eight rows first (Q4_1, Q5_0, Q8_0, Q4_K).
+//! `TILES=1` in the environment repacks the matrix into tiles of eight rows first (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
 //!
 //! Single runs on a shared VM vary by 10–30%: compare medians of alternating runs.
 
@@ -87,7 +87,7 @@ fn main() {
         .collect();
     if tiles && packed.is_empty() {
         eprintln!(
-            "mv_bw: this matrix cannot be tiled (Q4_1, Q5_0, Q8_0 or Q4_K; rows a multiple of 8)"
+            "mv_bw: this matrix cannot be tiled (Q4_1, Q5_0, Q8_0, Q4_K or Q6_K; rows a multiple of 8)"
         );
         std::process::exit(1);
     }

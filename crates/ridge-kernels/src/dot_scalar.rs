@@ -1,7 +1,7 @@
 //! Scalar reference dot products: one weight row (in its stored format) against one activation
 //! row. Every SIMD path is tested against these.
 
-use crate::act::{ActBlock, IntActBlock};
+use crate::act::IntActBlock;
 use crate::blocks::f16_at;
 use crate::kquant::{self, QK_K};
 use half::{bf16, f16};
@@ -168,8 +168,9 @@ pub fn dot_q5_k<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     dot_q45(row, x, true)
 }
 
-/// Q6_K row · 8-bit activations: each activation block spans two 16-element sub-blocks.
-pub fn dot_q6_k(row: &[u8], x: &[ActBlock]) -> f32 {
+/// Q6_K row · 8- or 16-bit activations: each activation block spans two 16-element
+/// sub-blocks.
+pub fn dot_q6_k<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     let mut sum = 0f32;
     for (b, xs) in row.chunks_exact(210).zip(x.chunks_exact(8)) {
         let d = f16_at(&b[208..]);
@@ -179,11 +180,11 @@ pub fn dot_q6_k(row: &[u8], x: &[ActBlock]) -> f32 {
                 let k = 2 * j + half;
                 let mut p = 0i32;
                 for i in 16 * half..16 * half + 16 {
-                    p += (kquant::q6(b, 32 * j + i) as i32 - 32) * a.qs[i] as i32;
+                    p += (kquant::q6(b, 32 * j + i) as i32 - 32) * a.q(i);
                 }
                 s += (b[192 + k] as i8) as i32 * p;
             }
-            sum += d * a.d * s as f32;
+            sum += d * a.scale() * s as f32;
         }
     }
     sum

@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_1, Q5_0, Q8_0 and Q4_K weights (see `packed`) with `T` activation rows: eight weight
+//! AVX2 products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T` activation rows: eight weight
 //! rows per instruction, lane `j` of every vector belonging to row `j`.
 //!
 //! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
@@ -15,7 +15,7 @@
 
 use crate::act::{ActBlock, ActSplit16};
 use crate::dot_avx2::prefetch_span;
-use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q8_0_TILE};
+use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
@@ -362,6 +362,139 @@ pub(crate) unsafe fn q4_k_tiles_i16<const T: usize>(
                     let off = _mm256_set1_ps(-(a.d * a.isum as f32));
                     acc[t] = _mm256_fmadd_ps(dm, off, acc[t]);
                 }
+            }
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// The signed 6-bit quants (`q − 32`) of element group `g` (0..64, elements `4g..4g+4`) of
+/// every row of the Q6_K tile at `p`: low nibbles from vector `g % 32` (its low or high
+/// nibbles), the top two bits from vector `g % 16` of the high-bit plane (bits `2·(g / 16)`).
+#[inline(always)]
+unsafe fn q6_group(p: *const u8, g: usize) -> __m256i {
+    let n = _mm256_loadu_si256(p.add(Q6K_LOW + 32 * (g % 32)) as *const __m256i);
+    let h = _mm256_loadu_si256(p.add(Q6K_HIGH + 32 * (g % 16)) as *const __m256i);
+    let lo = _mm256_and_si256(shr16(n, 4 * (g / 32)), _mm256_set1_epi8(0x0F));
+    // Bits 2c..2c+2 of each byte to bits 4..6: shift by 4 − 2c (either way), then mask.
+    let c = g / 16;
+    let hs = if c <= 2 {
+        shl16(h, 4 - 2 * c)
+    } else {
+        shr16(h, 2)
+    };
+    let hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
+    _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32))
+}
+
+/// The eight rows' scales of sub-block `s` times their `d`, as f32 lanes.
+#[inline(always)]
+unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
+    let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16 + 8 * s) as *const __m128i));
+    _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc))
+}
+
+/// Eight tiled Q6_K rows against `T` rows of 8-bit activation blocks. Quants are used signed
+/// (`q − 32`, |w| ≤ 32) with the signs moved onto the activations, so a sub-block's four
+/// `pmaddubsw` (at most 4 · 2 · 32 · 127 = 32 512 per lane) sum in 16 bits.
+///
+/// # Safety
+/// As [`q4_1_tiles_i8`], with Q6_K tiles (`x[t].len()` a multiple of 8).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_tiles_i8<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActBlock]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for sb in 0..x[0].len() / 8 {
+        let p = tiles.add(sb * Q6_K_TILE);
+        prefetch_span(p.wrapping_add(Q6_K_TILE), Q6_K_TILE);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for s in 0..16 {
+            let mut s16 = [_mm256_setzero_si256(); T];
+            for g in 4 * s..4 * s + 4 {
+                let w = q6_group(p, g);
+                let aw = _mm256_sign_epi8(w, w);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + g / 8).qs.as_ptr() as *const u8;
+                    let pr =
+                        _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(a.add(4 * (g % 8))), w));
+                    s16[t] = _mm256_add_epi16(s16[t], pr);
+                }
+            }
+            let dsc = q6_scales(p, d8, s);
+            for t in 0..T {
+                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + s / 2).d);
+                let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
+                acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, da), acc[t]);
+            }
+        }
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// As [`q6_k_tiles_i8`] with 16-bit activation blocks split into bytes. The high bytes are
+/// signed and may be −128, whose sign cannot move onto a byte, so they are offset to unsigned
+/// (`hi + 128`) like the low bytes and the offset is taken back through the rows' quant sums:
+/// `Σ a·w = 256·(Σ (hi + 128)·w − 128·Σ w) + Σ lo·w`. Each 16-bit sum spans two groups (at most
+/// 2 · 2 · 255 · 32 = 32 640 per lane).
+///
+/// # Safety
+/// As [`q6_k_tiles_i8`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_tiles_i16<const T: usize>(
+    tiles: *const u8,
+    x: [&[ActSplit16]; T],
+) -> [[f32; 8]; T] {
+    let ones = _mm256_set1_epi16(1);
+    let ones8 = _mm256_set1_epi8(1);
+    let bias = _mm256_set1_epi8(-128);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for sb in 0..x[0].len() / 8 {
+        let p = tiles.add(sb * Q6_K_TILE);
+        prefetch_span(p.wrapping_add(Q6_K_TILE), Q6_K_TILE);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for s in 0..16 {
+            let mut low = [_mm256_setzero_si256(); T];
+            let mut high = [_mm256_setzero_si256(); T];
+            let mut wsum = _mm256_setzero_si256();
+            for half in 0..2 {
+                let mut l16 = [_mm256_setzero_si256(); T];
+                let mut h16 = [_mm256_setzero_si256(); T];
+                for g in 4 * s + 2 * half..4 * s + 2 * half + 2 {
+                    let w = q6_group(p, g);
+                    wsum = _mm256_add_epi16(wsum, _mm256_maddubs_epi16(ones8, w));
+                    for t in 0..T {
+                        let a = x[t].get_unchecked(8 * sb + g / 8);
+                        let e = 4 * (g % 8);
+                        let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                        let hb = _mm256_xor_si256(bcast4(hi.add(e)), bias);
+                        l16[t] =
+                            _mm256_add_epi16(l16[t], _mm256_maddubs_epi16(bcast4(lo.add(e)), w));
+                        h16[t] = _mm256_add_epi16(h16[t], _mm256_maddubs_epi16(hb, w));
+                    }
+                }
+                for t in 0..T {
+                    low[t] = _mm256_add_epi32(low[t], _mm256_madd_epi16(l16[t], ones));
+                    high[t] = _mm256_add_epi32(high[t], _mm256_madd_epi16(h16[t], ones));
+                }
+            }
+            let w128 = _mm256_slli_epi32(_mm256_madd_epi16(wsum, ones), 7);
+            let dsc = q6_scales(p, d8, s);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + s / 2);
+                let hs = _mm256_slli_epi32(_mm256_sub_epi32(high[t], w128), 8);
+                let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(hs, low[t]));
+                acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
             }
         }
     }

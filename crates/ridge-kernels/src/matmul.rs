@@ -86,11 +86,12 @@ enum Path {
 }
 
 impl Path {
-    fn of(dtype: DType, precision: ActPrecision) -> Path {
+    fn of(dtype: DType, precision: ActPrecision, layout: Layout) -> Path {
+        // Q6_K has a 16-bit kernel only in tiles.
         let simple = matches!(
             dtype,
             DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q5_K
-        );
+        ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
         match precision {
             _ if !dtype.is_quantized() => Path::F32,
             ActPrecision::Int8 => Path::Int8,
@@ -154,6 +155,7 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q5_0, Path::Int16) => s::dot_q5_0(row, x16),
         (DType::Q4_K, Path::Int16) => s::dot_q4_k(row, x16),
         (DType::Q5_K, Path::Int16) => s::dot_q5_k(row, x16),
+        (DType::Q6_K, Path::Int16) => s::dot_q6_k(row, x16),
         (DType::Q8_0, _) => s::dot_q8_0_f32(row, xf),
         (DType::Q4_0, _) => s::dot_q4_0_f32(row, xf),
         (DType::Q4_1, _) => s::dot_q4_1_f32(row, xf),
@@ -382,8 +384,10 @@ pub fn matmul_many(
         assert_eq!(y.len(), n * w.rows, "matmul: y shape");
     }
     let nb = cols / 32;
-    let paths: [Option<Path>; MAX_FUSED] =
-        std::array::from_fn(|i| ys.get(i).map(|(w, _)| Path::of(w.dtype, precision)));
+    let paths: [Option<Path>; MAX_FUSED] = std::array::from_fn(|i| {
+        ys.get(i)
+            .map(|(w, _)| Path::of(w.dtype, precision, w.layout))
+    });
     if paths.contains(&Some(Path::Int8)) {
         if scratch.act.len() < n * nb {
             scratch.act.resize(n * nb, ActBlock::default());
@@ -531,13 +535,15 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
     rows: usize,
 ) {
-    // Tile kernels: Q4_1 and Q4_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
+    // Tile kernels: Q4_1, Q4_K, Q6_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2
         && matches!(
             (w.dtype, a.path),
-            (DType::Q4_1 | DType::Q4_K, Path::Int8 | Path::Int16)
-                | (DType::Q8_0 | DType::Q5_0, Path::Int8)
+            (
+                DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                Path::Int8 | Path::Int16
+            ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
         )
     {
         let mut t = 0;
@@ -607,14 +613,23 @@ unsafe fn tiles_t<const T: usize>(
         } else if w.dtype == DType::Q5_0 {
             let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
             k::q5_0_tiles_i8::<T>(tiles, x)
-        } else if w.dtype == DType::Q4_K {
+        } else if w.dtype == DType::Q4_K || w.dtype == DType::Q6_K {
+            let q6 = w.dtype == DType::Q6_K;
             if a.path == Path::Int16 {
                 let x: [&[ActSplit16]; T] =
                     std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
-                k::q4_k_tiles_i16::<T>(tiles, x)
+                if q6 {
+                    k::q6_k_tiles_i16::<T>(tiles, x)
+                } else {
+                    k::q4_k_tiles_i16::<T>(tiles, x)
+                }
             } else {
                 let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-                k::q4_k_tiles_i8::<T>(tiles, x)
+                if q6 {
+                    k::q6_k_tiles_i8::<T>(tiles, x)
+                } else {
+                    k::q4_k_tiles_i8::<T>(tiles, x)
+                }
             }
         } else if a.path == Path::Int16 {
             let x: [&[ActSplit16]; T] =

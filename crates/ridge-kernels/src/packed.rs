@@ -46,6 +46,19 @@ pub const Q5_0_TILE: usize = 176;
 /// product costs 32 bytes per tile (2.8%).
 pub const Q4_K_TILE: usize = 1184;
 
+/// Bytes of one Q6_K tile: the eight rows' `d` (f16), their sixteen int8 sub-block scales
+/// (`sc[s][j]` at `16 + 8s + j`), then 32 vectors of low nibbles from [`Q6K_LOW`] (vector `m`,
+/// lane `j`: row `j`'s elements `4m..4m+4` in the low nibbles, `128+4m..` in the high ones)
+/// and 16 vectors of top-two-bit pairs from [`Q6K_HIGH`] (vector `n`, lane `j`, byte `i`, bits
+/// `2c..2c+2`: element `4(n + 16c) + i`). The size of the eight blocks it replaces.
+pub const Q6_K_TILE: usize = 1680;
+
+/// Offset of a Q6_K tile's low-nibble vectors.
+pub const Q6K_LOW: usize = 144;
+
+/// Offset of a Q6_K tile's high-bit vectors.
+pub const Q6K_HIGH: usize = 1168;
+
 /// A tiled format's block layout.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -58,6 +71,8 @@ enum Shape {
     },
     /// Q4_K (see [`Q4_K_TILE`]).
     Q4K,
+    /// Q6_K (see [`Q6_K_TILE`]).
+    Q6K,
 }
 
 impl Shape {
@@ -74,6 +89,7 @@ impl Shape {
             DType::Q8_0 => simple(1, false, 34),
             DType::Q5_0 => simple(1, true, 22),
             DType::Q4_K => Some(Shape::Q4K),
+            DType::Q6_K => Some(Shape::Q6K),
             _ => None,
         }
     }
@@ -83,6 +99,7 @@ impl Shape {
         match self {
             Shape::Simple { block, .. } => block,
             Shape::Q4K => 144,
+            Shape::Q6K => 210,
         }
     }
 
@@ -90,6 +107,7 @@ impl Shape {
         match self {
             Shape::Simple { block, .. } => TILE_ROWS * block,
             Shape::Q4K => Q4_K_TILE,
+            Shape::Q6K => Q6_K_TILE,
         }
     }
 
@@ -103,6 +121,9 @@ impl Shape {
                 blk[b..b + len].copy_from_slice(&tile[t..t + len]);
             }
         };
+        if let Shape::Q6K = self {
+            return q6k_shuttle(tile, j, blk, to_tile);
+        }
         let Shape::Simple {
             fields,
             high_bits,
@@ -161,6 +182,42 @@ impl Shape {
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 struct Chunk([u8; 32]);
+
+/// [`Shape::shuttle`] for Q6_K: the quants are regrouped element by element (see
+/// [`Q6_K_TILE`]).
+fn q6k_shuttle(tile: &mut [u8], j: usize, blk: &mut [u8], to_tile: bool) {
+    // Element e's byte in the low-nibble and high-bit vectors, and its shifts there.
+    let low_at = |e: usize| (Q6K_LOW + 32 * (e / 4 % 32) + 4 * j + e % 4, 4 * (e / 128));
+    let high_at = |e: usize| (Q6K_HIGH + 32 * (e / 4 % 16) + 4 * j + e % 4, 2 * (e / 64));
+    if to_tile {
+        tile[2 * j..2 * j + 2].copy_from_slice(&blk[208..210]);
+        for s in 0..16 {
+            tile[16 + 8 * s + j] = blk[192 + s];
+        }
+        for e in 0..256 {
+            let q = kquant::q6(blk, e);
+            let (l, ls) = low_at(e);
+            let (h, hs) = high_at(e);
+            tile[l] = tile[l] & !(0x0F << ls) | (q & 0x0F) << ls;
+            tile[h] = tile[h] & !(0x03 << hs) | (q >> 4) << hs;
+        }
+    } else {
+        blk[208..210].copy_from_slice(&tile[2 * j..2 * j + 2]);
+        for s in 0..16 {
+            blk[192 + s] = tile[16 + 8 * s + j];
+        }
+        blk[..192].fill(0);
+        for e in 0..256 {
+            let (l, ls) = low_at(e);
+            let (h, hs) = high_at(e);
+            let (lo, hi) = ((tile[l] >> ls) & 0x0F, (tile[h] >> hs) & 0x03);
+            // Stored layout (see `kquant`): half h, element l of it.
+            let (half, k) = (e / 128, e % 128);
+            blk[64 * half + k % 64] |= lo << (4 * (k / 64));
+            blk[128 + 32 * half + k % 32] |= hi << (2 * (k / 32));
+        }
+    }
+}
 
 /// A Q5_0 block's fifth bits (bit `e` of `qh` belongs to element `e`) arranged like its
 /// quant bytes in the tile: byte `i` holds in bit `k` the bit of element `4k + i` (the low

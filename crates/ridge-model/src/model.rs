@@ -36,6 +36,21 @@ pub(crate) struct Layer {
     pub w_down: MatRef,
 }
 
+impl Layer {
+    /// The layer's seven matrices.
+    fn matrices_mut(&mut self) -> [&mut MatRef; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.w_gate,
+            &mut self.w_up,
+            &mut self.w_down,
+        ]
+    }
+}
+
 /// A loaded model: configuration plus weights bound in place in the memory-mapped file.
 pub struct Model {
     file: Arc<GgufFile>,
@@ -195,9 +210,23 @@ impl Model {
         }
     }
 
-    /// Chooses how activations meet quantized weights (see [`ActPolicy`]).
+    /// Chooses how activations meet quantized weights (see [`ActPolicy`]). The tile kernels
+    /// are integer kernels: f32 activations read the file's row layout (its pages fault back
+    /// in), and leaving f32 makes the tiled copies again.
     pub fn set_act_policy(&mut self, policy: ActPolicy) {
         self.act = ActPlan::new(policy);
+        if policy == ActPolicy::F32 {
+            self.tiles.clear();
+            for l in self.layers.iter_mut() {
+                for m in l.matrices_mut() {
+                    m.tiles = None;
+                }
+            }
+            self.output.tiles = None;
+        } else if self.tiles.is_empty() && Isa::detect() == Isa::Avx2 {
+            let file = Arc::clone(&self.file);
+            self.tiles = tile_matrices(&file, &mut self.layers, &mut self.output);
+        }
     }
 
     /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
@@ -546,6 +575,9 @@ impl Model {
 fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
     let mut one = |m: &mut MatRef| {
+        if m.tiles.is_some() {
+            return;
+        }
         let rb = m.dtype.row_bytes(m.cols);
         let off = m.offset;
         let packed = PackedMatrix::pack_with(&m.view(f.bytes()), |r0, r1| {
@@ -558,15 +590,7 @@ fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec
     };
     one(output);
     for l in layers.iter_mut() {
-        for m in [
-            &mut l.wq,
-            &mut l.wk,
-            &mut l.wv,
-            &mut l.wo,
-            &mut l.w_gate,
-            &mut l.w_up,
-            &mut l.w_down,
-        ] {
+        for m in l.matrices_mut() {
             one(m);
         }
     }
