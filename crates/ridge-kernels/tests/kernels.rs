@@ -42,7 +42,9 @@ fn isas() -> Vec<Isa> {
 
 /// The exact value each kernel should produce: weights dequantized, activations either f32
 /// (float formats, the f32 path, and 16-bit requests for formats without a 16-bit path) or
-/// dequantized from their 8- or 16-bit blocks, summed in f64.
+/// dequantized from their 8- or 16-bit blocks, summed in f64. `tiled`: the matrix is in tiles
+/// (Q6_K then has a 16-bit path).
+#[allow(clippy::too_many_arguments)]
 fn reference(
     dtype: DType,
     prec: ActPrecision,
