@@ -1,5 +1,6 @@
-//! AVX2 products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T` activation rows: eight weight
-//! rows per instruction, lane `j` of every vector belonging to row `j`.
+//! AVX2 products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
+//! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
+//! row `j`.
 //!
 //! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
 //! products of a 4-bit quant (≤ 15) with an 8-bit activation (|q| ≤ 127), at most 30 480. The
@@ -18,9 +19,54 @@ use crate::dot_avx2::prefetch_span;
 use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
-/// Tiles ahead that the kernels prefetch (a group's tiles are contiguous, and so is the next
-/// group's).
-const PREFETCH_TILES: usize = 4;
+/// A tiled format's arithmetic for one tile against `T` activation rows of type `A`; the loop
+/// over a row group's tiles, the prefetch and the output are [`tiles`]'s, the same for all.
+pub(crate) trait Tiles<A> {
+    /// Bytes of one tile.
+    const BYTES: usize;
+    /// Activation blocks one tile spans (8 for a 256-element super-block).
+    const SPAN: usize;
+    /// Tiles ahead to prefetch (a group's tiles are contiguous, and so is the next group's;
+    /// about 600 bytes or one super-block measured best).
+    const AHEAD: usize;
+    /// Adds tile `i` (at `p`, against activation blocks `i·SPAN..`) into `acc`.
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]);
+}
+
+/// Q4_1 tiles.
+pub(crate) struct Q41;
+/// Q8_0 tiles.
+pub(crate) struct Q80;
+/// Q5_0 tiles.
+pub(crate) struct Q50;
+/// Q4_K tiles.
+pub(crate) struct Q4K;
+/// Q6_K tiles.
+pub(crate) struct Q6K;
+
+/// Eight tiled rows of format `F` (`x[t].len() / F::SPAN` tiles from `tiles`) against `T`
+/// activation rows: `out[t][j]` = row `j` · activation row `t`.
+///
+/// # Safety
+/// AVX2/FMA/F16C are available; `tiles` points at `x[t].len() / F::SPAN` (the same for every
+/// `t`) consecutive tiles of `F`'s format.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn tiles<A, F: Tiles<A>, const T: usize>(
+    tiles: *const u8,
+    x: [&[A]; T],
+) -> [[f32; 8]; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() / F::SPAN {
+        let p = tiles.add(i * F::BYTES);
+        prefetch_span(p.wrapping_add(F::AHEAD * F::BYTES), F::BYTES);
+        F::tile(p, &x, i, &mut acc);
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
 
 /// Four activation bytes (a 32-bit little-endian word at `p`) in every lane.
 #[inline(always)]
@@ -56,20 +102,18 @@ unsafe fn scale_in(acc: __m256, isum: __m256i, p: *const u8, da: f32, qsum: i32)
 
 /// Eight tiled Q4_1 rows (`nb` tiles from `tiles`) against `T` rows of 8-bit activation
 /// blocks: `out[t][j]` = row `j` · activation row `t`.
-///
-/// # Safety
-/// AVX2/FMA/F16C are available; `tiles` points at `x[t].len()` (the same for every `t`)
-/// consecutive Q4_1 tiles.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q4_1_tiles_i8<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActBlock]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() {
-        let p = tiles.add(i * Q4_1_TILE);
-        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q4_1_TILE), Q4_1_TILE);
+impl Tiles<ActBlock> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    const AHEAD: usize = 4;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         let mut s = [_mm256_setzero_si256(); T];
         for k in 0..4 {
             let (lo, hi) = nibbles(p, k);
@@ -85,27 +129,21 @@ pub(crate) unsafe fn q4_1_tiles_i8<const T: usize>(
             acc[t] = scale_in(acc[t], _mm256_madd_epi16(s[t], ones), p, a.d, a.isum);
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
-/// As [`q4_1_tiles_i8`] with 16-bit activation blocks (split into bytes).
-///
-/// # Safety
-/// As [`q4_1_tiles_i8`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q4_1_tiles_i16<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActSplit16]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() {
-        let p = tiles.add(i * Q4_1_TILE);
-        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q4_1_TILE), Q4_1_TILE);
+/// As the Q4_1 kernel with 16-bit activation blocks (split into bytes).
+impl Tiles<ActSplit16> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    const AHEAD: usize = 4;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         // Per token: low bytes × elements 0..16, low bytes × 16..32, high bytes × all.
         let mut la = [_mm256_setzero_si256(); T];
         let mut lb = [_mm256_setzero_si256(); T];
@@ -137,29 +175,23 @@ pub(crate) unsafe fn q4_1_tiles_i16<const T: usize>(
             acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
 /// Eight tiled Q8_0 rows against `T` rows of 8-bit activation blocks. A `pmaddubsw` pair of
 /// two signed 8-bit products can reach 32 512, so each is widened to 32 bits at once
 /// (`pmaddwd`); the weights' signs move onto the activations as in the row layout.
-///
-/// # Safety
-/// As [`q4_1_tiles_i8`], with Q8_0 tiles.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q8_0_tiles_i8<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActBlock]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() {
-        let p = tiles.add(i * Q8_0_TILE);
-        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q8_0_TILE), Q8_0_TILE);
+impl Tiles<ActBlock> for Q80 {
+    const BYTES: usize = Q8_0_TILE;
+    const SPAN: usize = 1;
+    const AHEAD: usize = 4;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         let mut s = [_mm256_setzero_si256(); T];
         for k in 0..8 {
             let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
@@ -176,11 +208,6 @@ pub(crate) unsafe fn q8_0_tiles_i8<const T: usize>(
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
 /// Eight tiled Q5_0 rows against `T` rows of 8-bit activation blocks: the Q4_1 kernel's
@@ -188,20 +215,19 @@ pub(crate) unsafe fn q8_0_tiles_i8<const T: usize>(
 /// `packed::spread_high_bits`), quants 0..32 whose 16-bit sums are widened every two vectors
 /// (four products of at most 31 · 127 per lane and vector pair stay below 32 768), and the
 /// offset of 16 folded in as `−16 · d · (d_act · Σq)`.
-///
-/// # Safety
-/// As [`q4_1_tiles_i8`], with Q5_0 tiles.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q5_0_tiles_i8<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActBlock]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let bit4 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() {
-        let p = tiles.add(i * Q5_0_TILE);
-        prefetch_span(p.wrapping_add(PREFETCH_TILES * Q5_0_TILE), Q5_0_TILE);
+impl Tiles<ActBlock> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    const AHEAD: usize = 4;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let bit4 = _mm256_set1_epi8(0x10);
         let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
         let mut s = [_mm256_setzero_si256(); T];
         for pair in 0..2 {
@@ -230,11 +256,6 @@ pub(crate) unsafe fn q5_0_tiles_i8<const T: usize>(
             acc[t] = _mm256_fmadd_ps(d8, off, acc[t]);
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
 /// 16-bit lanes of `v` shifted left by `n` (0..=4) bits.
@@ -253,19 +274,18 @@ unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
 /// sub-block). Per super-block and pair of sub-blocks, eight nibble vectors feed two 16-bit
 /// sums per token (16 products of at most 15 · 127 per lane); each sub-block's sum then meets
 /// the rows' scales, `d · sc` and `dmin · m`, converted once per tile for all tokens.
-///
-/// # Safety
-/// As [`q4_1_tiles_i8`], with Q4_K tiles (`x[t].len()` a multiple of 8).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q4_k_tiles_i8<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActBlock]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for sb in 0..x[0].len() / 8 {
-        let p = tiles.add(sb * Q4_K_TILE);
-        prefetch_span(p.wrapping_add(Q4_K_TILE), Q4_K_TILE);
+impl Tiles<ActBlock> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    const AHEAD: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
         for pair in 0..4 {
@@ -297,29 +317,23 @@ pub(crate) unsafe fn q4_k_tiles_i8<const T: usize>(
             }
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
-/// As [`q4_k_tiles_i8`] with 16-bit activation blocks split into bytes (see
-/// [`q4_1_tiles_i16`]): per sub-block the unsigned low bytes are summed four vectors at a time
+/// As the Q4_K 8-bit kernel with 16-bit activation blocks split into bytes (see
+/// the Q4_1 16-bit kernel): per sub-block the unsigned low bytes are summed four vectors at a time
 /// (at most 4 · 2 · 255 · 15 = 30 600 per lane) and the signed high bytes over all eight.
-///
-/// # Safety
-/// As [`q4_k_tiles_i8`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q4_k_tiles_i16<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActSplit16]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for sb in 0..x[0].len() / 8 {
-        let p = tiles.add(sb * Q4_K_TILE);
-        prefetch_span(p.wrapping_add(Q4_K_TILE), Q4_K_TILE);
+impl Tiles<ActSplit16> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    const AHEAD: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
         for pair in 0..4 {
@@ -365,11 +379,6 @@ pub(crate) unsafe fn q4_k_tiles_i16<const T: usize>(
             }
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
 /// The signed 6-bit quants (`q − 32`) of element group `g` (0..64, elements `4g..4g+4`) of
@@ -401,19 +410,18 @@ unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
 /// Eight tiled Q6_K rows against `T` rows of 8-bit activation blocks. Quants are used signed
 /// (`q − 32`, |w| ≤ 32) with the signs moved onto the activations, so a sub-block's four
 /// `pmaddubsw` (at most 4 · 2 · 32 · 127 = 32 512 per lane) sum in 16 bits.
-///
-/// # Safety
-/// As [`q4_1_tiles_i8`], with Q6_K tiles (`x[t].len()` a multiple of 8).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q6_k_tiles_i8<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActBlock]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for sb in 0..x[0].len() / 8 {
-        let p = tiles.add(sb * Q6_K_TILE);
-        prefetch_span(p.wrapping_add(Q6_K_TILE), Q6_K_TILE);
+impl Tiles<ActBlock> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    const AHEAD: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for s in 0..16 {
             let mut s16 = [_mm256_setzero_si256(); T];
@@ -435,33 +443,27 @@ pub(crate) unsafe fn q6_k_tiles_i8<const T: usize>(
             }
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }
 
-/// As [`q6_k_tiles_i8`] with 16-bit activation blocks split into bytes. The high bytes are
+/// As the Q6_K 8-bit kernel with 16-bit activation blocks split into bytes. The high bytes are
 /// signed and may be −128, whose sign cannot move onto a byte, so they are offset to unsigned
 /// (`hi + 128`) like the low bytes and the offset is taken back through the rows' quant sums:
 /// `Σ a·w = 256·(Σ (hi + 128)·w − 128·Σ w) + Σ lo·w`. Each 16-bit sum spans two groups (at most
 /// 2 · 2 · 255 · 32 = 32 640 per lane).
-///
-/// # Safety
-/// As [`q6_k_tiles_i8`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q6_k_tiles_i16<const T: usize>(
-    tiles: *const u8,
-    x: [&[ActSplit16]; T],
-) -> [[f32; 8]; T] {
-    let ones = _mm256_set1_epi16(1);
-    let ones8 = _mm256_set1_epi8(1);
-    let bias = _mm256_set1_epi8(-128);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for sb in 0..x[0].len() / 8 {
-        let p = tiles.add(sb * Q6_K_TILE);
-        prefetch_span(p.wrapping_add(Q6_K_TILE), Q6_K_TILE);
+impl Tiles<ActSplit16> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    const AHEAD: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let ones8 = _mm256_set1_epi8(1);
+        let bias = _mm256_set1_epi8(-128);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for s in 0..16 {
             let mut low = [_mm256_setzero_si256(); T];
@@ -498,9 +500,4 @@ pub(crate) unsafe fn q6_k_tiles_i16<const T: usize>(
             }
         }
     }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
 }

@@ -607,37 +607,22 @@ unsafe fn tiles_t<const T: usize>(
     let group_bytes = w.cols / w.dtype.block_size() * packed::tile_bytes(w.dtype);
     for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
         let tiles = w.data.as_ptr().add(g * group_bytes);
-        let o = if w.dtype == DType::Q8_0 {
-            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-            k::q8_0_tiles_i8::<T>(tiles, x)
-        } else if w.dtype == DType::Q5_0 {
-            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-            k::q5_0_tiles_i8::<T>(tiles, x)
-        } else if w.dtype == DType::Q4_K || w.dtype == DType::Q6_K {
-            let q6 = w.dtype == DType::Q6_K;
-            if a.path == Path::Int16 {
-                let x: [&[ActSplit16]; T] =
-                    std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
-                if q6 {
-                    k::q6_k_tiles_i16::<T>(tiles, x)
-                } else {
-                    k::q4_k_tiles_i16::<T>(tiles, x)
-                }
-            } else {
-                let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-                if q6 {
-                    k::q6_k_tiles_i8::<T>(tiles, x)
-                } else {
-                    k::q4_k_tiles_i8::<T>(tiles, x)
-                }
-            }
-        } else if a.path == Path::Int16 {
-            let x: [&[ActSplit16]; T] =
-                std::array::from_fn(|j| &a.s16[(t + j) * nb..(t + j + 1) * nb]);
-            k::q4_1_tiles_i16::<T>(tiles, x)
-        } else {
-            let x: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-            k::q4_1_tiles_i8::<T>(tiles, x)
+        let i16 = a.path == Path::Int16;
+        // The path's activation rows (the other path's are empty).
+        let x8: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+        let x16: [&[ActSplit16]; T] = std::array::from_fn(|j| match i16 {
+            true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
+            false => &[],
+        });
+        let o = match w.dtype {
+            DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
+            DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
+            DType::Q4_1 if i16 => k::tiles::<_, k::Q41, T>(tiles, x16),
+            DType::Q4_1 => k::tiles::<_, k::Q41, T>(tiles, x8),
+            DType::Q4_K if i16 => k::tiles::<_, k::Q4K, T>(tiles, x16),
+            DType::Q4_K => k::tiles::<_, k::Q4K, T>(tiles, x8),
+            DType::Q6_K if i16 => k::tiles::<_, k::Q6K, T>(tiles, x16),
+            _ => k::tiles::<_, k::Q6K, T>(tiles, x8),
         };
         for (j, oj) in o.iter().enumerate() {
             let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
