@@ -270,6 +270,30 @@ unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
     _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
 }
 
+/// Sub-block `s`'s scales of the eight rows of the Q4_K tile at `p`: (`d · sc`, `dmin · m`).
+#[inline(always)]
+unsafe fn q4k_scales(p: *const u8, d8: __m256, dmin8: __m256, s: usize) -> (__m256, __m256) {
+    let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
+    let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
+    (
+        _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc)),
+        _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m)),
+    )
+}
+
+/// A Q4_K sub-block's integer sums into the accumulator: `acc + isum · (d·sc · da) − dmin·m ·
+/// (da · Σq)`.
+#[inline(always)]
+unsafe fn q4k_in(acc: __m256, isum: __m256i, sc: (__m256, __m256), da: f32, qsum: i32) -> __m256 {
+    let (dsc, dm) = sc;
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(dsc, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(dm, _mm256_set1_ps(-(da * qsum as f32)), acc)
+}
+
 /// Eight tiled Q4_K rows against `T` rows of 8-bit activation blocks (one per 32-element
 /// sub-block). Per super-block and pair of sub-blocks, eight nibble vectors feed two 16-bit
 /// sums per token (16 products of at most 15 · 127 per lane); each sub-block's sum then meets
@@ -303,16 +327,11 @@ impl Tiles<ActBlock> for Q4K {
             }
             for h in 0..2 {
                 let s = 2 * pair + h;
-                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
-                let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
-                let dsc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc));
-                let dm = _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m));
+                let sc = q4k_scales(p, d8, dmin8, s);
                 for t in 0..T {
                     let a = x[t].get_unchecked(8 * sb + s);
-                    let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t][h], ones));
-                    acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
-                    let off = _mm256_set1_ps(-(a.d * a.isum as f32));
-                    acc[t] = _mm256_fmadd_ps(dm, off, acc[t]);
+                    let isum = _mm256_madd_epi16(s16[t][h], ones);
+                    acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
                 }
             }
         }
@@ -364,17 +383,11 @@ impl Tiles<ActSplit16> for Q4K {
             }
             for h in 0..2 {
                 let s = 2 * pair + h;
-                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
-                let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
-                let dsc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc));
-                let dm = _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m));
+                let sc = q4k_scales(p, d8, dmin8, s);
                 for t in 0..T {
                     let a = x[t].get_unchecked(8 * sb + s);
                     let hs = _mm256_slli_epi32(_mm256_madd_epi16(high[t][h], ones), 8);
-                    let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(hs, low[t][h]));
-                    acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
-                    let off = _mm256_set1_ps(-(a.d * a.isum as f32));
-                    acc[t] = _mm256_fmadd_ps(dm, off, acc[t]);
+                    acc[t] = q4k_in(acc[t], _mm256_add_epi32(hs, low[t][h]), sc, a.d, a.isum);
                 }
             }
         }
