@@ -605,15 +605,15 @@ unsafe fn tiles_t<const T: usize>(
     use crate::dot_tiles_avx2 as k;
     let nb = w.cols / 32;
     let group_bytes = w.cols / w.dtype.block_size() * packed::tile_bytes(w.dtype);
+    let i16 = a.path == Path::Int16;
+    // The path's activation rows (the other path's are empty).
+    let x8: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+    let x16: [&[ActSplit16]; T] = std::array::from_fn(|j| match i16 {
+        true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
+        false => &[],
+    });
     for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
         let tiles = w.data.as_ptr().add(g * group_bytes);
-        let i16 = a.path == Path::Int16;
-        // The path's activation rows (the other path's are empty).
-        let x8: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
-        let x16: [&[ActSplit16]; T] = std::array::from_fn(|j| match i16 {
-            true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
-            false => &[],
-        });
         let o = match w.dtype {
             DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
             DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
