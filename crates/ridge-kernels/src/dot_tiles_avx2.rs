@@ -2,14 +2,12 @@
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
-//! Per block and token the eight 16-bit lanes pairs sum exactly: a lane accumulates 16
-//! products of a 4-bit quant (≤ 15) with an 8-bit activation (|q| ≤ 127), at most 30 480. The
-//! 16-bit activation kernel splits each quant as `256 · hi + lo` and keeps three such sums
-//! (the unsigned low bytes of elements 0..16, of 16..32, the signed high bytes of all), each
-//! below 32 768 in magnitude, then recombines them in 32 bits. A block's integer sum then
-//! meets the rows' scales once: `acc += isum · (d_row · d_act)` and `acc += m_row · (d_act ·
-//! Σq)` — the same operations in the same order for every token, whatever `T`, so an output
-//! does not depend on the batch it was computed in.
+//! Integer sums are exact: each format's kernel states how many `pmaddubsw` results its 16-bit
+//! lanes may accumulate before widening (Q4_1: 16 products of a 4-bit quant with an 8-bit
+//! activation, at most 30 480). 16-bit activations are split as `256 · hi + lo` into two byte
+//! operands whose sums are recombined in 32 bits. A block's (or sub-block's) integer sum then
+//! meets the rows' scales once, with the same operations in the same order for every token
+//! whatever `T`, so an output does not depend on the batch it was computed in.
 #![cfg(target_arch = "x86_64")]
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
