@@ -105,6 +105,7 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-thread buffers for one K or V row converted to f32, and group scores.
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SLOTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 /// f32 · f32 with eight independent accumulators (vectorised by the compiler).
@@ -155,28 +156,34 @@ pub fn attend_group(
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && simd_ok {
         SCORES.with(|sc| {
-            let mut scores = sc.borrow_mut();
-            let len = n_ctx - first;
-            if scores.len() < gs * len {
-                scores.resize(gs * len, 0.0);
-            }
-            // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; head_dim is a
-            // multiple of 8; the table maps every position below n_ctx into kv (caller's
-            // contract); q/out hold gs heads and scores holds gs·len.
-            unsafe {
-                crate::dot_avx2::attend_group(
-                    kv,
-                    table,
-                    first,
-                    n_ctx,
-                    shape,
-                    group,
-                    gs,
-                    q,
-                    out,
-                    &mut scores[..gs * len],
-                )
-            }
+            SLOTS.with(|sl| {
+                let (mut scores, mut slots) = (sc.borrow_mut(), sl.borrow_mut());
+                let len = n_ctx - first;
+                if scores.len() < gs * len {
+                    scores.resize(gs * len, 0.0);
+                }
+                if slots.len() < len {
+                    slots.resize(len, 0);
+                }
+                // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; head_dim
+                // is a multiple of 8; the table maps every position below n_ctx into kv
+                // (caller's contract); q/out hold gs heads, scores gs·len, slots len.
+                unsafe {
+                    crate::dot_avx2::attend_group(
+                        kv,
+                        table,
+                        first,
+                        n_ctx,
+                        shape,
+                        group,
+                        gs,
+                        q,
+                        out,
+                        &mut scores[..gs * len],
+                        &mut slots[..len],
+                    )
+                }
+            })
         });
         return;
     }

@@ -589,7 +589,8 @@ pub(crate) unsafe fn dot_rows_f32_xt<const FMT: u8, const R: usize, const T: usi
 
 /// Grouped attention (see `attention::attend_group`): the positions loop runs inside one
 /// AVX2 function, converting each K/V row from f16 in registers, 8 elements at a time, and
-/// applying it to all `gs` heads. `scores` has room for `gs · (n_ctx − first)` values.
+/// applying it to all `gs` heads. `scores` has room for `gs · (n_ctx − first)` values and
+/// `slots` for `n_ctx − first`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend_group(
@@ -603,6 +604,7 @@ pub(crate) unsafe fn attend_group(
     q: &[f32],
     out: &mut [f32],
     scores: &mut [f32],
+    slots: &mut [usize],
 ) {
     const MAXG: usize = crate::attention::MAX_GROUP;
     let hd = shape.head_dim;
@@ -619,16 +621,20 @@ pub(crate) unsafe fn attend_group(
             kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, scores,
         );
     }
-    let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * kv.kv_dim + group * hd;
-    let rows = Rows16 {
-        kp,
-        vp,
-        table,
-        first,
-        bs,
-        kv_dim: kv.kv_dim,
-        off: group * hd,
-    };
+    // Each position's row, walking the block table once (no division per position).
+    let off = group * hd;
+    let mut pos = first;
+    while pos < n_ctx {
+        let (b, i0) = (pos / bs, pos % bs);
+        let end = n_ctx.min((b + 1) * bs);
+        let mut r = (table[b] as usize * bs + i0) * kv.kv_dim + off;
+        for s in &mut slots[pos - first..end - first] {
+            *s = r;
+            r += kv.kv_dim;
+        }
+        pos = end;
+    }
+    let rows = Rows16 { kp, vp, row: slots };
     match gs {
         1 => return attend_f16::<1>(&rows, len, hd, shape.scale, q, out, scores),
         2 => return attend_f16::<2>(&rows, len, hd, shape.scale, q, out, scores),
@@ -637,7 +643,7 @@ pub(crate) unsafe fn attend_group(
         _ => {}
     }
     for j in 0..len {
-        let r = row_of(first + j);
+        let r = slots[j];
         let mut acc = [_mm256_setzero_ps(); MAXG];
         for c in (0..hd).step_by(8) {
             let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)) as *const __m128i));
@@ -654,8 +660,7 @@ pub(crate) unsafe fn attend_group(
     }
     out[..gs * hd].fill(0.0);
     let op = out.as_mut_ptr();
-    for j in 0..len {
-        let r = row_of(first + j);
+    for (j, &r) in slots.iter().enumerate() {
         for c in (0..hd).step_by(8) {
             let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)) as *const __m128i));
             for h in 0..gs {
@@ -674,24 +679,11 @@ pub(crate) unsafe fn attend_group(
 const ATTN_PREFETCH: usize = 8;
 
 /// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
-/// element `slot · kv_dim + off` of `kp` (keys) and `vp` (values).
+/// element `row[j]` of `kp` (keys) and `vp` (values).
 struct Rows16<'t> {
     kp: *const u8,
     vp: *const u8,
-    table: &'t [u32],
-    first: usize,
-    bs: usize,
-    kv_dim: usize,
-    off: usize,
-}
-
-impl Rows16<'_> {
-    /// Element index of position `first + j`'s row.
-    #[inline(always)]
-    fn row(&self, j: usize) -> usize {
-        let pos = self.first + j;
-        (self.table[pos / self.bs] as usize * self.bs + pos % self.bs) * self.kv_dim + self.off
-    }
+    row: &'t [usize],
 }
 
 /// [`attend_group`] for `GS` heads known at compile time, so every accumulator lives in a
@@ -712,23 +704,13 @@ unsafe fn attend_f16<const GS: usize>(
     out: &mut [f32],
     scores: &mut [f32],
 ) {
-    let qp = q.as_ptr();
-    for j in 0..len {
-        let r = rows.row(j);
-        if j + ATTN_PREFETCH < len {
-            prefetch_span(rows.kp.add(2 * rows.row(j + ATTN_PREFETCH)), 2 * hd);
-        }
-        let mut acc = [_mm256_setzero_ps(); GS];
-        for c in (0..hd).step_by(8) {
-            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(rows.kp.add(2 * (r + c)) as *const __m128i));
-            for h in 0..GS {
-                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
-            }
-        }
-        for h in 0..GS {
-            *scores.get_unchecked_mut(h * len + j) = hsum(acc[h]) * scale;
-        }
-    }
+    // Four positions at a time while 4·GS accumulators fit in registers.
+    let j = if GS <= 3 {
+        attend_scores::<GS, 4>(rows, len, hd, scale, q, scores)
+    } else {
+        attend_scores::<GS, 2>(rows, len, hd, scale, q, scores)
+    };
+    attend_scores_from::<GS>(rows, j, len, hd, scale, q, scores);
     for h in 0..GS {
         crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
     }
@@ -740,6 +722,109 @@ unsafe fn attend_f16<const GS: usize>(
     } else {
         attend_values::<GS, 1>(rows, len, hd, out, scores);
     }
+}
+
+/// Scores of positions `0..` in groups of `U` (the K rows of a group converted once and
+/// applied to all `GS` heads, the `U·GS` dot products reduced together); returns the first
+/// position not done. Each score is the same FMAs from zero and the same reduction as
+/// [`hsum`], so it equals what [`attend_scores_from`] computes for it alone.
+#[inline(always)]
+unsafe fn attend_scores<const GS: usize, const U: usize>(
+    rows: &Rows16<'_>,
+    len: usize,
+    hd: usize,
+    scale: f32,
+    q: &[f32],
+    scores: &mut [f32],
+) -> usize {
+    let qp = q.as_ptr();
+    let mut j = 0;
+    while j + U <= len {
+        for u in 0..U {
+            if j + u + ATTN_PREFETCH < len {
+                let r = *rows.row.get_unchecked(j + u + ATTN_PREFETCH);
+                prefetch_span(rows.kp.add(2 * r), 2 * hd);
+            }
+        }
+        let r: [usize; U] = std::array::from_fn(|u| *rows.row.get_unchecked(j + u));
+        let mut acc = [[_mm256_setzero_ps(); U]; GS];
+        for c in (0..hd).step_by(8) {
+            for u in 0..U {
+                let k8 = _mm256_cvtph_ps(_mm_loadu_si128(
+                    rows.kp.add(2 * (r[u] + c)) as *const __m128i
+                ));
+                for h in 0..GS {
+                    acc[h][u] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h][u]);
+                }
+            }
+        }
+        for h in 0..GS {
+            let o = scores.as_mut_ptr().add(h * len + j);
+            if U == 4 {
+                let s = _mm_mul_ps(
+                    hsum4([acc[h][0], acc[h][1], acc[h][2], acc[h][3]]),
+                    _mm_set1_ps(scale),
+                );
+                _mm_storeu_ps(o, s);
+            } else {
+                for u in 0..U {
+                    *o.add(u) = hsum(acc[h][u]) * scale;
+                }
+            }
+        }
+        j += U;
+    }
+    j
+}
+
+/// Scores of positions `j0..len`, one at a time.
+#[inline(always)]
+unsafe fn attend_scores_from<const GS: usize>(
+    rows: &Rows16<'_>,
+    j0: usize,
+    len: usize,
+    hd: usize,
+    scale: f32,
+    q: &[f32],
+    scores: &mut [f32],
+) {
+    let qp = q.as_ptr();
+    for j in j0..len {
+        let r = *rows.row.get_unchecked(j);
+        let mut acc = [_mm256_setzero_ps(); GS];
+        for c in (0..hd).step_by(8) {
+            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(rows.kp.add(2 * (r + c)) as *const __m128i));
+            for h in 0..GS {
+                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
+            }
+        }
+        for h in 0..GS {
+            *scores.get_unchecked_mut(h * len + j) = hsum(acc[h]) * scale;
+        }
+    }
+}
+
+/// [`hsum`] of four vectors at once, lane `i` of the result the sum of `v[i]`, added in
+/// exactly [`hsum`]'s order (so the results are bitwise [`hsum`]'s).
+#[inline(always)]
+unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
+    // [a.lo + a.hi | c.lo + c.hi] and [b.lo + b.hi | d.lo + d.hi]: lane i = x_i + x_{i+4}.
+    let ac = _mm256_add_ps(
+        _mm256_permute2f128_ps(v[0], v[2], 0x20),
+        _mm256_permute2f128_ps(v[0], v[2], 0x31),
+    );
+    let bd = _mm256_add_ps(
+        _mm256_permute2f128_ps(v[1], v[3], 0x20),
+        _mm256_permute2f128_ps(v[1], v[3], 0x31),
+    );
+    // [a0+a2, b0+b2, a1+a3, b1+b3 | c…, d…]
+    let s = _mm256_add_ps(_mm256_unpacklo_ps(ac, bd), _mm256_unpackhi_ps(ac, bd));
+    // lane 0: (a0+a2) + (a1+a3), lane 1: b's, likewise in the upper half for c and d.
+    let t = _mm256_add_ps(s, _mm256_permute_ps(s, 0b11_10_11_10));
+    _mm_castpd_ps(_mm_unpacklo_pd(
+        _mm_castps_pd(_mm256_castps256_ps128(t)),
+        _mm_castps_pd(_mm256_extractf128_ps(t, 1)),
+    ))
 }
 
 /// `out[h] = Σ_j p[h][j] · V[j]` in chunks of `CW` vectors (8·CW dimensions) per head.
@@ -755,9 +840,10 @@ unsafe fn attend_values<const GS: usize, const CW: usize>(
     for c in (0..hd).step_by(8 * CW) {
         let mut acc = [[_mm256_setzero_ps(); CW]; GS];
         for j in 0..len {
-            let vr = rows.vp.add(2 * (rows.row(j) + c));
+            let vr = rows.vp.add(2 * (*rows.row.get_unchecked(j) + c));
             if j + ATTN_PREFETCH < len {
-                prefetch_span(rows.vp.add(2 * (rows.row(j + ATTN_PREFETCH) + c)), 16 * CW);
+                let r = *rows.row.get_unchecked(j + ATTN_PREFETCH);
+                prefetch_span(rows.vp.add(2 * (r + c)), 16 * CW);
             }
             let mut v8 = [_mm256_setzero_ps(); CW];
             for w in 0..CW {

@@ -410,7 +410,8 @@ pub fn matmul_many(
     }
     let threads = pool::threads();
     // Per matrix: enough chunks to balance, each big enough to amortise the task overhead;
-    // task numbers run through the matrices' chunks in order.
+    // task numbers run through the matrices' chunks in order, so each thread's range of tasks
+    // (see `pool`) is consecutive rows.
     let mut jobs: [(WeightMatrix<'_>, SharedMut<f32>, usize, usize, Path); MAX_FUSED] =
         std::array::from_fn(|_| {
             (
@@ -429,7 +430,7 @@ pub fn matmul_many(
         });
     let mut n_tasks = 0;
     for (i, (w, y)) in ys.iter_mut().enumerate() {
-        let mut chunk = (w.rows / (threads * 4)).clamp(16, 256).min(w.rows.max(1));
+        let mut chunk = (w.rows / (threads * 8)).clamp(8, 256).min(w.rows.max(1));
         if w.layout == Layout::Tiles8 {
             chunk = chunk.next_multiple_of(TILE_ROWS);
         }

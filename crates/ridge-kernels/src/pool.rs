@@ -3,8 +3,12 @@
 //! A decode step issues a few hundred short parallel loops (one per matrix product), each only
 //! tens of microseconds long, so the cost of handing out work matters as much as the work. The
 //! pool keeps `threads − 1` workers alive for the life of the process; the calling thread takes
-//! part in every loop. Tasks are claimed from one atomic counter (dynamic balance, no queues,
-//! no allocation). Between loops, workers spin for a short while (the next loop usually comes
+//! part in every loop. The tasks `0..n` are cut into one contiguous range per thread; each
+//! participant claims tasks from its own range in order, then from the others' (dynamic
+//! balance, no queues, no allocation). Contiguous ranges matter for the matrix products: a
+//! task is a chunk of weight rows, so each thread streams one run of consecutive memory
+//! that the hardware prefetchers follow, instead of every other chunk (measured: a 576×576
+//! Q4_1 decode product 14.9 µs instead of 18.4 µs on two threads). Between loops, workers spin for a short while (the next loop usually comes
 //! within microseconds), then park on a condition variable so an idle ridge uses no CPU.
 //!
 //! Only one loop runs at a time: a second thread calling [`parallel_for`] while the pool is busy
@@ -30,11 +34,16 @@ const PARTICIPANTS: u64 = CLOSED - 1;
 
 type TaskFn = dyn Fn(usize) + Sync;
 
+/// A claim counter on its own cache line (the participants' counters are written
+/// concurrently).
+#[repr(align(64))]
+struct Counter(AtomicUsize);
+
 struct Shared {
     /// Epoch, closed flag and participant count of the current loop (see `CLOSED`).
     state: AtomicU64,
-    /// Next task index to claim.
-    next: AtomicUsize,
+    /// Per participant (by id), the next task index to claim in its range.
+    next: Box<[Counter]>,
     /// Tasks in the current loop.
     n_tasks: AtomicUsize,
     /// Workers parked (or about to park) on `cv`.
@@ -69,7 +78,7 @@ fn start(threads: usize) -> Pool {
     let threads = threads.max(1);
     let shared: &'static Shared = Box::leak(Box::new(Shared {
         state: AtomicU64::new(CLOSED),
-        next: AtomicUsize::new(0),
+        next: (0..threads).map(|_| Counter(AtomicUsize::new(0))).collect(),
         n_tasks: AtomicUsize::new(0),
         sleepers: AtomicUsize::new(0),
         panicked: AtomicBool::new(false),
@@ -93,28 +102,40 @@ fn start(threads: usize) -> Pool {
     }
 }
 
-fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_)) {
+/// The end of range `r` of `ranges` over `n` tasks (range `r` starts where `r − 1` ends).
+fn range_end(n: usize, ranges: usize, r: usize) -> usize {
+    n * (r + 1) / ranges
+}
+
+/// Runs tasks as participant `id`: its own range first, then whatever is left of the others'.
+fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync + '_), id: usize) {
     let n = s.n_tasks.load(SeqCst);
-    loop {
-        let i = s.next.fetch_add(1, SeqCst);
-        if i >= n {
-            break;
-        }
-        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
-            s.panicked.store(true, SeqCst);
+    let ranges = s.next.len();
+    for k in 0..ranges {
+        let r = (id + k) % ranges;
+        let end = range_end(n, ranges, r);
+        loop {
+            let i = s.next[r].0.fetch_add(1, SeqCst);
+            if i >= end {
+                break;
+            }
+            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+                s.panicked.store(true, SeqCst);
+            }
         }
     }
 }
 
-/// Tries to join the open loop of epoch `epoch`; false if it closed or moved on.
-fn join(s: &Shared, epoch: u64) -> bool {
+/// Tries to join the open loop of epoch `epoch`; on success, the participant id it got
+/// (1 for the first worker to join: the submitter is 0).
+fn join(s: &Shared, epoch: u64) -> Option<usize> {
     let mut cur = s.state.load(SeqCst);
     loop {
         if cur >> EPOCH_SHIFT != epoch || cur & CLOSED != 0 {
-            return false;
+            return None;
         }
         match s.state.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
-            Ok(_) => return true,
+            Ok(_) => return Some((cur & PARTICIPANTS) as usize + 1),
             Err(now) => cur = now,
         }
     }
@@ -140,11 +161,11 @@ fn worker(s: &'static Shared) {
             }
         }
         seen = s.state.load(SeqCst) >> EPOCH_SHIFT;
-        if join(s, seen) {
+        if let Some(id) = join(s, seen) {
             // SAFETY: joined while open, so the submitter waits for us (see `impl Sync`).
             if let Some(f) = unsafe { *s.func.get() } {
                 // SAFETY: as above.
-                run_tasks(s, unsafe { &*f });
+                run_tasks(s, unsafe { &*f }, id);
             }
             s.state.fetch_sub(1, SeqCst);
         }
@@ -220,7 +241,17 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
     // worker reads `func` now.
     unsafe { *s.func.get() = Some(fptr) };
     s.panicked.store(false, SeqCst);
-    s.next.store(0, SeqCst);
+    let ranges = s.next.len();
+    for (r, c) in s.next.iter().enumerate() {
+        c.0.store(
+            if r == 0 {
+                0
+            } else {
+                range_end(n, ranges, r - 1)
+            },
+            SeqCst,
+        );
+    }
     s.n_tasks.store(n, SeqCst);
     let epoch = (s.state.load(SeqCst) >> EPOCH_SHIFT) + 1;
     s.state.store(epoch << EPOCH_SHIFT, SeqCst);
@@ -228,7 +259,7 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
         let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
         s.cv.notify_all();
     }
-    run_tasks(s, fref);
+    run_tasks(s, fref, 0);
     s.state.fetch_or(CLOSED, SeqCst);
     let mut spins = 0u32;
     while s.state.load(SeqCst) & PARTICIPANTS != 0 {
