@@ -7,7 +7,10 @@
 //! cargo run --release -p ridge-kernels --example attn_bw -- 2 80 9 3 64     # SmolLM2
 //! ```
 //!
-//! Prints microseconds per layer (median of many passes).
+//! Prints microseconds per layer (median of many passes). `LAYERS=N` sets how many layers'
+//! caches the passes cycle through (default 64), `WARM=1` skips the eviction between passes
+//! (with `LAYERS=1`: the kernel's arithmetic alone), `GROUPS=1` runs one task per KV group
+//! instead of one per head.
 
 use half::f16;
 use ridge_kernels::attention::{attend_group, AttnShape, KvLayer};
@@ -29,7 +32,10 @@ fn main() {
     let bs = 16;
     let blocks = ctx.div_ceil(bs);
     // Many layers' worth of cache, so each pass reads rows the caches no longer hold.
-    let layers = 64;
+    let layers = std::env::var("LAYERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
     let cache: Vec<(Vec<f16>, Vec<f16>)> = (0..layers)
         .map(|l| {
             let mk = |s: f32| {
@@ -50,15 +56,23 @@ fn main() {
     let q: Vec<f32> = (0..n_heads * hd).map(|i| (i as f32 * 0.3).cos()).collect();
     let mut out = vec![0f32; n_heads * hd];
     let group = n_heads / n_kv;
+    // GROUPS=1: one task per KV group (all its query heads together) instead of one per head.
+    let per_task = if std::env::var("GROUPS").is_ok_and(|v| v == "1") {
+        group
+    } else {
+        1
+    };
     let mut times = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
         for (k, v) in &cache {
             let layer = KvLayer::f16(k, v, kv_dim, bs);
             let o = SharedMut(out.as_mut_ptr());
-            pool::parallel_for(n_heads, |h| {
-                // SAFETY: head h alone writes out[h·hd..(h+1)·hd].
-                let out = unsafe { std::slice::from_raw_parts_mut(o.ptr().add(h * hd), hd) };
+            pool::parallel_for(n_heads / per_task, |i| {
+                let h = i * per_task;
+                // SAFETY: task i alone writes the heads h..h + per_task of out.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(o.ptr().add(h * hd), per_task * hd) };
                 attend_group(
                     isa,
                     &layer,
@@ -67,8 +81,8 @@ fn main() {
                     ctx,
                     &shape,
                     h / group,
-                    1,
-                    &q[h * hd..(h + 1) * hd],
+                    per_task,
+                    &q[h * hd..(h + per_task) * hd],
                     out,
                 );
             });

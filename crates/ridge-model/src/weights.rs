@@ -36,20 +36,29 @@ impl MatRef {
     }
 }
 
+/// The file types ridge computes in, and the kernel format of each (the one list both the
+/// lookup and the "not supported" message read, so they cannot disagree).
+const FORMATS: [(GgmlType, DType); 10] = [
+    (GgmlType::F32, DType::F32),
+    (GgmlType::F16, DType::F16),
+    (GgmlType::BF16, DType::BF16),
+    (GgmlType::Q8_0, DType::Q8_0),
+    (GgmlType::Q4_0, DType::Q4_0),
+    (GgmlType::Q4_1, DType::Q4_1),
+    (GgmlType::Q5_0, DType::Q5_0),
+    (GgmlType::Q4_K, DType::Q4_K),
+    (GgmlType::Q5_K, DType::Q5_K),
+    (GgmlType::Q6_K, DType::Q6_K),
+];
+
 fn dtype_of(t: GgmlType) -> Option<DType> {
-    Some(match t {
-        GgmlType::F32 => DType::F32,
-        GgmlType::F16 => DType::F16,
-        GgmlType::BF16 => DType::BF16,
-        GgmlType::Q8_0 => DType::Q8_0,
-        GgmlType::Q4_0 => DType::Q4_0,
-        GgmlType::Q4_1 => DType::Q4_1,
-        GgmlType::Q5_0 => DType::Q5_0,
-        GgmlType::Q4_K => DType::Q4_K,
-        GgmlType::Q5_K => DType::Q5_K,
-        GgmlType::Q6_K => DType::Q6_K,
-        _ => return None,
-    })
+    FORMATS.iter().find(|(g, _)| *g == t).map(|&(_, d)| d)
+}
+
+/// "F32, F16, …": the supported file types, for error messages.
+fn supported_list() -> String {
+    let names: Vec<String> = FORMATS.iter().map(|(g, _)| g.to_string()).collect();
+    names.join(", ")
 }
 
 fn shape_err(f: &GgufFile, name: &str, message: String) -> ModelError {
@@ -73,8 +82,9 @@ pub(crate) fn matrix(
             f,
             name,
             format!(
-                "weight type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
-                t.ty
+                "weight type {} is not supported ({})",
+                t.ty,
+                supported_list()
             ),
         )
     })?;
@@ -117,4 +127,33 @@ pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, Mod
     let mut out = vec![0f32; n];
     blocks::dequantize_row(dtype, f.tensor_data(t), &mut out);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ridge_gguf::GgufWriter;
+
+    #[test]
+    fn an_unsupported_weight_type_is_named_with_every_supported_one() {
+        // Q2_K: 256 elements in 84 bytes; one row of 256.
+        let mut w = GgufWriter::new();
+        w.tensor("m", &[256, 1], GgmlType::Q2_K, vec![0u8; 84]);
+        let f = GgufFile::from_bytes("<memory>", w.to_bytes()).expect("valid file");
+        let e = matrix(&f, "m", 1, 256)
+            .expect_err("Q2_K is not computed")
+            .to_string();
+        assert!(e.contains("weight type Q2_K is not supported"), "{e}");
+        for (g, _) in FORMATS {
+            assert!(e.contains(&g.to_string()), "{e} lacks {g}");
+        }
+        // And every listed type binds.
+        let mut w = GgufWriter::new();
+        w.tensor("m", &[32, 1], GgmlType::Q5_0, vec![0u8; 22]);
+        let f = GgufFile::from_bytes("<memory>", w.to_bytes()).expect("valid file");
+        assert_eq!(
+            matrix(&f, "m", 1, 32).expect("Q5_0 binds").dtype,
+            DType::Q5_0
+        );
+    }
 }
