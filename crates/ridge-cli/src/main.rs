@@ -46,6 +46,19 @@ enum Command {
     Roofline(commands::roofline::Args),
 }
 
+/// Gives SIGPIPE back its default action, so that `ridge probe | head -1` ends quietly when the
+/// reader goes away, as any Unix tool does (Rust ignores the signal, and `println!` then
+/// panics on the write error). The server keeps ignoring it: a client that hangs up is an
+/// error on that connection only.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: `signal` with SIG_DFL for SIGPIPE only changes this process's disposition of that
+    // signal; it is called before any thread of ours exists and installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -66,6 +79,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    if !matches!(cli.command, Command::Serve(_)) {
+        default_sigpipe();
+    }
     if let Some(t) = cli.threads {
         if t == 0 {
             eprintln!("error: --threads must be at least 1");

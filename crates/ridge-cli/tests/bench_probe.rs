@@ -44,6 +44,30 @@ fn probe_json_is_one_line_with_bandwidth() {
 }
 
 #[test]
+fn a_closed_output_pipe_ends_ridge_quietly() {
+    // The reader is gone before the probe (a few hundred milliseconds) prints anything.
+    let mut child = ridge()
+        .args([
+            "probe",
+            "--buffer-mib",
+            "64",
+            "--passes",
+            "2",
+            "--threads",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn ridge");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait for ridge");
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "stderr: {err}");
+    assert!(err.is_empty(), "stderr: {err}");
+}
+
+#[test]
 fn bench_json_has_every_key_and_the_right_floor() {
     let spec = SyntheticSpec::default();
     let f = synthetic_file(&spec);
