@@ -105,6 +105,7 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-thread buffers for one K or V row converted to f32, and group scores.
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread K/V row index of every position one AVX2 attention call reads.
     static SLOTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 

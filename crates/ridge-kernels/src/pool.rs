@@ -6,10 +6,11 @@
 //! part in every loop. The tasks `0..n` are cut into one contiguous range per thread; each
 //! participant claims tasks from its own range in order, then from the others' (dynamic
 //! balance, no queues, no allocation). Contiguous ranges matter for the matrix products: a
-//! task is a chunk of weight rows, so each thread streams one run of consecutive memory
-//! that the hardware prefetchers follow, instead of every other chunk (measured: a 576×576
-//! Q4_1 decode product 14.9 µs instead of 18.4 µs on two threads). Between loops, workers spin for a short while (the next loop usually comes
-//! within microseconds), then park on a condition variable so an idle ridge uses no CPU.
+//! task is a chunk of weight rows, so each thread streams one run of consecutive memory that
+//! the hardware prefetchers follow, instead of every other chunk (measured: a 576×576 Q4_1
+//! decode product 14.9 µs instead of 18.4 µs on two threads). Between loops, workers spin for
+//! a short while (the next loop usually comes within microseconds), then park on a condition
+//! variable so an idle ridge uses no CPU.
 //!
 //! Only one loop runs at a time: a second thread calling [`parallel_for`] while the pool is busy
 //! runs its loop on its own thread instead of waiting (results are identical either way, since
