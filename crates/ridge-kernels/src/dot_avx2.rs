@@ -705,12 +705,13 @@ unsafe fn attend_f16<const GS: usize>(
     scores: &mut [f32],
 ) {
     // Four positions at a time while 4·GS accumulators fit in registers.
+    // The last few one at a time.
     let j = if GS <= 3 {
-        attend_scores::<GS, 4>(rows, len, hd, scale, q, scores)
+        attend_scores::<GS, 4>(rows, 0, len, hd, scale, q, scores)
     } else {
-        attend_scores::<GS, 2>(rows, len, hd, scale, q, scores)
+        attend_scores::<GS, 2>(rows, 0, len, hd, scale, q, scores)
     };
-    attend_scores_from::<GS>(rows, j, len, hd, scale, q, scores);
+    attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
     for h in 0..GS {
         crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
     }
@@ -724,13 +725,14 @@ unsafe fn attend_f16<const GS: usize>(
     }
 }
 
-/// Scores of positions `0..` in groups of `U` (the K rows of a group converted once and
+/// Scores of positions `j0..` in groups of `U` (the K rows of a group converted once and
 /// applied to all `GS` heads, the `U·GS` dot products reduced together); returns the first
 /// position not done. Each score is the same FMAs from zero and the same reduction as
-/// [`hsum`], so it equals what [`attend_scores_from`] computes for it alone.
+/// [`hsum`] whatever `U`, so a position's score does not depend on the group it fell in.
 #[inline(always)]
 unsafe fn attend_scores<const GS: usize, const U: usize>(
     rows: &Rows16<'_>,
+    j0: usize,
     len: usize,
     hd: usize,
     scale: f32,
@@ -738,7 +740,7 @@ unsafe fn attend_scores<const GS: usize, const U: usize>(
     scores: &mut [f32],
 ) -> usize {
     let qp = q.as_ptr();
-    let mut j = 0;
+    let mut j = j0;
     while j + U <= len {
         for u in 0..U {
             if j + u + ATTN_PREFETCH < len {
@@ -775,33 +777,6 @@ unsafe fn attend_scores<const GS: usize, const U: usize>(
         j += U;
     }
     j
-}
-
-/// Scores of positions `j0..len`, one at a time.
-#[inline(always)]
-unsafe fn attend_scores_from<const GS: usize>(
-    rows: &Rows16<'_>,
-    j0: usize,
-    len: usize,
-    hd: usize,
-    scale: f32,
-    q: &[f32],
-    scores: &mut [f32],
-) {
-    let qp = q.as_ptr();
-    for j in j0..len {
-        let r = *rows.row.get_unchecked(j);
-        let mut acc = [_mm256_setzero_ps(); GS];
-        for c in (0..hd).step_by(8) {
-            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(rows.kp.add(2 * (r + c)) as *const __m128i));
-            for h in 0..GS {
-                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
-            }
-        }
-        for h in 0..GS {
-            *scores.get_unchecked_mut(h * len + j) = hsum(acc[h]) * scale;
-        }
-    }
 }
 
 /// [`hsum`] of four vectors at once, lane `i` of the result the sum of `v[i]`, added in
