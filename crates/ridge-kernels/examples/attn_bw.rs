@@ -9,8 +9,8 @@
 //!
 //! Prints microseconds per layer (median of many passes). `LAYERS=N` sets how many layers'
 //! caches the passes cycle through (default 64), `WARM=1` skips the eviction between passes
-//! (with `LAYERS=1`: the kernel's arithmetic alone), `GROUPS=1` runs one task per KV group
-//! instead of one per head.
+//! (with `LAYERS=1`: the kernel's arithmetic alone), `GROUPS=N` runs N query heads of a KV
+//! group per task instead of one.
 
 use half::f16;
 use ridge_kernels::attention::{attend_group, AttnShape, KvLayer};
@@ -56,12 +56,12 @@ fn main() {
     let q: Vec<f32> = (0..n_heads * hd).map(|i| (i as f32 * 0.3).cos()).collect();
     let mut out = vec![0f32; n_heads * hd];
     let group = n_heads / n_kv;
-    // GROUPS=1: one task per KV group (all its query heads together) instead of one per head.
-    let per_task = if std::env::var("GROUPS").is_ok_and(|v| v == "1") {
-        group
-    } else {
-        1
-    };
+    // GROUPS=N: N query heads per task (a divisor of the group size; default 1).
+    let per_task = std::env::var("GROUPS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&g| g > 0 && group % g == 0)
+        .unwrap_or(1);
     let mut times = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();

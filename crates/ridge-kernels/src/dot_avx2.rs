@@ -656,7 +656,7 @@ pub(crate) unsafe fn attend_group(
         }
     }
     for h in 0..gs {
-        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
     }
     out[..gs * hd].fill(0.0);
     let op = out.as_mut_ptr();
@@ -676,7 +676,7 @@ pub(crate) unsafe fn attend_group(
 /// over its blocks (and a head's part of a row is a fraction of it), which the hardware
 /// prefetchers follow poorly; with batched decode the cache no longer fits in the caches and
 /// the loops waited on memory for most of their time (measured: 27% of a 16-sequence step).
-const ATTN_PREFETCH: usize = 8;
+const ATTN_PREFETCH: usize = 16;
 
 /// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
 /// element `row[j]` of `kp` (keys) and `vp` (values).
@@ -713,7 +713,7 @@ unsafe fn attend_f16<const GS: usize>(
     };
     attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
     for h in 0..GS {
-        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
     }
     // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4 heads: ≤ 12 accumulators.
     if hd.is_multiple_of(32) && GS <= 3 {
@@ -818,7 +818,11 @@ unsafe fn attend_values<const GS: usize, const CW: usize>(
             let vr = rows.vp.add(2 * (*rows.row.get_unchecked(j) + c));
             if j + ATTN_PREFETCH < len {
                 let r = *rows.row.get_unchecked(j + ATTN_PREFETCH);
-                prefetch_span(rows.vp.add(2 * (r + c)), 16 * CW);
+                if c == 0 {
+                    prefetch_span(rows.vp.add(2 * r), 2 * hd);
+                } else {
+                    prefetch_span(rows.vp.add(2 * (r + c)), 16 * CW);
+                }
             }
             let mut v8 = [_mm256_setzero_ps(); CW];
             for w in 0..CW {
@@ -895,7 +899,7 @@ unsafe fn attend_group_q8(
         }
     }
     for h in 0..gs {
-        crate::ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
     }
     out[..gs * hd].fill(0.0);
     let op = out.as_mut_ptr();

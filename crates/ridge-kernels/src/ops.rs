@@ -131,18 +131,41 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// In-place softmax of a row; returns nothing on an empty row.
+/// In-place softmax of a row (nothing to do on an empty one), with [`exp_approx`] and the sum
+/// of the exponentials taken in eight interleaved partial sums (element `i` of every whole
+/// group of eight into sum `i`, combined as `hsum` combines a vector's lanes), the last
+/// `len % 8` elements added one by one after them. The AVX2 version (`dot_avx2::softmax`)
+/// performs exactly these operations on vectors, so both give the same bits; a libm `exp` per
+/// score with one serial sum was a third of decode attention's arithmetic.
 pub fn softmax_inplace(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
     let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
+    let mut lanes = [0f32; 8];
+    let mut groups = x.chunks_exact_mut(8);
+    for g in &mut groups {
+        for (v, l) in g.iter_mut().zip(&mut lanes) {
+            *v = exp_approx(*v - max);
+            *l += *v;
+        }
+    }
+    let mut sum = lane_sum(&lanes);
+    for v in groups.into_remainder() {
+        *v = exp_approx(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
     }
+}
+
+/// The eight partial sums added in the order `hsum` adds a vector's lanes:
+/// `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
+fn lane_sum(l: &[f32; 8]) -> f32 {
+    let s: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
+    (s[0] + s[2]) + (s[1] + s[3])
 }
 
 #[cfg(test)]
@@ -162,6 +185,27 @@ mod tests {
         assert!(worst < 3e-7, "worst relative error {worst}");
         assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
         assert!(exp_approx(1e4).is_finite());
+    }
+
+    #[test]
+    fn softmax_matches_a_float64_softmax() {
+        for n in [1usize, 5, 8, 13, 64, 300] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 103) as f32 * 0.37 - 19.0)
+                .collect();
+            let max = x.iter().fold(f64::MIN, |a, &b| a.max(b as f64));
+            let z: f64 = x.iter().map(|&v| (v as f64 - max).exp()).sum();
+            let mut got = x.clone();
+            softmax_inplace(&mut got);
+            for (&v, &g) in x.iter().zip(&got) {
+                let want = (v as f64 - max).exp() / z;
+                assert!(
+                    (g as f64 - want).abs() <= 1e-6 * want + 1e-12,
+                    "n {n}: {g} vs {want}"
+                );
+            }
+        }
+        softmax_inplace(&mut []);
     }
 
     #[test]
