@@ -51,6 +51,98 @@ pub(crate) unsafe fn softmax(x: &mut [f32]) {
     }
 }
 
+/// `Σ x²` as `ops::sum_squares` computes it (partial sums in the lanes, `hsum`, tail last).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn sum_squares(x: &[f32]) -> f32 {
+    let whole = x.len() - x.len() % 8;
+    let p = x.as_ptr();
+    let mut acc = _mm256_setzero_ps();
+    for i in (0..whole).step_by(8) {
+        let v = _mm256_loadu_ps(p.add(i));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+    }
+    x[whole..].iter().fold(hsum(acc), |s, &v| s + v * v)
+}
+
+/// `out = x · scale · w`, element-wise (RMSNorm's second half). `out`, `w` at least `x`'s
+/// length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn scale_mul(x: &[f32], scale: f32, w: &[f32], out: &mut [f32]) {
+    let n = x.len().min(w.len()).min(out.len());
+    let whole = n - n % 8;
+    let s8 = _mm256_set1_ps(scale);
+    let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
+    for i in (0..whole).step_by(8) {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(i)), s8);
+        _mm256_storeu_ps(op.add(i), _mm256_mul_ps(v, _mm256_loadu_ps(wp.add(i))));
+    }
+    for i in whole..n {
+        out[i] = x[i] * scale * w[i];
+    }
+}
+
+/// [`scale_mul`] in place: `x = x · scale · w`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn scale_mul_inplace(x: &mut [f32], scale: f32, w: &[f32]) {
+    let n = x.len().min(w.len());
+    let whole = n - n % 8;
+    let s8 = _mm256_set1_ps(scale);
+    let (xp, wp) = (x.as_mut_ptr(), w.as_ptr());
+    for i in (0..whole).step_by(8) {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(i)), s8);
+        _mm256_storeu_ps(xp.add(i), _mm256_mul_ps(v, _mm256_loadu_ps(wp.add(i))));
+    }
+    for i in whole..n {
+        x[i] = x[i] * scale * w[i];
+    }
+}
+
+/// `ops::silu_mul`: `gate = gate / (1 + e^(−gate)) · up`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let whole = n - n % 8;
+    let (gp, up_) = (gate.as_mut_ptr(), up.as_ptr());
+    let one = _mm256_set1_ps(1.0);
+    let neg = _mm256_set1_ps(-0.0);
+    for i in (0..whole).step_by(8) {
+        let g = _mm256_loadu_ps(gp.add(i));
+        let e = exp8(_mm256_xor_ps(g, neg));
+        let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gp.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up_.add(i))));
+    }
+    for i in whole..n {
+        let g = gate[i];
+        gate[i] = g / (1.0 + crate::ops::exp_approx(-g)) * up[i];
+    }
+}
+
+/// `ops::gelu_tanh_mul`: `gate = gate · up / (1 + e^(−y))`, `y = c · gate · (1 + 0.044715 ·
+/// gate²)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    let whole = n - n % 8;
+    let (gp, up_) = (gate.as_mut_ptr(), up.as_ptr());
+    let one = _mm256_set1_ps(1.0);
+    let neg = _mm256_set1_ps(-0.0);
+    let c = _mm256_set1_ps(crate::ops::GELU_C);
+    let k = _mm256_set1_ps(0.044715);
+    for i in (0..whole).step_by(8) {
+        let x = _mm256_loadu_ps(gp.add(i));
+        let inner = _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(k, x), x));
+        let y = _mm256_mul_ps(_mm256_mul_ps(c, x), inner);
+        let e = exp8(_mm256_xor_ps(y, neg));
+        let xu = _mm256_mul_ps(x, _mm256_loadu_ps(up_.add(i)));
+        _mm256_storeu_ps(gp.add(i), _mm256_div_ps(xu, _mm256_add_ps(one, e)));
+    }
+    for i in whole..n {
+        let x = gate[i];
+        let y = crate::ops::GELU_C * x * (1.0 + 0.044715 * x * x);
+        gate[i] = x * up[i] / (1.0 + crate::ops::exp_approx(-y));
+    }
+}
+
 /// [`crate::ops::exp_approx`] of eight lanes, operation for operation.
 #[inline(always)]
 unsafe fn exp8(x: __m256) -> __m256 {
@@ -96,6 +188,40 @@ mod tests {
             .collect()
     }
 
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    #[test]
+    fn norms_and_gated_activations_give_the_portable_bits() {
+        if Isa::detect() != Isa::Avx2 {
+            return; // nothing to compare on this CPU; the portable versions are tested in `ops`
+        }
+        for n in [1usize, 7, 8, 9, 64, 250, 576, 2048] {
+            let x = values(n, n as u32, 3.0);
+            let w = values(n, 7 + n as u32, 1.5);
+            let up = values(n, 11 + n as u32, 2.0);
+            let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
+            ops::rms_norm(Isa::Scalar, &x, &w, 1e-6, &mut want);
+            ops::rms_norm(Isa::Avx2, &x, &w, 1e-6, &mut got);
+            assert_eq!(bits(&got), bits(&want), "rms_norm n {n}");
+            let mut inplace = x.clone();
+            ops::rms_norm_rows_inplace(Isa::Avx2, &mut inplace, &w, 1e-6);
+            assert_eq!(bits(&inplace), bits(&want), "rms_norm in place n {n}");
+            for gelu in [false, true] {
+                let (mut want, mut got) = (x.clone(), x.clone());
+                let f = if gelu {
+                    ops::gelu_tanh_mul
+                } else {
+                    ops::silu_mul
+                };
+                f(Isa::Scalar, &mut want, &up);
+                f(Isa::Avx2, &mut got, &up);
+                assert_eq!(bits(&got), bits(&want), "gelu {gelu} n {n}");
+            }
+        }
+    }
+
     #[test]
     fn softmax_gives_the_portable_bits_and_sums_to_one() {
         if Isa::detect() != Isa::Avx2 {
@@ -108,7 +234,6 @@ mod tests {
                 ops::softmax_inplace(&mut want);
                 // SAFETY: Isa::Avx2 was detected above.
                 unsafe { super::softmax(&mut got) };
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "n {n} seed {seed}");
                 if n > 0 {
                     let sum: f64 = got.iter().map(|&v| v as f64).sum();

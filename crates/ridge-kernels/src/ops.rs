@@ -1,29 +1,76 @@
 //! Element-wise and row-wise operations of a transformer layer. These touch activations only
-//! (kilobytes per token), so they are simple loops the compiler vectorises.
+//! (kilobytes per token), but on a decode step they run on one thread between the parallel
+//! matrix products, so the ones on that path have AVX2 versions (`elementwise_avx2`) that
+//! perform the same operations in the same order and give the same bits.
 
-/// `out = x / sqrt(mean(x²) + eps) · w` (RMSNorm), one row.
-pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let scale = 1.0 / (ss + eps).sqrt();
+use crate::Isa;
+
+/// `out = x / sqrt(mean(x²) + eps) · w` (RMSNorm), one row. The sum of squares is taken in
+/// eight interleaved partial sums as in [`softmax_inplace`] (a single serial sum was most of a
+/// norm's time: one dependent add per element).
+pub fn rms_norm(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let scale = inv_rms(isa, x, eps);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: Isa::Avx2 is produced only after detecting AVX2/FMA/F16C.
+        return unsafe { crate::elementwise_avx2::scale_mul(x, scale, w, out) };
+    }
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = v * scale * g;
     }
 }
 
+/// `1 / sqrt(mean(x²) + eps)`, the sum of squares in eight partial sums (see [`rms_norm`]).
+fn inv_rms(isa: Isa, x: &[f32], eps: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    let ss = if isa == Isa::Avx2 {
+        // SAFETY: as in `rms_norm`.
+        unsafe { crate::elementwise_avx2::sum_squares(x) }
+    } else {
+        sum_squares(x)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let ss = {
+        let _ = isa;
+        sum_squares(x)
+    };
+    1.0 / (ss / x.len() as f32 + eps).sqrt()
+}
+
+/// `Σ x²`: element `i` of every whole group of eight into partial sum `i`, the partial sums
+/// combined by [`lane_sum`], the last `len % 8` squares added one by one.
+fn sum_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let groups = x.chunks_exact(8);
+    let tail = groups.remainder();
+    for g in groups {
+        for (l, &v) in lanes.iter_mut().zip(g) {
+            *l += v * v;
+        }
+    }
+    tail.iter().fold(lane_sum(&lanes), |s, &v| s + v * v)
+}
+
 /// RMSNorm of every `w.len()`-wide row of `x` into the same row of `out`.
-pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub fn rms_norm_rows(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        rms_norm(xr, w, eps, or);
+        rms_norm(isa, xr, w, eps, or);
     }
 }
 
 /// RMSNorm of every `w.len()`-wide row of `x` in place (per-head norms: `w` is one head
 /// wide). The same arithmetic as [`rms_norm`].
-pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+pub fn rms_norm_rows_inplace(isa: Isa, x: &mut [f32], w: &[f32], eps: f32) {
     for xr in x.chunks_exact_mut(w.len()) {
-        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / xr.len() as f32;
-        let scale = 1.0 / (ss + eps).sqrt();
+        let scale = inv_rms(isa, xr, eps);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 {
+            // SAFETY: as in `rms_norm`; in place is allowed (each element is read before
+            // it is written, by the same lane).
+            unsafe { crate::elementwise_avx2::scale_mul_inplace(xr, scale, w) };
+            continue;
+        }
         for (v, &g) in xr.iter_mut().zip(w) {
             *v = *v * scale * g;
         }
@@ -60,7 +107,12 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
 
 /// `gate = silu(gate) · up` (SwiGLU), element-wise, with [`exp_approx`] so the loop
 /// vectorises (the library `expf` was 3% of a batched decode step, on one thread).
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: as in `rms_norm`.
+        return unsafe { crate::elementwise_avx2::silu_mul(gate, up) };
+    }
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + exp_approx(-*g)) * u;
     }
@@ -72,14 +124,21 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 /// Computed as the identical `x / (1 + e^(−2y))` (since `(1 + tanh y) / 2 = σ(2y)`) with
 /// [`exp_approx`], so the loop vectorises: a prefill of 512 tokens evaluates it 19 million
 /// times for Gemma 3 270M, and the library `tanhf` alone took ~8% of prefill.
-pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
-    const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
+pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: as in `rms_norm`.
+        return unsafe { crate::elementwise_avx2::gelu_tanh_mul(gate, up) };
+    }
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
-        let y = TWO_SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x);
+        let y = GELU_C * x * (1.0 + 0.044715 * x * x);
         *g = x * u / (1.0 + exp_approx(-y));
     }
 }
+
+/// `2·√(2/π)`: GELU's tanh argument doubled (see [`gelu_tanh_mul`]).
+pub(crate) const GELU_C: f32 = 2.0 * 0.797_884_6;
 
 /// `e^x` to about 2e-7 relative error, in plain arithmetic the compiler vectorises (no libm
 /// call): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 Taylor polynomial for `e^r`
@@ -134,7 +193,7 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
 /// In-place softmax of a row (nothing to do on an empty one), with [`exp_approx`] and the sum
 /// of the exponentials taken in eight interleaved partial sums (element `i` of every whole
 /// group of eight into sum `i`, combined as `hsum` combines a vector's lanes), the last
-/// `len % 8` elements added one by one after them. The AVX2 version (`dot_avx2::softmax`)
+/// `len % 8` elements added one by one after them. The AVX2 version (`elementwise_avx2::softmax`)
 /// performs exactly these operations on vectors, so both give the same bits; a libm `exp` per
 /// score with one serial sum was a third of decode attention's arithmetic.
 pub fn softmax_inplace(x: &mut [f32]) {
@@ -163,7 +222,7 @@ pub fn softmax_inplace(x: &mut [f32]) {
 
 /// The eight partial sums added in the order `hsum` adds a vector's lanes:
 /// `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
-fn lane_sum(l: &[f32; 8]) -> f32 {
+pub(crate) fn lane_sum(l: &[f32; 8]) -> f32 {
     let s: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
     (s[0] + s[2]) + (s[1] + s[3])
 }
@@ -185,6 +244,26 @@ mod tests {
         assert!(worst < 3e-7, "worst relative error {worst}");
         assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
         assert!(exp_approx(1e4).is_finite());
+    }
+
+    #[test]
+    fn rms_norm_matches_float64() {
+        for n in [1usize, 9, 64, 576, 1000] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 101) as f32 * 0.05 - 2.4)
+                .collect();
+            let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+            let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+            let mut got = vec![0f32; n];
+            rms_norm(Isa::Scalar, &x, &w, 1e-6, &mut got);
+            for i in 0..n {
+                let want = x[i] as f64 / (ms + 1e-6).sqrt() * w[i] as f64;
+                assert!(
+                    (got[i] as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "n {n} i {i}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -212,7 +291,7 @@ mod tests {
     fn gelu_tanh_matches_the_tanh_formula() {
         let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) * 0.01).collect();
         let mut g = xs.clone();
-        gelu_tanh_mul(&mut g, &vec![1.0; xs.len()]);
+        gelu_tanh_mul(Isa::Scalar, &mut g, &vec![1.0; xs.len()]);
         for (&x, &got) in xs.iter().zip(&g) {
             let x64 = x as f64;
             let c = (2.0 / std::f64::consts::PI).sqrt();

@@ -77,22 +77,22 @@ pub(crate) fn layers(
         };
 
         // Attention block.
-        ops::rms_norm_rows(&ws.x, &l.attn_norm, eps, &mut ws.xn);
+        ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
-        ops::rms_norm_rows_inplace(&mut ws.q, &g.q_norm, eps);
-        ops::rms_norm_rows_inplace(&mut ws.k, &g.k_norm, eps);
+        ops::rms_norm_rows_inplace(m.isa, &mut ws.q, &g.q_norm, eps);
+        ops::rms_norm_rows_inplace(m.isa, &mut ws.k, &g.k_norm, eps);
         m.rope_and_store(li, batch, kv, ws, table, true);
         m.attention(li, batch, kv, ws, window);
         m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
-        ops::rms_norm_rows_inplace(&mut ws.xn, &g.post_attn, eps);
+        ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_attn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
-        ops::rms_norm_rows(&ws.x, &l.ffn_norm, eps, &mut ws.xn);
+        ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
         m.gate_up(l, n, ws);
-        ops::gelu_tanh_mul(&mut ws.gate, &ws.up);
+        ops::gelu_tanh_mul(m.isa, &mut ws.gate, &ws.up);
         m.mm(m.act.down, &l.w_down, &ws.gate, n, &mut ws.xn, &mut ws.mm);
-        ops::rms_norm_rows_inplace(&mut ws.xn, &g.post_ffn, eps);
+        ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_ffn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
     }
 }

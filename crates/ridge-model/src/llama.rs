@@ -26,7 +26,7 @@ pub(crate) fn layers(
             continue;
         }
         // Attention block.
-        ops::rms_norm_rows(&ws.x, &l.attn_norm, eps, &mut ws.xn);
+        ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
         m.rope_and_store(li, batch, kv, ws, RopeTable::Global, false);
         m.attention(li, batch, kv, ws, None);
@@ -34,9 +34,9 @@ pub(crate) fn layers(
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
-        ops::rms_norm_rows(&ws.x, &l.ffn_norm, eps, &mut ws.xn);
+        ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
         m.gate_up(l, n, ws);
-        ops::silu_mul(&mut ws.gate, &ws.up);
+        ops::silu_mul(m.isa, &mut ws.gate, &ws.up);
         m.mm(m.act.down, &l.w_down, &ws.gate, n, &mut ws.xn, &mut ws.mm);
         ops::add_inplace(&mut ws.x, &ws.xn);
     }

@@ -545,6 +545,7 @@ impl Model {
             let (src, dst) = (t * d, i * d);
             // xn is free now; gather the normed rows at its front (i <= t, so no overlap issue).
             ops::rms_norm(
+                self.isa,
                 &ws.x[src..src + d],
                 &self.output_norm,
                 cfg.norm_eps,
