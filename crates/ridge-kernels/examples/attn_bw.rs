@@ -62,12 +62,49 @@ fn main() {
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&g| g > 0 && group % g == 0)
         .unwrap_or(1);
+    let split = std::env::var("SPLIT").is_ok_and(|v| v == "1");
+    let mut parts =
+        vec![0f32; n_kv * ctx.div_ceil(32) * ridge_kernels::attention::partial_len(group, hd)];
     let mut times = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
         for (k, v) in &cache {
             let layer = KvLayer::f16(k, v, kv_dim, bs);
             let o = SharedMut(out.as_mut_ptr());
+            if split {
+                let ks = ridge_kernels::attention::chunks(0, ctx);
+                let nk = ks.len();
+                let plen = ridge_kernels::attention::partial_len(group, hd);
+                let pp = SharedMut(parts.as_mut_ptr());
+                pool::parallel_for(n_kv * nk, |i| {
+                    let (g, c) = (i / nk, i % nk);
+                    // SAFETY: task i alone writes record i.
+                    let part =
+                        unsafe { std::slice::from_raw_parts_mut(pp.ptr().add(i * plen), plen) };
+                    ridge_kernels::attention::attend_chunk(
+                        isa,
+                        &layer,
+                        &table,
+                        0,
+                        ctx,
+                        &shape,
+                        g,
+                        group,
+                        &q[g * group * hd..(g + 1) * group * hd],
+                        ks.start + c,
+                        part,
+                    );
+                });
+                for g in 0..n_kv {
+                    ridge_kernels::attention::merge_chunks(
+                        &parts[g * nk * plen..(g + 1) * nk * plen],
+                        group,
+                        hd,
+                        &mut out[g * group * hd..(g + 1) * group * hd],
+                    );
+                }
+                continue;
+            }
             pool::parallel_for(n_heads / per_task, |i| {
                 let h = i * per_task;
                 // SAFETY: task i alone writes the heads h..h + per_task of out.

@@ -107,6 +107,8 @@ thread_local! {
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-thread K/V row index of every position one AVX2 attention call reads.
     static SLOTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread chunk partials of one [`attend_group`] call.
+    static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// f32 · f32 with eight independent accumulators (vectorised by the compiler).
@@ -128,13 +130,38 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// Positions per attention chunk. A query's positions are cut at multiples of this (absolute
+/// positions); each chunk gives an unnormalised partial — its highest score `m`, the sum of
+/// `e^(s − m)` and the sum of `e^(s − m) · V` — and [`merge_chunks`] combines a query's
+/// partials in chunk order. The cuts depend only on the positions, never on how the work is
+/// divided among threads or batched, so a token's result has the same bits however it was
+/// computed; decode spreads one token's chunks over the pool, so the threads stream different
+/// K/V rows instead of all reading every row.
+pub const ATTN_CHUNK: usize = 32;
+
+/// The chunks (index `k`: positions `k · ATTN_CHUNK..(k + 1) · ATTN_CHUNK`) that positions
+/// `first..n_ctx` touch.
+pub fn chunks(first: usize, n_ctx: usize) -> std::ops::Range<usize> {
+    if first >= n_ctx {
+        return 0..0;
+    }
+    first / ATTN_CHUNK..n_ctx.div_ceil(ATTN_CHUNK)
+}
+
+/// Floats of one chunk's partial for `gs` heads: their `gs · head_dim` weighted value sums,
+/// then `gs` maxima, then `gs` exponential sums.
+pub fn partial_len(gs: usize, head_dim: usize) -> usize {
+    gs * (head_dim + 2)
+}
+
 /// Computes `gs` query heads that share KV group `group` over positions `first..n_ctx`,
 /// reading each cached K and V row once for all of them (GQA: `n_heads / n_kv_heads` heads share
 /// one KV head, so this divides the cache traffic and f16 conversions by that factor). Callers
 /// pass the whole group, or a subset of its heads when they need more parallel tasks.
 ///
 /// `q` holds the heads' queries back to back (`gs · head_dim`), `out` receives their attended
-/// values in the same layout. `gs` is at most [`MAX_GROUP`].
+/// values in the same layout. `gs` is at most [`MAX_GROUP`]. The result is [`attend_chunk`] of
+/// every chunk, merged by [`merge_chunks`].
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     isa: Isa,
@@ -148,7 +175,41 @@ pub fn attend_group(
     q: &[f32],
     out: &mut [f32],
 ) {
+    let ks = chunks(first, n_ctx);
+    let plen = partial_len(gs, shape.head_dim);
+    PARTIALS.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < ks.len() * plen {
+            buf.resize(ks.len() * plen, 0.0);
+        }
+        for (i, k) in ks.clone().enumerate() {
+            let p = &mut buf[i * plen..(i + 1) * plen];
+            attend_chunk(isa, kv, table, first, n_ctx, shape, group, gs, q, k, p);
+        }
+        merge_chunks(&buf[..ks.len() * plen], gs, shape.head_dim, out);
+    });
+}
+
+/// Chunk `k` of positions `first..n_ctx` (see [`ATTN_CHUNK`]) for `gs` query heads of KV group
+/// `group`, as an unnormalised partial into `partial` ([`partial_len`] floats). `k` must be
+/// one of [`chunks`]`(first, n_ctx)`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_chunk(
+    isa: Isa,
+    kv: &KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &AttnShape,
+    group: usize,
+    gs: usize,
+    q: &[f32],
+    k: usize,
+    partial: &mut [f32],
+) {
     debug_assert!(gs <= MAX_GROUP && q.len() == gs * shape.head_dim);
+    let (p0, p1) = (first.max(k * ATTN_CHUNK), n_ctx.min((k + 1) * ATTN_CHUNK));
+    let (out, ml) = partial[..partial_len(gs, shape.head_dim)].split_at_mut(gs * shape.head_dim);
     #[cfg(target_arch = "x86_64")]
     let simd_ok = match kv.data {
         KvData::F16 { .. } => shape.head_dim.is_multiple_of(8),
@@ -159,7 +220,7 @@ pub fn attend_group(
         SCORES.with(|sc| {
             SLOTS.with(|sl| {
                 let (mut scores, mut slots) = (sc.borrow_mut(), sl.borrow_mut());
-                let len = n_ctx - first;
+                let len = p1 - p0;
                 if scores.len() < gs * len {
                     scores.resize(gs * len, 0.0);
                 }
@@ -168,18 +229,19 @@ pub fn attend_group(
                 }
                 // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; head_dim
                 // is a multiple of 8; the table maps every position below n_ctx into kv
-                // (caller's contract); q/out hold gs heads, scores gs·len, slots len.
+                // (caller's contract); q/out hold gs heads, ml 2·gs, scores gs·len, slots len.
                 unsafe {
                     crate::dot_avx2::attend_group(
                         kv,
                         table,
-                        first,
-                        n_ctx,
+                        p0,
+                        p1,
                         shape,
                         group,
                         gs,
                         q,
                         out,
+                        ml,
                         &mut scores[..gs * len],
                         &mut slots[..len],
                     )
@@ -188,12 +250,46 @@ pub fn attend_group(
         });
         return;
     }
-    attend_group_scalar(kv, table, first, n_ctx, shape, group, gs, q, out)
+    attend_group_scalar(kv, table, p0, p1, shape, group, gs, q, out, ml)
+}
+
+/// Merges a query's chunk partials (`partials`: whole [`partial_len`] records in chunk order)
+/// into the attended values of its `gs` heads: with `M` the highest chunk maximum and
+/// `w_c = e^(m_c − M)`, `out = Σ_c w_c · acc_c / Σ_c w_c · l_c`, summed in chunk order.
+pub fn merge_chunks(partials: &[f32], gs: usize, head_dim: usize, out: &mut [f32]) {
+    let plen = partial_len(gs, head_dim);
+    let n = partials.len() / plen;
+    let out = &mut out[..gs * head_dim];
+    out.fill(0.0);
+    if n == 0 {
+        return;
+    }
+    let rec = |c: usize| &partials[c * plen..(c + 1) * plen];
+    for h in 0..gs {
+        let m = |c: usize| rec(c)[gs * head_dim + h];
+        let top = (0..n).fold(f32::NEG_INFINITY, |a, c| a.max(m(c)));
+        let o = &mut out[h * head_dim..(h + 1) * head_dim];
+        let mut sum = 0f32;
+        for c in 0..n {
+            let r = rec(c);
+            let w = ops::exp_approx(m(c) - top);
+            sum += r[gs * (head_dim + 1) + h] * w;
+            for (o, &a) in o.iter_mut().zip(&r[h * head_dim..(h + 1) * head_dim]) {
+                *o += a * w;
+            }
+        }
+        let inv = 1.0 / sum;
+        for v in o.iter_mut() {
+            *v *= inv;
+        }
+    }
 }
 
 /// Most query heads one [`attend_group`] call handles.
 pub const MAX_GROUP: usize = 16;
 
+/// The portable [`attend_chunk`]: positions `first..n_ctx` (one chunk) into `out` (weighted
+/// value sums) and `ml` (maxima, then exponential sums).
 #[allow(clippy::too_many_arguments)]
 fn attend_group_scalar(
     kv: &KvLayer<'_>,
@@ -205,6 +301,7 @@ fn attend_group_scalar(
     gs: usize,
     q: &[f32],
     out: &mut [f32],
+    ml: &mut [f32],
 ) {
     let hd = shape.head_dim;
     let len = n_ctx - first;
@@ -227,7 +324,8 @@ fn attend_group_scalar(
                 }
             }
             for h in 0..gs {
-                ops::softmax_inplace(&mut scores[h * len..(h + 1) * len]);
+                let (m, l) = ops::softmax_partial(&mut scores[h * len..(h + 1) * len]);
+                (ml[h], ml[gs + h]) = (m, l);
             }
             out[..gs * hd].fill(0.0);
             for j in 0..len {

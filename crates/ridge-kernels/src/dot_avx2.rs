@@ -587,10 +587,12 @@ pub(crate) unsafe fn dot_rows_f32_xt<const FMT: u8, const R: usize, const T: usi
     }
 }
 
-/// Grouped attention (see `attention::attend_group`): the positions loop runs inside one
-/// AVX2 function, converting each K/V row from f16 in registers, 8 elements at a time, and
-/// applying it to all `gs` heads. `scores` has room for `gs · (n_ctx − first)` values and
-/// `slots` for `n_ctx − first`.
+/// Grouped attention over one chunk of positions `first..n_ctx` (see `attention::attend_chunk`):
+/// the positions loop runs inside one AVX2 function, converting each K/V row from f16 in
+/// registers, 8 elements at a time, and applying it to all `gs` heads. Leaves the chunk's
+/// unnormalised partial: `out[h]` = `Σ_j e^(s_j − m_h) · V_j`, `ml[h]` = `m_h` (the chunk's
+/// highest score), `ml[gs + h]` = `Σ_j e^(s_j − m_h)`. `scores` has room for
+/// `gs · (n_ctx − first)` values and `slots` for `n_ctx − first`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend_group(
@@ -603,6 +605,7 @@ pub(crate) unsafe fn attend_group(
     gs: usize,
     q: &[f32],
     out: &mut [f32],
+    ml: &mut [f32],
     scores: &mut [f32],
     slots: &mut [usize],
 ) {
@@ -618,7 +621,7 @@ pub(crate) unsafe fn attend_group(
     };
     if q8 {
         return attend_group_q8(
-            kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, scores,
+            kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores,
         );
     }
     // Each position's row, walking the block table once (no division per position).
@@ -636,10 +639,10 @@ pub(crate) unsafe fn attend_group(
     }
     let rows = Rows16 { kp, vp, row: slots };
     match gs {
-        1 => return attend_f16::<1>(&rows, len, hd, shape.scale, q, out, scores),
-        2 => return attend_f16::<2>(&rows, len, hd, shape.scale, q, out, scores),
-        3 => return attend_f16::<3>(&rows, len, hd, shape.scale, q, out, scores),
-        4 => return attend_f16::<4>(&rows, len, hd, shape.scale, q, out, scores),
+        1 => return attend_f16::<1>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        2 => return attend_f16::<2>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        3 => return attend_f16::<3>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        4 => return attend_f16::<4>(&rows, len, hd, shape.scale, q, out, ml, scores),
         _ => {}
     }
     for j in 0..len {
@@ -656,7 +659,8 @@ pub(crate) unsafe fn attend_group(
         }
     }
     for h in 0..gs {
-        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
+        let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
+        (ml[h], ml[gs + h]) = (m, l);
     }
     out[..gs * hd].fill(0.0);
     let op = out.as_mut_ptr();
@@ -702,6 +706,7 @@ unsafe fn attend_f16<const GS: usize>(
     scale: f32,
     q: &[f32],
     out: &mut [f32],
+    ml: &mut [f32],
     scores: &mut [f32],
 ) {
     // Four positions at a time while 4·GS accumulators fit in registers.
@@ -713,7 +718,8 @@ unsafe fn attend_f16<const GS: usize>(
     };
     attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
     for h in 0..GS {
-        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
+        let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
+        (ml[h], ml[GS + h]) = (m, l);
     }
     // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4 heads: ≤ 12 accumulators.
     if hd.is_multiple_of(32) && GS <= 3 {
@@ -863,6 +869,7 @@ unsafe fn attend_group_q8(
     gs: usize,
     q: &[f32],
     out: &mut [f32],
+    ml: &mut [f32],
     scores: &mut [f32],
 ) {
     const MAXG: usize = crate::attention::MAX_GROUP;
@@ -899,7 +906,8 @@ unsafe fn attend_group_q8(
         }
     }
     for h in 0..gs {
-        crate::elementwise_avx2::softmax(&mut scores[h * len..(h + 1) * len]);
+        let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
+        (ml[h], ml[gs + h]) = (m, l);
     }
     out[..gs * hd].fill(0.0);
     let op = out.as_mut_ptr();

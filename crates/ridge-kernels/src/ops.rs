@@ -197,8 +197,19 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
 /// performs exactly these operations on vectors, so both give the same bits; a libm `exp` per
 /// score with one serial sum was a third of decode attention's arithmetic.
 pub fn softmax_inplace(x: &mut [f32]) {
+    let (_, sum) = softmax_partial(x);
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// The unnormalised half of [`softmax_inplace`]: replaces `x` by `exp(x − max)` and returns
+/// `(max, Σ exp(x − max))`, the sum taken as there. Attention over a chunk of positions keeps
+/// these and merges chunks afterwards. An empty row gives `(−∞, 0)`.
+pub fn softmax_partial(x: &mut [f32]) -> (f32, f32) {
     if x.is_empty() {
-        return;
+        return (f32::NEG_INFINITY, 0.0);
     }
     let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let mut lanes = [0f32; 8];
@@ -214,10 +225,7 @@ pub fn softmax_inplace(x: &mut [f32]) {
         *v = exp_approx(*v - max);
         sum += *v;
     }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    (max, sum)
 }
 
 /// The eight partial sums added in the order `hsum` adds a vector's lanes:

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ridge_gguf::GgufFile;
-use ridge_kernels::attention::{attend_group, AttnShape};
+use ridge_kernels::attention::{
+    attend_chunk, attend_group, chunks, merge_chunks, partial_len, AttnShape,
+};
 use ridge_kernels::pool::{self, SharedMut};
 use ridge_kernels::{
     blocks, matmul, matmul_many, ops, ActPrecision, Isa, PackedMatrix, WeightMatrix,
@@ -20,7 +22,7 @@ use ridge_kernels::{
 
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
-use crate::workspace::fit;
+use crate::workspace::{fit, AttnTask};
 use crate::{gemma3, llama, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// The weights every architecture's layer has.
@@ -498,27 +500,74 @@ impl Model {
             scale: cfg.attn_scale,
         };
         let layer_kv = kv.layer(li);
-        let att = SharedMut(ws.att.as_mut_ptr());
-        let (q, tables, table_of, positions) = (&ws.q, &ws.tables, &ws.table_of, &batch.positions);
-        // Tasks of whole KV groups (each K/V row read once per group) when there are enough of
-        // them to keep every thread busy, else of single heads (decode).
         let group = cfg.n_heads / cfg.n_kv_heads;
-        let per_task = if n * cfg.n_kv_heads >= 2 * pool::threads() {
-            group
-        } else {
-            1
+        let threads = pool::threads();
+        let span = |t: usize| {
+            let end = batch.positions[t] + 1;
+            (window.map_or(0, |w| end.saturating_sub(w)), end)
         };
-        let tasks_per_token = cfg.n_heads / per_task;
-        pool::parallel_for(n * tasks_per_token, |i| {
-            let (t, h0) = (i / tasks_per_token, (i % tasks_per_token) * per_task);
+        // Whole KV groups per task (each K/V row read once per group) when the batch has
+        // enough of them to keep every thread busy (prefill, batched decode).
+        if n * cfg.n_kv_heads >= 2 * threads {
+            let att = SharedMut(ws.att.as_mut_ptr());
+            let (q, tables, table_of) = (&ws.q, &ws.tables, &ws.table_of);
+            pool::parallel_for(n * cfg.n_kv_heads, |i| {
+                let (t, g) = (i / cfg.n_kv_heads, i % cfg.n_kv_heads);
+                let off = t * qd + g * group * hd;
+                let w = group * hd;
+                // SAFETY: task i alone writes att[off..off + w] (distinct (t, g) give
+                // disjoint ranges inside the n·qd buffer), and att outlives parallel_for.
+                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), w) };
+                let (first, end) = span(t);
+                attend_group(
+                    isa,
+                    &layer_kv,
+                    &tables[table_of[t]],
+                    first,
+                    end,
+                    &shape,
+                    g,
+                    group,
+                    &q[off..off + w],
+                    out,
+                );
+            });
+            return;
+        }
+        // Decode: a few tokens. Split each token's positions into chunks (see
+        // `attention::ATTN_CHUNK`), so the threads read different K/V rows, with as many heads
+        // per task as still gives every thread two tasks; merge each head's partials after.
+        let n_chunks = |t: usize| {
+            let (first, end) = span(t);
+            chunks(first, end).len()
+        };
+        let per_task = (1..=group)
+            .rev()
+            .filter(|d| group.is_multiple_of(*d))
+            .find(|d| (0..n).map(n_chunks).sum::<usize>() * cfg.n_heads / d >= 2 * threads)
+            .unwrap_or(1);
+        let plen = partial_len(per_task, hd);
+        ws.att_tasks.clear();
+        for t in 0..n {
+            let (first, end) = span(t);
+            for h0 in (0..cfg.n_heads).step_by(per_task) {
+                for chunk in chunks(first, end) {
+                    let at = ws.att_tasks.len() * plen;
+                    ws.att_tasks.push(AttnTask { t, h0, chunk, at });
+                }
+            }
+        }
+        fit(&mut ws.att_partials, ws.att_tasks.len() * plen);
+        let parts = SharedMut(ws.att_partials.as_mut_ptr());
+        let (q, tables, table_of, tasks) = (&ws.q, &ws.tables, &ws.table_of, &ws.att_tasks);
+        pool::parallel_for(tasks.len(), |i| {
+            let AttnTask { t, h0, chunk, at } = tasks[i];
+            // SAFETY: task i alone writes its record att_partials[at..at + plen] (records are
+            // laid out one per task), and the buffer outlives parallel_for.
+            let part = unsafe { std::slice::from_raw_parts_mut(parts.ptr().add(at), plen) };
+            let (first, end) = span(t);
             let off = t * qd + h0 * hd;
-            let w = per_task * hd;
-            // SAFETY: task i alone writes att[off..off + w] (distinct (t, h0) give disjoint
-            // ranges inside the n·qd buffer), and att outlives parallel_for.
-            let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), w) };
-            let end = positions[t] + 1;
-            let first = window.map_or(0, |w| end.saturating_sub(w));
-            attend_group(
+            attend_chunk(
                 isa,
                 &layer_kv,
                 &tables[table_of[t]],
@@ -527,10 +576,28 @@ impl Model {
                 &shape,
                 h0 / group,
                 per_task,
-                &q[off..off + w],
-                out,
+                &q[off..off + per_task * hd],
+                chunk,
+                part,
             );
         });
+        // The tasks of one (token, head subset) are consecutive, in chunk order.
+        let mut i = 0;
+        while i < ws.att_tasks.len() {
+            let AttnTask { t, h0, .. } = ws.att_tasks[i];
+            let mut j = i;
+            while j < ws.att_tasks.len() && (ws.att_tasks[j].t, ws.att_tasks[j].h0) == (t, h0) {
+                j += 1;
+            }
+            let off = t * qd + h0 * hd;
+            merge_chunks(
+                &ws.att_partials[i * plen..j * plen],
+                per_task,
+                hd,
+                &mut ws.att[off..off + per_task * hd],
+            );
+            i = j;
+        }
     }
 
     /// Final norm and output head for the rows that asked for logits.

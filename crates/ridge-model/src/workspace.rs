@@ -28,6 +28,23 @@ pub struct Workspace {
     /// Per token, index of its sequence in `seq_of` / `tables`.
     pub(crate) table_of: Vec<usize>,
     pub(crate) mm: MatmulScratch,
+    /// Decode attention split by position chunks: one task per (token, first head, chunk),
+    /// with the offset of its partial in `att_partials`.
+    pub(crate) att_tasks: Vec<AttnTask>,
+    pub(crate) att_partials: Vec<f32>,
+}
+
+/// One task of decode attention split by position chunks (see `Model::attention`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AttnTask {
+    /// Token of the batch.
+    pub(crate) t: usize,
+    /// First query head.
+    pub(crate) h0: usize,
+    /// Chunk index (`attention::chunks`).
+    pub(crate) chunk: usize,
+    /// Offset of the task's partial in `att_partials`.
+    pub(crate) at: usize,
 }
 
 /// Resizes `v` to exactly `n` elements without shrinking its capacity.
