@@ -493,19 +493,11 @@ impl Model {
         let cfg = &self.cfg;
         let isa = self.isa;
         let (qd, hd, n) = (cfg.q_dim(), cfg.head_dim, batch.len());
-        let shape = AttnShape {
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: hd,
-            scale: cfg.attn_scale,
-        };
+        let shape = self.attn_shape();
         let layer_kv = kv.layer(li);
         let group = cfg.n_heads / cfg.n_kv_heads;
         let threads = pool::threads();
-        let span = |t: usize| {
-            let end = batch.positions[t] + 1;
-            (window.map_or(0, |w| end.saturating_sub(w)), end)
-        };
+        let span = |t: usize| attn_span(batch.positions[t], window);
         // Whole KV groups per task (each K/V row read once per group) when the batch has
         // enough of them to keep every thread busy (prefill, batched decode).
         if n * cfg.n_kv_heads >= 2 * threads {
@@ -534,9 +526,28 @@ impl Model {
             });
             return;
         }
-        // Decode: a few tokens. Split each token's positions into chunks (see
-        // `attention::ATTN_CHUNK`), so the threads read different K/V rows, with as many heads
-        // per task as still gives every thread two tasks; merge each head's partials after.
+        self.attention_by_chunks(li, batch, kv, ws, window);
+    }
+
+    /// Decode attention (a few tokens): each token's positions split into chunks (see
+    /// `attention::ATTN_CHUNK`) so the threads read different K/V rows, with as many heads per
+    /// task as still gives every thread two tasks; each head's partials merged after the loop.
+    fn attention_by_chunks(
+        &self,
+        li: usize,
+        batch: &Batch,
+        kv: &KvCache,
+        ws: &mut Workspace,
+        window: Option<usize>,
+    ) {
+        let cfg = &self.cfg;
+        let isa = self.isa;
+        let (qd, hd, n) = (cfg.q_dim(), cfg.head_dim, batch.len());
+        let shape = self.attn_shape();
+        let layer_kv = kv.layer(li);
+        let group = cfg.n_heads / cfg.n_kv_heads;
+        let threads = pool::threads();
+        let span = |t: usize| attn_span(batch.positions[t], window);
         let n_chunks = |t: usize| {
             let (first, end) = span(t);
             chunks(first, end).len()
@@ -600,6 +611,16 @@ impl Model {
         }
     }
 
+    /// The attention shape of every layer.
+    fn attn_shape(&self) -> AttnShape {
+        AttnShape {
+            n_heads: self.cfg.n_heads,
+            n_kv_heads: self.cfg.n_kv_heads,
+            head_dim: self.cfg.head_dim,
+            scale: self.cfg.attn_scale,
+        }
+    }
+
     /// Final norm and output head for the rows that asked for logits.
     fn head<'w>(&self, batch: &Batch, ws: &'w mut Workspace) -> &'w [f32] {
         let cfg = &self.cfg;
@@ -633,6 +654,13 @@ impl Model {
         }
         &ws.logits[..m * cfg.vocab]
     }
+}
+
+/// The positions `first..end` a token at `pos` attends to (all up to itself, or the last
+/// `window` of them).
+fn attn_span(pos: usize, window: Option<usize>) -> (usize, usize) {
+    let end = pos + 1;
+    (window.map_or(0, |w| end.saturating_sub(w)), end)
 }
 
 /// Makes the tiled copies of every layer matrix and of the output head where the format has a
