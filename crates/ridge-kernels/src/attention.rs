@@ -5,6 +5,14 @@
 //! slot; a sequence's positions map to slots through its block table
 //! (`slot = table[pos / block_size] · block_size + pos % block_size`). Grouped-query attention:
 //! query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+//!
+//! A query's positions are processed in fixed chunks of [`ATTN_CHUNK`] positions (cut at
+//! absolute positions), each giving an unnormalised partial softmax that [`merge_chunks`]
+//! combines. Decode has one query token and a handful of heads — too few tasks to keep the
+//! threads busy and every thread re-reading the same K/V rows — so it spreads a token's chunks
+//! over the pool ([`attend_chunk`]); prefill runs whole groups per task ([`attend_group`]).
+//! Both compute the same partials and merge them the same way, so a token's output does not
+//! depend on which path, batch or thread computed it.
 
 use crate::{ops, Isa};
 use half::f16;
