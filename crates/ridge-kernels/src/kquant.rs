@@ -6,7 +6,7 @@
 //! fixtures in `tests/data/` come from):
 //! - Q4_K, 144 bytes: `d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]`. Eight sub-blocks of
 //!   32; sub-block `j` has a 6-bit scale `sc[j]` and a 6-bit minimum `m[j]` packed in `scales`
-//!   (see [`scales_mins`]); x = d·sc[j]·q − dmin·m[j]. The quants come in four 32-byte groups:
+//!   (see `scales_mins`); x = `d·sc[j]·q − dmin·m[j]`. The quants come in four 32-byte groups:
 //!   group `g` holds sub-block `2g` in its low nibbles and `2g + 1` in its high nibbles, element
 //!   `i` of each in byte `i`.
 //! - Q5_K, 176 bytes: `d, dmin, scales` as Q4_K, then `qh: [u8; 32]`, then `qs: [u8; 128]` laid
