@@ -1,6 +1,8 @@
 //! Decode attention in isolation: one query token against `CTX` cached positions, every head of
-//! one layer, as a decode step runs it (one task per head across the pool), over several
-//! layers' caches so the K/V rows come from memory as they do between weight streams.
+//! one layer, over several layers' caches so the K/V rows come from memory as they do between
+//! weight streams. By default one task per head runs the whole context; `SPLIT=1` runs it as a
+//! decode step does (`Model::attention_by_chunks`): one task per KV group and position chunk,
+//! whole groups per task, partials merged after the loop.
 //!
 //! ```sh
 //! cargo run --release -p ridge-kernels --example attn_bw -- THREADS CTX [HEADS KV_HEADS HEAD_DIM]
@@ -13,7 +15,7 @@
 //! group per task instead of one.
 
 use half::f16;
-use ridge_kernels::attention::{attend_group, AttnShape, KvLayer};
+use ridge_kernels::attention::{attend_group, AttnShape, KvLayer, ATTN_CHUNK};
 use ridge_kernels::pool::{self, SharedMut};
 use ridge_kernels::Isa;
 use std::time::Instant;
@@ -63,8 +65,11 @@ fn main() {
         .filter(|&g| g > 0 && group % g == 0)
         .unwrap_or(1);
     let split = std::env::var("SPLIT").is_ok_and(|v| v == "1");
-    let mut parts =
-        vec![0f32; n_kv * ctx.div_ceil(32) * ridge_kernels::attention::partial_len(group, hd)];
+    let mut parts = vec![
+        0f32;
+        n_kv * ctx.div_ceil(ATTN_CHUNK)
+            * ridge_kernels::attention::partial_len(group, hd)
+    ];
     let mut times = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
