@@ -12,6 +12,7 @@
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;
+mod attend;
 mod batch;
 mod block_pool;
 mod config;

@@ -12,17 +12,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ridge_gguf::GgufFile;
-use ridge_kernels::attention::{
-    attend_chunk, attend_group, chunks, merge_chunks, partial_len, AttnShape,
-};
-use ridge_kernels::pool::{self, SharedMut};
+use ridge_kernels::attention::AttnShape;
+use ridge_kernels::pool;
 use ridge_kernels::{
     blocks, matmul, matmul_many, ops, ActPrecision, Isa, PackedMatrix, WeightMatrix,
 };
 
+use crate::attend::LayerAttention;
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
-use crate::workspace::{fit, AttnTask};
+use crate::workspace::fit;
 use crate::{gemma3, llama, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// The weights every architecture's layer has.
@@ -490,124 +489,19 @@ impl Model {
         ws: &mut Workspace,
         window: Option<usize>,
     ) {
-        let cfg = &self.cfg;
-        let isa = self.isa;
-        let (qd, hd, n) = (cfg.q_dim(), cfg.head_dim, batch.len());
-        let shape = self.attn_shape();
-        let layer_kv = kv.layer(li);
-        let group = cfg.n_heads / cfg.n_kv_heads;
-        let threads = pool::threads();
-        let span = |t: usize| attn_span(batch.positions[t], window);
+        let layer = LayerAttention {
+            isa: self.isa,
+            cfg: &self.cfg,
+            shape: self.attn_shape(),
+            kv: kv.layer(li),
+            window,
+        };
         // Whole KV groups per task (each K/V row read once per group) when the batch has
         // enough of them to keep every thread busy (prefill, batched decode).
-        if n * cfg.n_kv_heads >= 2 * threads {
-            let att = SharedMut(ws.att.as_mut_ptr());
-            let (q, tables, table_of) = (&ws.q, &ws.tables, &ws.table_of);
-            pool::parallel_for(n * cfg.n_kv_heads, |i| {
-                let (t, g) = (i / cfg.n_kv_heads, i % cfg.n_kv_heads);
-                let off = t * qd + g * group * hd;
-                let w = group * hd;
-                // SAFETY: task i alone writes att[off..off + w] (distinct (t, g) give
-                // disjoint ranges inside the n·qd buffer), and att outlives parallel_for.
-                let out = unsafe { std::slice::from_raw_parts_mut(att.ptr().add(off), w) };
-                let (first, end) = span(t);
-                attend_group(
-                    isa,
-                    &layer_kv,
-                    &tables[table_of[t]],
-                    first,
-                    end,
-                    &shape,
-                    g,
-                    group,
-                    &q[off..off + w],
-                    out,
-                );
-            });
-            return;
-        }
-        self.attention_by_chunks(li, batch, kv, ws, window);
-    }
-
-    /// Decode attention (a few tokens): each token's positions split into chunks (see
-    /// `attention::ATTN_CHUNK`) so the threads read different K/V rows, with as many heads per
-    /// task as still gives every thread two tasks; each head's partials merged after the loop.
-    fn attention_by_chunks(
-        &self,
-        li: usize,
-        batch: &Batch,
-        kv: &KvCache,
-        ws: &mut Workspace,
-        window: Option<usize>,
-    ) {
-        let cfg = &self.cfg;
-        let isa = self.isa;
-        let (qd, hd, n) = (cfg.q_dim(), cfg.head_dim, batch.len());
-        let shape = self.attn_shape();
-        let layer_kv = kv.layer(li);
-        let group = cfg.n_heads / cfg.n_kv_heads;
-        let threads = pool::threads();
-        let span = |t: usize| attn_span(batch.positions[t], window);
-        let n_chunks = |t: usize| {
-            let (first, end) = span(t);
-            chunks(first, end).len()
-        };
-        let per_task = (1..=group)
-            .rev()
-            .filter(|d| group.is_multiple_of(*d))
-            .find(|d| (0..n).map(n_chunks).sum::<usize>() * cfg.n_heads / d >= 2 * threads)
-            .unwrap_or(1);
-        let plen = partial_len(per_task, hd);
-        ws.att_tasks.clear();
-        for t in 0..n {
-            let (first, end) = span(t);
-            for h0 in (0..cfg.n_heads).step_by(per_task) {
-                for chunk in chunks(first, end) {
-                    let at = ws.att_tasks.len() * plen;
-                    ws.att_tasks.push(AttnTask { t, h0, chunk, at });
-                }
-            }
-        }
-        fit(&mut ws.att_partials, ws.att_tasks.len() * plen);
-        let parts = SharedMut(ws.att_partials.as_mut_ptr());
-        let (q, tables, table_of, tasks) = (&ws.q, &ws.tables, &ws.table_of, &ws.att_tasks);
-        pool::parallel_for(tasks.len(), |i| {
-            let AttnTask { t, h0, chunk, at } = tasks[i];
-            // SAFETY: task i alone writes its record att_partials[at..at + plen] (records are
-            // laid out one per task), and the buffer outlives parallel_for.
-            let part = unsafe { std::slice::from_raw_parts_mut(parts.ptr().add(at), plen) };
-            let (first, end) = span(t);
-            let off = t * qd + h0 * hd;
-            attend_chunk(
-                isa,
-                &layer_kv,
-                &tables[table_of[t]],
-                first,
-                end,
-                &shape,
-                h0 / group,
-                per_task,
-                &q[off..off + per_task * hd],
-                chunk,
-                part,
-            );
-        });
-        // The tasks of one (token, head subset) are consecutive, in chunk order.
-        let mut i = 0;
-        while i < ws.att_tasks.len() {
-            let AttnTask { t, h0, .. } = ws.att_tasks[i];
-            let mut j = i;
-            while j < ws.att_tasks.len() && (ws.att_tasks[j].t, ws.att_tasks[j].h0) == (t, h0) {
-                j += 1;
-            }
-            let off = t * qd + h0 * hd;
-            merge_chunks(
-                &ws.att_partials[i * plen..j * plen],
-                per_task,
-                hd,
-                &mut ws.att[off..off + per_task * hd],
-            );
-            i = j;
+        if batch.len() * self.cfg.n_kv_heads >= 2 * pool::threads() {
+            layer.by_groups(batch, ws);
+        } else {
+            layer.by_chunks(batch, ws);
         }
     }
 
@@ -654,13 +548,6 @@ impl Model {
         }
         &ws.logits[..m * cfg.vocab]
     }
-}
-
-/// The positions `first..end` a token at `pos` attends to (all up to itself, or the last
-/// `window` of them).
-fn attn_span(pos: usize, window: Option<usize>) -> (usize, usize) {
-    let end = pos + 1;
-    (window.map_or(0, |w| end.saturating_sub(w)), end)
 }
 
 /// Makes the tiled copies of every layer matrix and of the output head where the format has a
