@@ -63,31 +63,33 @@ pub(crate) unsafe fn sum_squares(x: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn scale_mul(x: &[f32], scale: f32, w: &[f32], out: &mut [f32]) {
     let n = x.len().min(w.len()).min(out.len());
-    let whole = n - n % 8;
-    let s8 = _mm256_set1_ps(scale);
-    let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
-    for i in (0..whole).step_by(8) {
-        let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(i)), s8);
-        _mm256_storeu_ps(op.add(i), _mm256_mul_ps(v, _mm256_loadu_ps(wp.add(i))));
-    }
-    for i in whole..n {
-        out[i] = x[i] * scale * w[i];
-    }
+    scale_mul_raw(x.as_ptr(), scale, w, out.as_mut_ptr(), n);
 }
 
 /// [`scale_mul`] in place: `x = x · scale · w`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn scale_mul_inplace(x: &mut [f32], scale: f32, w: &[f32]) {
     let n = x.len().min(w.len());
+    let p = x.as_mut_ptr();
+    scale_mul_raw(p, scale, w, p, n);
+}
+
+/// The loop of [`scale_mul`]: `n` elements from `src` to `dst`, which may be the same buffer
+/// (each element is read before it is written, by the same lane).
+///
+/// # Safety
+/// AVX2 is available; `src` is readable and `dst` writable for `n` floats, `w.len() >= n`.
+#[inline(always)]
+unsafe fn scale_mul_raw(src: *const f32, scale: f32, w: &[f32], dst: *mut f32, n: usize) {
     let whole = n - n % 8;
     let s8 = _mm256_set1_ps(scale);
-    let (xp, wp) = (x.as_mut_ptr(), w.as_ptr());
+    let wp = w.as_ptr();
     for i in (0..whole).step_by(8) {
-        let v = _mm256_mul_ps(_mm256_loadu_ps(xp.add(i)), s8);
-        _mm256_storeu_ps(xp.add(i), _mm256_mul_ps(v, _mm256_loadu_ps(wp.add(i))));
+        let v = _mm256_mul_ps(_mm256_loadu_ps(src.add(i)), s8);
+        _mm256_storeu_ps(dst.add(i), _mm256_mul_ps(v, _mm256_loadu_ps(wp.add(i))));
     }
-    for i in whole..n {
-        x[i] = x[i] * scale * w[i];
+    for (i, &g) in w.iter().enumerate().take(n).skip(whole) {
+        *dst.add(i) = *src.add(i) * scale * g;
     }
 }
 
