@@ -368,7 +368,7 @@ fn argmax(row: &[f32]) -> u32 {
 }
 
 /// The median (mean of the middle two for an even count); NaN for none.
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

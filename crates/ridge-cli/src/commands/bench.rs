@@ -193,10 +193,10 @@ fn run_scheduler(
         let runs: Vec<_> = (0..cfg.reps)
             .map(|_| run_concurrent(&mut core, &prompts, cfg.gen_tokens))
             .collect();
+        // Mean of the middle two for an even count: taking one of them would pair the faster
+        // run's tokens/s with the slower run's TPOT.
         let med = |f: fn(&ridge_engine::ThroughputRun) -> f64| {
-            let mut v: Vec<f64> = runs.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+            ridge_bench::median(runs.iter().map(f).collect())
         };
         let (floor, step_bytes) =
             ridge_bench::decode_floor(&inputs, b, cfg.prompt_tokens, cfg.gen_tokens, bw);

@@ -42,9 +42,13 @@ fn rate(g: &Generation) -> f64 {
     g.timings.decode_tok_s().unwrap_or(0.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+fn median(v: Vec<f64>) -> f64 {
+    let m = ridge_bench::median(v);
+    if m.is_nan() {
+        0.0
+    } else {
+        m
+    }
 }
 
 /// Runs `bench spec`.
