@@ -12,6 +12,7 @@
 use crate::block_pool::{BlockPool, ROOT_HASH};
 use crate::{ModelConfig, ModelError};
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use ridge_kernels::attention::{KvLayer, Q8_BLOCK_BYTES};
 
 /// Tokens per KV block.
@@ -355,14 +356,10 @@ impl KvCache {
         let d = self.kv_dim;
         match &mut self.store {
             Store::F16 { k: ks, v: vs } => {
-                let kd = &mut ks[layer][slot * d..(slot + 1) * d];
-                for (o, &x) in kd.iter_mut().zip(k) {
-                    *o = f16::from_f32(x);
-                }
-                let vd = &mut vs[layer][slot * d..(slot + 1) * d];
-                for (o, &x) in vd.iter_mut().zip(v) {
-                    *o = f16::from_f32(x);
-                }
+                // The slice conversion uses F16C where the CPU has it (same rounding, to
+                // nearest even, as the scalar `f16::from_f32`).
+                ks[layer][slot * d..(slot + 1) * d].convert_from_f32_slice(&k[..d]);
+                vs[layer][slot * d..(slot + 1) * d].convert_from_f32_slice(&v[..d]);
             }
             Store::Q8 { k: ks, v: vs } => {
                 let rb = KvDtype::Q8_0.row_bytes(d);

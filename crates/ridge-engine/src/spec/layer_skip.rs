@@ -3,6 +3,12 @@
 //! runs inside the target's own KV cache: the layers it keeps read the target's exact K/V for
 //! every verified position and write theirs at the draft positions, which the verification pass
 //! then rewrites with the full model. No second cache, no catch-up prefill.
+//!
+//! Small models leave such a draft little to work with: the `exit_agree` example measures, for
+//! every exit layer, how often the truncated model agrees with the whole one on its own greedy
+//! text and bounds the speed-up any early-exit draft could reach. On SmolLM2-135M the bound is
+//! about 1.02× (the last few layers change most predictions, and the layers a draft must run
+//! cost as much as the guesses save).
 
 use ridge_model::{Batch, KvCache, Model, ModelError, Workspace};
 
