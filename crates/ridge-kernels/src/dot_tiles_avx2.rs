@@ -31,7 +31,7 @@ pub(crate) trait Tiles<A> {
 /// tiles). Decode streams every weight once from memory; a prefetch into L2 (`T1`) rather
 /// than L1 leaves the core's few L1 miss slots to the loads themselves, and ~1.3 KB ahead
 /// measured best on the 2-core EPYC (`mv_bw`, `layer_bw`, alternating): SmolLM2's four
-/// per-layer products 5–7% faster than an L1 prefetch 640 bytes ahead, the 178 MB Q8_0 head of
+/// per-layer products 3–7% faster than an L1 prefetch 640 bytes ahead, the 178 MB Q8_0 head of
 /// Gemma 3 1–3% faster; 960, 1920 and 4096 bytes, and L1 at 1280, did no better.
 const PREFETCH_BYTES: usize = 1280;
 
