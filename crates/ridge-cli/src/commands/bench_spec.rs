@@ -42,15 +42,6 @@ fn rate(g: &Generation) -> f64 {
     g.timings.decode_tok_s().unwrap_or(0.0)
 }
 
-fn median(v: Vec<f64>) -> f64 {
-    let m = ridge_bench::median(v);
-    if m.is_nan() {
-        0.0
-    } else {
-        m
-    }
-}
-
 /// Runs `bench spec`.
 pub fn main(a: Args) -> Result<()> {
     if a.spec.speculative.is_none() {
@@ -127,7 +118,8 @@ pub fn main(a: Args) -> Result<()> {
             last = Some(g1);
         }
         let Some(g) = last else { continue };
-        let (p_rate, s_rate) = (median(rp), median(rs));
+        // `--reps` is at least 1, so neither is empty.
+        let (p_rate, s_rate) = (ridge_bench::median(rp), ridge_bench::median(rs));
         let acc = if g.draft_tokens > 0 {
             g.accepted_tokens as f64 / g.draft_tokens as f64
         } else {
