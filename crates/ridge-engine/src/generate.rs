@@ -109,6 +109,9 @@ pub fn generate(
         batch.push(next, prompt.len() + tokens.len() - 1, seq, true);
         let logits = model.forward(&batch, &mut kv, &mut ws)?;
         next = sampler.sample(logits);
+        // Nothing is rewound here: the windowed layers' old blocks can go.
+        let len = kv.seq_len(seq);
+        kv.release_behind_window(seq, len);
     }
     Ok(Generation {
         tokens,

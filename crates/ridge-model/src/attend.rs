@@ -24,6 +24,8 @@ pub(crate) struct LayerAttention<'a> {
     pub(crate) cfg: &'a ModelConfig,
     pub(crate) shape: AttnShape,
     pub(crate) kv: KvLayer<'a>,
+    /// The layer's group of block tables in `Workspace::tables`.
+    pub(crate) group: usize,
     /// Sliding window: a token at `p` sees only `p − window + 1 ..= p`.
     pub(crate) window: Option<usize>,
 }
@@ -45,7 +47,7 @@ impl LayerAttention<'_> {
         let (qd, hd, group) = (self.cfg.q_dim(), self.cfg.head_dim, self.group());
         let n_kv = self.cfg.n_kv_heads;
         let att = SharedMut(ws.att.as_mut_ptr());
-        let (q, tables, table_of) = (&ws.q, &ws.tables, &ws.table_of);
+        let (q, tables, table_of) = (&ws.q, &ws.tables[self.group], &ws.table_of);
         pool::parallel_for(batch.len() * n_kv, |i| {
             let (t, g) = (i / n_kv, i % n_kv);
             let off = t * qd + g * group * hd;
@@ -99,7 +101,8 @@ impl LayerAttention<'_> {
         }
         fit(&mut ws.att_partials, ws.att_tasks.len() * plen);
         let parts = SharedMut(ws.att_partials.as_mut_ptr());
-        let (q, tables, table_of, tasks) = (&ws.q, &ws.tables, &ws.table_of, &ws.att_tasks);
+        let (q, tables, table_of, tasks) =
+            (&ws.q, &ws.tables[self.group], &ws.table_of, &ws.att_tasks);
         pool::parallel_for(tasks.len(), |i| {
             let AttnTask { t, h0, chunk, at } = tasks[i];
             // SAFETY: task i alone writes its record att_partials[at..at + plen] (records are

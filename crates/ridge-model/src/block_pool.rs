@@ -55,6 +55,12 @@ pub(crate) struct BlockPool {
     index: HashMap<u64, u32>,
     tick: u64,
     caching: bool,
+    /// Take an evictable cached block before a never-used free one (see
+    /// [`BlockPool::recycling`]).
+    recycle_first: bool,
+    /// Blocks below this id have been allocated at least once (fresh blocks come off the free
+    /// list in id order, below any block given back).
+    touched: u32,
 }
 
 impl BlockPool {
@@ -66,6 +72,20 @@ impl BlockPool {
             index: HashMap::new(),
             tick: 0,
             caching: true,
+            recycle_first: false,
+            touched: 0,
+        }
+    }
+
+    /// A pool that evicts a cached block rather than use a block never used before: its
+    /// memory (whose pages are mapped on first write) stays at the most blocks ever owned at
+    /// once instead of growing until every block has held something. For the windowed layers,
+    /// whose blocks are given back all along a sequence: keeping them all cached would touch
+    /// the whole pool.
+    pub(crate) fn recycling(n_blocks: usize) -> Self {
+        BlockPool {
+            recycle_first: true,
+            ..Self::new(n_blocks)
         }
     }
 
@@ -109,17 +129,23 @@ impl BlockPool {
         }
     }
 
-    /// Takes one block (refcount 1): a free one, else the least recently released cached one.
+    /// Takes one block (refcount 1): a free one, else the least recently released cached one
+    /// (a recycling pool takes the cached one before a free block never used).
     pub(crate) fn alloc(&mut self) -> Option<u32> {
-        let b = match self.free.pop() {
-            Some(b) => b,
-            None => {
+        let from_free = self
+            .free
+            .last()
+            .is_some_and(|&b| !self.recycle_first || b < self.touched || self.lru.is_empty());
+        let b = match from_free {
+            true => self.free.pop()?,
+            false => {
                 let &(t, b) = self.lru.iter().next()?;
                 self.lru.remove(&(t, b));
                 self.unindex(b);
                 b
             }
         };
+        self.touched = self.touched.max(b + 1);
         self.meta[b as usize].refs = 1;
         Some(b)
     }
@@ -156,6 +182,19 @@ impl BlockPool {
         }
         m.refs += 1;
         Some((b, h))
+    }
+
+    /// Whether the block holding `tokens` after the prefix `parent` is in the index (owned or
+    /// evictable), without taking it.
+    pub(crate) fn is_cached(&self, parent: u64, tokens: &[u32]) -> bool {
+        self.caching
+            && self
+                .index
+                .get(&block_hash(parent, tokens))
+                .is_some_and(|&b| {
+                    let m = &self.meta[b as usize];
+                    m.parent == parent && m.tokens[..] == *tokens
+                })
     }
 
     /// Indexes a full owned block under the prefix `parent`; returns its hash. If another block
@@ -261,6 +300,33 @@ mod tests {
         assert_eq!(p.acquire_cached(ha, &toks(2)), None);
         assert_eq!(p.alloc(), None);
         p.self_check();
+    }
+
+    #[test]
+    fn a_recycling_pool_evicts_before_it_uses_a_fresh_block() {
+        for recycling in [false, true] {
+            let mut p = match recycling {
+                true => BlockPool::recycling(4),
+                false => BlockPool::new(4),
+            };
+            let a = p.alloc().unwrap();
+            p.register(a, ROOT_HASH, &toks(1));
+            p.release(a);
+            assert_eq!(p.cached(), 1);
+            let b = p.alloc().unwrap();
+            if recycling {
+                // The cached block is taken back (and dropped from the index).
+                assert_eq!((b, p.cached()), (a, 0));
+                assert_eq!(p.acquire_cached(ROOT_HASH, &toks(1)), None);
+            } else {
+                assert_ne!(b, a);
+                assert_eq!(p.cached(), 1);
+            }
+            // A block given back unindexed is reused first either way.
+            p.release(b);
+            assert_eq!(p.alloc(), Some(b));
+            p.self_check();
+        }
     }
 
     #[test]

@@ -8,8 +8,29 @@
 //! indexed by the tokens they hold ([`KvCache::commit_blocks`]) and found again by a later
 //! sequence ([`KvCache::attach_cached_prefix`]); see `block_pool.rs`. Scheduling policy — what
 //! to admit, whom to preempt — is the engine's, built on this.
+//!
+//! # Sliding-window layers
+//!
+//! A model whose layers attend through a sliding window (Gemma 3: five layers of six see only
+//! the last `window` positions) splits its layers into two groups, each with its own pool,
+//! storage and per-sequence table: the global layers keep every position; the windowed layers
+//! give a block back to their pool as soon as no future token of the sequence can see it, so
+//! a long sequence holds only about `window` positions of those layers (on Gemma 3 270M, 15 of
+//! 18 layers: its cache grows by 3 KB per token instead of 18 KB past the window). A dropped
+//! block's table entry becomes [`DROPPED`]; the attention kernels never read below a token's
+//! window, so they never meet one. Both groups' pools have the same number of blocks and a
+//! sequence never holds more windowed blocks than global ones, so the global pool is the one
+//! that bounds admission ([`KvCache::free_blocks`] and friends report it). The windowed pool
+//! evicts its cached blocks before it uses a block never used before, so the memory it touches
+//! stays near what its sequences hold at once.
+//!
+//! Dropping happens when the engine commits a sequence's accepted tokens
+//! ([`KvCache::commit_blocks`]): accepted tokens are never rewound, so no later rewind (a
+//! rejected speculative draft) can need a dropped block again. A cached prefix is reused only
+//! as far as both groups still hold what its next token needs.
 
 use crate::block_pool::{BlockPool, ROOT_HASH};
+use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -22,9 +43,14 @@ pub const KV_BLOCK_SIZE: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SeqId(pub usize);
 
+/// Table entry of a windowed layer group's block that no future token can see: given back to
+/// the pool.
+pub const DROPPED: u32 = u32::MAX;
+
 #[derive(Debug, Default)]
 struct SeqState {
-    blocks: Vec<u32>,
+    /// Per layer group, the block table ([`DROPPED`] entries lie below the group's window).
+    tables: Vec<Vec<u32>>,
     len: usize,
     /// Chained hashes of the leading full blocks already indexed (or found in the index).
     hashes: Vec<u64>,
@@ -66,10 +92,16 @@ impl KvDtype {
     }
 }
 
-/// Per-layer K and V arrays.
+/// Per-layer K and V arrays (pages mapped on first write, see `zeroed.rs`).
 enum Store {
-    F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
-    Q8 { k: Vec<Vec<u8>>, v: Vec<Vec<u8>> },
+    F16 {
+        k: Vec<Zeroed<f16>>,
+        v: Vec<Zeroed<f16>>,
+    },
+    Q8 {
+        k: Vec<Zeroed<u8>>,
+        v: Vec<Zeroed<u8>>,
+    },
 }
 
 /// Quantizes `x` (a multiple of 32 long) into Q8_0 blocks in `out`: scale = max|x| / 127,
@@ -86,20 +118,32 @@ fn quantize_q8(x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Layers that share block tables: all of a model's layers, or its global or its windowed
+/// ones.
+struct Group {
+    /// A token at position `p` of these layers sees only `p − window + 1 ..= p`.
+    window: Option<usize>,
+    pool: BlockPool,
+    store: Store,
+}
+
+impl Group {
+    /// The first block a token at position `pos` of this group can see (0 without a window).
+    fn first_live_block(&self, pos: usize) -> usize {
+        self.window
+            .map_or(0, |w| (pos + 1).saturating_sub(w) / KV_BLOCK_SIZE)
+    }
+}
+
 /// Paged K/V storage plus per-sequence block tables.
 pub struct KvCache {
     kv_dim: usize,
     n_blocks: usize,
-    store: Store,
-    pool: BlockPool,
+    /// Group 0 holds the layers without a window (or every layer).
+    groups: Vec<Group>,
+    /// Per layer: its group and its index among the group's layers.
+    layer_at: Vec<(usize, usize)>,
     seqs: Vec<Option<SeqState>>,
-}
-
-/// `n` zero halves from the zeroing allocator: pages are mapped on first write, so a large pool
-/// costs memory only as sequences fill it.
-fn zeroed(n: usize) -> Vec<f16> {
-    use half::vec::HalfBitsVecExt;
-    vec![0u16; n].reinterpret_into()
 }
 
 impl KvCache {
@@ -125,40 +169,62 @@ impl KvCache {
 
     fn build(cfg: &ModelConfig, capacity_tokens: usize, dtype: KvDtype) -> Self {
         let n_blocks = capacity_tokens.div_ceil(KV_BLOCK_SIZE).max(1);
-        let slots = n_blocks * KV_BLOCK_SIZE * cfg.kv_dim();
+        let rows = n_blocks * KV_BLOCK_SIZE;
+        let store = |layers: usize| match dtype {
+            KvDtype::F16 => Store::F16 {
+                k: (0..layers)
+                    .map(|_| Zeroed::new(rows * cfg.kv_dim()))
+                    .collect(),
+                v: (0..layers)
+                    .map(|_| Zeroed::new(rows * cfg.kv_dim()))
+                    .collect(),
+            },
+            KvDtype::Q8_0 => {
+                let bytes = rows * KvDtype::Q8_0.row_bytes(cfg.kv_dim());
+                Store::Q8 {
+                    k: (0..layers).map(|_| Zeroed::new(bytes)).collect(),
+                    v: (0..layers).map(|_| Zeroed::new(bytes)).collect(),
+                }
+            }
+        };
+        let windowed = |li: usize| cfg.is_sliding(li);
+        let mut layer_at = Vec::with_capacity(cfg.n_layers);
+        let mut counts = [0usize; 2];
+        for li in 0..cfg.n_layers {
+            let g = usize::from(windowed(li));
+            layer_at.push((g, counts[g]));
+            counts[g] += 1;
+        }
+        let mut groups = vec![Group {
+            window: None,
+            pool: BlockPool::new(n_blocks),
+            store: store(counts[0]),
+        }];
+        if counts[1] > 0 {
+            groups.push(Group {
+                window: cfg.sliding_window,
+                pool: BlockPool::recycling(n_blocks),
+                store: store(counts[1]),
+            });
+        }
         KvCache {
             kv_dim: cfg.kv_dim(),
             n_blocks,
-            store: match dtype {
-                KvDtype::F16 => Store::F16 {
-                    k: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
-                    v: (0..cfg.n_layers).map(|_| zeroed(slots)).collect(),
-                },
-                KvDtype::Q8_0 => {
-                    let bytes = n_blocks * KV_BLOCK_SIZE * KvDtype::Q8_0.row_bytes(cfg.kv_dim());
-                    Store::Q8 {
-                        k: (0..cfg.n_layers).map(|_| vec![0u8; bytes]).collect(),
-                        v: (0..cfg.n_layers).map(|_| vec![0u8; bytes]).collect(),
-                    }
-                }
-            },
-            pool: BlockPool::new(n_blocks),
+            groups,
+            layer_at,
             seqs: Vec::new(),
         }
     }
 
-    /// Bytes of K and V storage.
+    /// Bytes of K and V storage (address space; pages are touched only as blocks are used).
     pub fn bytes(&self) -> usize {
-        let (layers, dtype) = match &self.store {
-            Store::F16 { k, .. } => (k.len(), KvDtype::F16),
-            Store::Q8 { k, .. } => (k.len(), KvDtype::Q8_0),
-        };
-        2 * layers * self.n_blocks * KV_BLOCK_SIZE * dtype.row_bytes(self.kv_dim)
+        let rb = self.dtype().row_bytes(self.kv_dim);
+        2 * self.layer_at.len() * self.n_blocks * KV_BLOCK_SIZE * rb
     }
 
     /// The element type.
     pub fn dtype(&self) -> KvDtype {
-        match self.store {
+        match self.groups[0].store {
             Store::F16 { .. } => KvDtype::F16,
             Store::Q8 { .. } => KvDtype::Q8_0,
         }
@@ -169,24 +235,44 @@ impl KvCache {
         self.n_blocks
     }
 
-    /// Blocks not owned by any sequence (free, or cached for prefix reuse and evictable).
+    /// Blocks not owned by any sequence (free, or cached for prefix reuse and evictable), in
+    /// the pool of the layers without a window.
     pub fn free_blocks(&self) -> usize {
-        self.pool.available()
+        self.groups[0].pool.available()
     }
 
-    /// Blocks owned by at least one sequence.
+    /// Blocks owned by at least one sequence, in the pool of the layers without a window.
     pub fn used_blocks(&self) -> usize {
-        self.pool.used()
+        self.groups[0].pool.used()
     }
 
-    /// Unowned blocks kept for prefix reuse.
+    /// Blocks owned by at least one sequence in the windowed layers' pool, if the model has
+    /// such layers.
+    pub fn used_window_blocks(&self) -> Option<usize> {
+        self.groups.get(1).map(|g| g.pool.used())
+    }
+
+    /// Unowned blocks kept for prefix reuse, in the pool of the layers without a window.
     pub fn cached_blocks(&self) -> usize {
-        self.pool.cached()
+        self.groups[0].pool.cached()
+    }
+
+    /// Layer groups with their own block tables: 1, or 2 when some layers have a window
+    /// (group 0 then holds the others).
+    pub fn groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The group of layer `layer`'s block tables.
+    pub fn group_of(&self, layer: usize) -> usize {
+        self.layer_at.get(layer).map_or(0, |&(g, _)| g)
     }
 
     /// Turns prefix caching on (the default) or off; off drops every cached block.
     pub fn set_prefix_caching(&mut self, on: bool) {
-        self.pool.set_caching(on);
+        for g in &mut self.groups {
+            g.pool.set_caching(on);
+        }
         for s in self.seqs.iter_mut().flatten() {
             s.hashes.clear();
         }
@@ -194,11 +280,15 @@ impl KvCache {
 
     /// Starts an empty sequence.
     pub fn add_seq(&mut self) -> SeqId {
+        let fresh = SeqState {
+            tables: vec![Vec::new(); self.groups.len()],
+            ..SeqState::default()
+        };
         if let Some(i) = self.seqs.iter().position(|s| s.is_none()) {
-            self.seqs[i] = Some(SeqState::default());
+            self.seqs[i] = Some(fresh);
             SeqId(i)
         } else {
-            self.seqs.push(Some(SeqState::default()));
+            self.seqs.push(Some(fresh));
             SeqId(self.seqs.len() - 1)
         }
     }
@@ -206,39 +296,96 @@ impl KvCache {
     /// Ends a sequence and drops its references to its blocks. Unknown ids are ignored.
     pub fn remove_seq(&mut self, id: SeqId) {
         if let Some(s) = self.seqs.get_mut(id.0).and_then(Option::take) {
-            for &b in s.blocks.iter().rev() {
-                self.pool.release(b);
+            for (g, table) in self.groups.iter_mut().zip(&s.tables) {
+                for &b in table.iter().rev().filter(|&&b| b != DROPPED) {
+                    g.pool.release(b);
+                }
             }
         }
     }
 
     /// Shares the longest cached prefix of `tokens` (whole blocks, at most `max_tokens`
-    /// tokens) into an empty sequence; returns the number of tokens now cached for it.
+    /// tokens) into an empty sequence; returns the number of tokens now cached for it. With a
+    /// windowed layer group the prefix also needs that group's blocks within the window of its
+    /// next token, so it may come out shorter than the global layers' cached chain.
     pub fn attach_cached_prefix(&mut self, id: SeqId, tokens: &[u32], max_tokens: usize) -> usize {
         let Some(Some(s)) = self.seqs.get_mut(id.0) else {
             return 0;
         };
-        if s.len != 0 || !s.blocks.is_empty() {
+        if s.len != 0 || s.tables.iter().any(|t| !t.is_empty()) {
             return 0;
         }
-        let mut parent = ROOT_HASH;
         let limit = max_tokens.min(tokens.len()) / KV_BLOCK_SIZE;
-        for chunk in tokens.chunks_exact(KV_BLOCK_SIZE).take(limit) {
-            match self.pool.acquire_cached(parent, chunk) {
+        let chunks: Vec<&[u32]> = tokens.chunks_exact(KV_BLOCK_SIZE).take(limit).collect();
+        // The global chain: every block from the start.
+        let mut parent = ROOT_HASH;
+        for chunk in &chunks {
+            match self.groups[0].pool.acquire_cached(parent, chunk) {
                 Some((b, h)) => {
-                    s.blocks.push(b);
+                    s.tables[0].push(b);
                     s.hashes.push(h);
                     parent = h;
                 }
                 None => break,
             }
         }
-        s.len = s.blocks.len() * KV_BLOCK_SIZE;
-        s.len
+        // Windowed groups: the longest prefix whose next token finds its window cached.
+        let parent_of = |hashes: &[u64], i: usize| if i == 0 { ROOT_HASH } else { hashes[i - 1] };
+        let mut keep = s.hashes.len();
+        for g in &self.groups[1..] {
+            while keep > 0 {
+                let first = g.first_live_block(keep * KV_BLOCK_SIZE);
+                let all =
+                    (first..keep).all(|i| g.pool.is_cached(parent_of(&s.hashes, i), chunks[i]));
+                if all {
+                    break;
+                }
+                keep -= 1;
+            }
+        }
+        while s.tables[0].len() > keep {
+            if let Some(b) = s.tables[0].pop() {
+                self.groups[0].pool.release(b);
+            }
+            s.hashes.pop();
+        }
+        let mut complete = true;
+        for (gi, g) in self.groups.iter_mut().enumerate().skip(1) {
+            let first = g.first_live_block(keep * KV_BLOCK_SIZE).min(keep);
+            s.tables[gi].resize(first, DROPPED);
+            for (i, chunk) in chunks.iter().enumerate().take(keep).skip(first) {
+                // Found cached just above, with nothing released in this pool since, so this
+                // always succeeds; should it not, the sequence starts empty instead.
+                match g.pool.acquire_cached(parent_of(&s.hashes, i), chunk) {
+                    Some((b, _)) => s.tables[gi].push(b),
+                    None => complete = false,
+                }
+            }
+        }
+        s.len = keep * KV_BLOCK_SIZE;
+        if !complete {
+            self.truncate_all(id);
+        }
+        self.seq_len(id)
     }
 
-    /// Indexes the sequence's full, computed blocks for prefix reuse. `tokens` are the
-    /// sequence's tokens (at least as many as it has cached).
+    /// Gives back every block of a sequence and empties it (it stays registered).
+    fn truncate_all(&mut self, id: SeqId) {
+        if let Some(Some(s)) = self.seqs.get_mut(id.0) {
+            for (g, table) in self.groups.iter_mut().zip(s.tables.iter_mut()) {
+                for b in table.drain(..).rev().filter(|&b| b != DROPPED) {
+                    g.pool.release(b);
+                }
+            }
+            s.hashes.clear();
+            s.len = 0;
+        }
+    }
+
+    /// Indexes the sequence's full, computed blocks for prefix reuse, and gives back the
+    /// windowed layers' blocks that no token after the first `tokens.len()` can see. `tokens`
+    /// are the sequence's accepted tokens (at least as many as it has cached): the engine
+    /// never rewinds below them.
     pub fn commit_blocks(&mut self, id: SeqId, tokens: &[u32]) {
         let Some(Some(s)) = self.seqs.get_mut(id.0) else {
             return;
@@ -248,8 +395,36 @@ impl KvCache {
             let i = s.hashes.len();
             let parent = s.hashes.last().copied().unwrap_or(ROOT_HASH);
             let chunk = &tokens[i * KV_BLOCK_SIZE..(i + 1) * KV_BLOCK_SIZE];
-            let h = self.pool.register(s.blocks[i], parent, chunk);
+            let mut h = parent;
+            for (g, table) in self.groups.iter_mut().zip(&s.tables) {
+                if let Some(&b) = table.get(i).filter(|&&b| b != DROPPED) {
+                    h = g.pool.register(b, parent, chunk);
+                }
+            }
             s.hashes.push(h);
+        }
+        // The next token to compute sits at position min(len, tokens).
+        let next = s.len.min(tokens.len());
+        self.release_behind_window(id, next);
+    }
+
+    /// Gives back the windowed layers' blocks that no token at position `next` or later can
+    /// see. The caller guarantees the sequence is never rewound below `next` (the engine
+    /// passes its accepted length through [`KvCache::commit_blocks`]).
+    pub fn release_behind_window(&mut self, id: SeqId, next: usize) {
+        let Some(Some(s)) = self.seqs.get_mut(id.0) else {
+            return;
+        };
+        let next = next.min(s.len);
+        for (g, table) in self.groups.iter_mut().zip(s.tables.iter_mut()).skip(1) {
+            let first = g.first_live_block(next).min(table.len());
+            for e in table[..first].iter_mut().rev() {
+                if *e == DROPPED {
+                    break;
+                }
+                g.pool.release(*e);
+                *e = DROPPED;
+            }
         }
     }
 
@@ -265,34 +440,58 @@ impl KvCache {
         self.seq(id).map_or(0, |s| s.len)
     }
 
-    /// The block table of a sequence.
-    pub fn block_table(&self, id: SeqId) -> &[u32] {
-        self.seq(id).map_or(&[], |s| &s.blocks)
+    /// The block table of a sequence in layer group `group` (see [`KvCache::groups`]).
+    pub fn block_table(&self, id: SeqId, group: usize) -> &[u32] {
+        self.seq(id)
+            .ok()
+            .and_then(|s| s.tables.get(group))
+            .map_or(&[], |t| t)
     }
 
     /// Verifies the pool's bookkeeping against the block tables: every block is free, cached or
     /// owned, and its reference count equals the number of tables that hold it (no block leaked
     /// or double-owned). For tests and debugging.
     pub fn check_consistency(&self) -> Result<(), String> {
-        let mut refs = vec![0u32; self.n_blocks];
-        for s in self.seqs.iter().flatten() {
-            for &b in &s.blocks {
-                refs[b as usize] += 1;
+        for (gi, g) in self.groups.iter().enumerate() {
+            let mut refs = vec![0u32; self.n_blocks];
+            for s in self.seqs.iter().flatten() {
+                let table = &s.tables[gi];
+                if table.len() != s.tables[0].len() {
+                    return Err(format!(
+                        "group {gi} holds {} blocks of a sequence the global group holds {} of",
+                        table.len(),
+                        s.tables[0].len()
+                    ));
+                }
+                let first = g.first_live_block(s.len);
+                for (i, &b) in table.iter().enumerate() {
+                    if b == DROPPED {
+                        if i >= first {
+                            return Err(format!(
+                                "group {gi} dropped block {i} of a sequence of {} tokens",
+                                s.len
+                            ));
+                        }
+                        continue;
+                    }
+                    refs[b as usize] += 1;
+                }
+                if s.len > table.len() * KV_BLOCK_SIZE {
+                    return Err(format!(
+                        "a sequence of {} tokens holds {} blocks",
+                        s.len,
+                        table.len()
+                    ));
+                }
             }
-            if s.len > s.blocks.len() * KV_BLOCK_SIZE {
-                return Err(format!(
-                    "a sequence of {} tokens holds {} blocks",
-                    s.len,
-                    s.blocks.len()
-                ));
-            }
+            g.pool.check(&refs)?;
         }
-        self.pool.check(&refs)
+        Ok(())
     }
 
     /// Blocks a sequence still needs to hold `len` tokens.
     pub fn blocks_needed(&self, id: SeqId, len: usize) -> usize {
-        let have = self.block_table(id).len();
+        let have = self.block_table(id, 0).len();
         len.div_ceil(KV_BLOCK_SIZE).saturating_sub(have)
     }
 
@@ -301,16 +500,20 @@ impl KvCache {
     pub fn reserve(&mut self, id: SeqId, len: usize) -> Result<(), ModelError> {
         self.seq(id)?;
         let need = self.blocks_needed(id, len);
-        if need > self.pool.available() {
-            return Err(ModelError::KvFull {
-                needed: need,
-                free: self.pool.available(),
-            });
+        let free = self
+            .groups
+            .iter()
+            .map(|g| g.pool.available())
+            .min()
+            .unwrap_or(0);
+        if need > free {
+            return Err(ModelError::KvFull { needed: need, free });
         }
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {
-            // Cannot come up short: `available()` blocks can all be allocated.
-            s.blocks
-                .extend(std::iter::from_fn(|| self.pool.alloc()).take(need));
+            for (g, table) in self.groups.iter_mut().zip(s.tables.iter_mut()) {
+                // Cannot come up short: `available()` blocks can all be allocated.
+                table.extend(std::iter::from_fn(|| g.pool.alloc()).take(need));
+            }
         }
         Ok(())
     }
@@ -331,9 +534,11 @@ impl KvCache {
             return;
         };
         let keep = s.len.div_ceil(KV_BLOCK_SIZE);
-        while s.blocks.len() > keep {
-            if let Some(b) = s.blocks.pop() {
-                self.pool.release(b);
+        for (g, table) in self.groups.iter_mut().zip(s.tables.iter_mut()) {
+            while table.len() > keep {
+                if let Some(b) = table.pop().filter(|&b| b != DROPPED) {
+                    g.pool.release(b);
+                }
             }
         }
     }
@@ -351,10 +556,12 @@ impl KvCache {
         table[pos / KV_BLOCK_SIZE] as usize * KV_BLOCK_SIZE + pos % KV_BLOCK_SIZE
     }
 
-    /// Writes one token's K and V rows of layer `layer` into `slot`.
+    /// Writes one token's K and V rows of layer `layer` into `slot` (of the layer's group's
+    /// table).
     pub(crate) fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let d = self.kv_dim;
-        match &mut self.store {
+        let (g, layer) = self.layer_at[layer];
+        match &mut self.groups[g].store {
             Store::F16 { k: ks, v: vs } => {
                 // The slice conversion uses F16C where the CPU has it (same rounding, to
                 // nearest even, as the scalar `f16::from_f32`).
@@ -371,7 +578,8 @@ impl KvCache {
 
     /// Read view of one layer for the attention kernel.
     pub(crate) fn layer(&self, layer: usize) -> KvLayer<'_> {
-        match &self.store {
+        let (g, layer) = self.layer_at[layer];
+        match &self.groups[g].store {
             Store::F16 { k, v } => KvLayer::f16(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
             Store::Q8 { k, v } => KvLayer::q8_0(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
         }

@@ -25,11 +25,12 @@ pub mod registry;
 pub mod synthetic;
 mod weights;
 mod workspace;
+mod zeroed;
 
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
 pub use config::{Architecture, ModelConfig, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE};
 pub use error::ModelError;
-pub use kv_cache::{KvCache, KvDtype, SeqId, KV_BLOCK_SIZE};
+pub use kv_cache::{KvCache, KvDtype, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::Model;
 pub use workspace::Workspace;

@@ -255,7 +255,8 @@ impl Model {
     }
 
     /// Checks the batch against the cache and reserves blocks. Fills `ws.seq_of` (sequences
-    /// with their length after the batch), `ws.tables` (their block tables) and `ws.table_of`
+    /// with their length after the batch), `ws.tables` (per layer group, their block tables)
+    /// and `ws.table_of`
     /// (per token, the index of its sequence's table).
     fn prepare(
         &self,
@@ -302,10 +303,13 @@ impl Model {
         for &(seq, len) in seq_of.iter() {
             kv.reserve(seq, len)?;
         }
-        ws.tables.resize_with(seq_of.len(), Vec::new);
-        for (t, &(seq, _)) in ws.tables.iter_mut().zip(seq_of.iter()) {
-            t.clear();
-            t.extend_from_slice(kv.block_table(seq));
+        ws.tables.resize_with(kv.groups(), Vec::new);
+        for (g, tables) in ws.tables.iter_mut().enumerate() {
+            tables.resize_with(seq_of.len(), Vec::new);
+            for (t, &(seq, _)) in tables.iter_mut().zip(seq_of.iter()) {
+                t.clear();
+                t.extend_from_slice(kv.block_table(seq, g));
+            }
         }
         ws.table_of.clear();
         let seq_of = &ws.seq_of;
@@ -468,7 +472,10 @@ impl Model {
             for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
                 ops::rope_apply(h, c, s, neox);
             }
-            let slot = kv.slot(&ws.tables[ws.table_of[t]], batch.positions[t]);
+            let slot = kv.slot(
+                &ws.tables[kv.group_of(li)][ws.table_of[t]],
+                batch.positions[t],
+            );
             kv.write(
                 li,
                 slot,
@@ -494,6 +501,7 @@ impl Model {
             cfg: &self.cfg,
             shape: self.attn_shape(),
             kv: kv.layer(li),
+            group: kv.group_of(li),
             window,
         };
         // Whole KV groups per task (each K/V row read once per group) when the batch has

@@ -22,7 +22,8 @@ pub struct Workspace {
     pub(crate) sin_swa: Vec<f32>,
     pub(crate) logits: Vec<f32>,
     pub(crate) out_rows: Vec<usize>,
-    pub(crate) tables: Vec<Vec<u32>>,
+    /// Per KV layer group (see `KvCache::groups`), the block table of each sequence.
+    pub(crate) tables: Vec<Vec<Vec<u32>>>,
     /// Sequences of the batch with their length after it.
     pub(crate) seq_of: Vec<(crate::SeqId, usize)>,
     /// Per token, index of its sequence in `seq_of` / `tables`.

@@ -202,7 +202,12 @@ fn reference_logits(f: &GgufFile, tokens: &[u32], window_override: Option<usize>
 }
 
 fn run_all_positions(m: &Model, tokens: &[u32]) -> Vec<f32> {
-    let mut kv = KvCache::new(m.config(), 64);
+    run_all_positions_in(m, tokens, 64)
+}
+
+/// Logits of every position of `tokens` from one prefill, in a cache of `capacity` tokens.
+fn run_all_positions_in(m: &Model, tokens: &[u32], capacity: usize) -> Vec<f32> {
+    let mut kv = KvCache::new(m.config(), capacity);
     let s = kv.add_seq();
     let mut b = Batch::new();
     for (i, &t) in tokens.iter().enumerate() {
@@ -331,6 +336,153 @@ fn batching_and_chunking_do_not_change_results() {
         assert_eq!(&row[..], &alone_a[i * v..(i + 1) * v], "decode pos {i}");
     }
     assert_eq!(kv.seq_len(s), a.len());
+}
+
+/// Decodes `tokens[from..]` one at a time into sequence `s` (holding `tokens[..from]`),
+/// committing the accepted tokens after each step as the engine does (which gives back the
+/// windowed layers' blocks that fell out of the window) and checking the cache's bookkeeping;
+/// returns every step's logits and the windowed pool's largest use.
+fn decode_committing(
+    m: &Model,
+    kv: &mut KvCache,
+    s: ridge_model::SeqId,
+    tokens: &[u32],
+    from: usize,
+) -> (Vec<f32>, usize) {
+    let (mut out, mut most) = (Vec::new(), 0);
+    let mut ws = Workspace::new();
+    let mut batch = Batch::new();
+    for (i, &t) in tokens.iter().enumerate().skip(from) {
+        batch.clear();
+        batch.push(t, i, s, true);
+        out.extend_from_slice(m.forward(&batch, kv, &mut ws).unwrap());
+        kv.commit_blocks(s, &tokens[..=i]);
+        kv.check_consistency().unwrap();
+        most = most.max(kv.used_window_blocks().unwrap());
+    }
+    (out, most)
+}
+
+/// A 70-token text of the synthetic byte vocabulary.
+fn long_text(seed: u32) -> Vec<u32> {
+    (0..70u32).map(|i| (i * 37 + seed * 11) % 256).collect()
+}
+
+#[test]
+fn windowed_layers_keep_only_their_window_and_the_logits_do_not_change() {
+    let f = write(&synthetic_model(&SyntheticSpec {
+        ctx_len: 128,
+        ..spec(DType::Q8_0, 3)
+    }));
+    let m = Model::load(f.path()).unwrap();
+    let text = long_text(1);
+    // Reference: one prefill of every position (nothing given back).
+    let want = run_all_positions_in(&m, &text, 128);
+    let mut kv = KvCache::new(m.config(), 128);
+    assert_eq!(kv.groups(), 2);
+    let s = kv.add_seq();
+    let (got, most) = decode_committing(&m, &mut kv, s, &text, 0);
+    assert_eq!(got, want);
+    // A window of 4 spans at most 2 blocks of 16, while the global layer holds all 70
+    // positions (5 blocks); the next token (position 70) sees 67..=70, all in block 4.
+    assert!(most <= 2, "windowed layers held {most} blocks");
+    assert_eq!(kv.used_blocks(), 5);
+    assert_eq!(kv.used_window_blocks(), Some(1));
+    assert!(kv.block_table(s, 1)[..4]
+        .iter()
+        .all(|&b| b == ridge_model::DROPPED));
+    kv.remove_seq(s);
+    kv.check_consistency().unwrap();
+    assert_eq!((kv.used_blocks(), kv.used_window_blocks()), (0, Some(0)));
+}
+
+#[test]
+fn rejected_drafts_rewind_without_losing_the_window() {
+    // As the engine verifies speculative drafts: each step feeds the last token and three
+    // guesses, keeps the logits of the accepted ones, cuts the cache back to them and commits
+    // (which gives windowed blocks back). Accepting 0, 1 or 2 guesses in turn, every kept row
+    // must equal one prefill of the whole text.
+    let f = write(&synthetic_model(&SyntheticSpec {
+        ctx_len: 128,
+        ..spec(DType::Q8_0, 11)
+    }));
+    let m = Model::load(f.path()).unwrap();
+    let text = long_text(4);
+    let want = run_all_positions_in(&m, &text, 128);
+    let v = SYNTHETIC_VOCAB;
+    let mut kv = KvCache::new(m.config(), 128);
+    let s = kv.add_seq();
+    let (mut ws, mut batch) = (Workspace::new(), Batch::new());
+    let (mut pos, mut step, mut dropped) = (0, 0, 0);
+    while pos + 4 <= text.len() {
+        let accept = step % 3;
+        batch.clear();
+        batch.push(text[pos], pos, s, true);
+        for j in 1..4 {
+            // Guesses past the accepted ones are wrong tokens.
+            let t = if j <= accept {
+                text[pos + j]
+            } else {
+                (text[pos + j] + 7) % 256
+            };
+            batch.push(t, pos + j, s, true);
+        }
+        let got = m.forward(&batch, &mut kv, &mut ws).unwrap().to_vec();
+        for r in 0..=accept {
+            let p = pos + r;
+            assert_eq!(
+                &got[r * v..(r + 1) * v],
+                &want[p * v..(p + 1) * v],
+                "position {p}"
+            );
+        }
+        pos += accept + 1;
+        kv.truncate(s, pos);
+        assert_eq!(kv.seq_len(s), pos);
+        kv.commit_blocks(s, &text[..pos]);
+        kv.check_consistency().unwrap();
+        dropped = kv
+            .block_table(s, 1)
+            .iter()
+            .filter(|&&b| b == ridge_model::DROPPED)
+            .count();
+        step += 1;
+    }
+    assert!(dropped >= 3, "only {dropped} windowed blocks given back");
+}
+
+#[test]
+fn a_cached_prefix_is_reused_only_as_far_as_the_window_is_still_cached() {
+    let f = write(&synthetic_model(&SyntheticSpec {
+        ctx_len: 128,
+        ..spec(DType::Q4_0, 5)
+    }));
+    let m = Model::load(f.path()).unwrap();
+    let a = long_text(2);
+    let v = SYNTHETIC_VOCAB;
+    // b shares a's first `shared` tokens. All of a's full blocks (0..4) stay cached for the
+    // global layer, but the windowed pool recycles a block given back before it uses a fresh
+    // one, so of a's windowed blocks only block 3 (positions 48..64, given back last) is
+    // still cached: a prefix of 64 tokens has its next token's window (61..=64) cached, one
+    // of 48 (window 45..=48, block 2) does not, nor does any shorter one.
+    for (shared, want_cached) in [(66, 64), (52, 0)] {
+        let mut b = a.clone();
+        for t in &mut b[shared..] {
+            *t = (*t + 1) % 256;
+        }
+        let want_b = run_all_positions_in(&m, &b, 128);
+        let mut kv = KvCache::new(m.config(), 128);
+        let sa = kv.add_seq();
+        decode_committing(&m, &mut kv, sa, &a, 0);
+        kv.remove_seq(sa);
+        assert_eq!(kv.cached_blocks(), 4);
+        let sb = kv.add_seq();
+        let cached = kv.attach_cached_prefix(sb, &b, b.len() - 1);
+        kv.check_consistency().unwrap();
+        assert_eq!(cached, want_cached, "b shares {shared} tokens");
+        let (got, _) = decode_committing(&m, &mut kv, sb, &b, cached);
+        assert_eq!(got, want_b[cached * v..], "b shares {shared} tokens");
+    }
 }
 
 /// Replaces the first occurrence of `from` in the GGUF bytes by `to` (same length).
