@@ -156,10 +156,18 @@ pub struct BenchResult {
 }
 
 /// The byte counts of `model` that a decode step reads: its weights
-/// ([`Model::weight_bytes_per_token`]) and its f16 KV cache per token.
+/// ([`Model::weight_bytes_per_token`]) and its f16 KV cache per token (sliding-window layers
+/// reading at most their window).
 pub fn roofline_inputs(model: &Model) -> RooflineInputs {
     let cfg = model.config();
-    RooflineInputs::with_f16_kv(model.weight_bytes_per_token(), cfg.n_layers, cfg.kv_dim())
+    let windowed = (0..cfg.n_layers).filter(|&l| cfg.is_sliding(l)).count();
+    RooflineInputs::with_f16_kv_windowed(
+        model.weight_bytes_per_token(),
+        cfg.n_layers,
+        cfg.kv_dim(),
+        windowed,
+        cfg.sliding_window.unwrap_or(usize::MAX),
+    )
 }
 
 /// The roofline TPOT in ms of `batch` sequences with `prompt` prompt tokens generating `gen`
@@ -433,6 +441,7 @@ mod tests {
         let r = RooflineInputs {
             weight_bytes: 1_000_000,
             kv_bytes_per_token: 100,
+            window: None,
         };
         // B = 3, P = 8, G = 4: steps attend over 9, 10, 11 positions, mean 10;
         // bytes = 1e6 + 3 · 100 · 10 = 1 003 000; at 10 GB/s: 0.1003 ms.

@@ -174,9 +174,13 @@ impl EngineCore {
         EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
         let mut eog = tokenizer.eog_ids();
         eog.retain(|&t| (t as usize) < mcfg.vocab);
+        let layer_kv = 2.0 * cfg.kv_dtype.row_bytes(mcfg.kv_dim()) as f64;
+        let windowed = (0..mcfg.n_layers).filter(|&l| mcfg.is_sliding(l)).count() as f64;
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,
-            kv_bytes_per_token: cfg.kv_dtype.token_bytes(&mcfg) as f64,
+            kv_bytes_per_token: layer_kv * (mcfg.n_layers as f64 - windowed),
+            windowed_kv_bytes_per_token: layer_kv * windowed,
+            window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),
             bandwidth: bw * 1e9,
         });
         Ok(EngineCore {
@@ -715,12 +719,17 @@ impl EngineCore {
     }
 }
 
-/// Bytes per token of weights and of KV (per context token), and bandwidth in bytes/s: the
-/// inputs of a request's batch-1 roofline floor.
+/// Bytes per token of weights and of KV (per context token; sliding-window layers read at most
+/// `window` positions), and bandwidth in bytes/s: the inputs of a request's batch-1 roofline
+/// floor.
 #[derive(Clone, Copy, Debug)]
 struct Roof {
     weight_bytes: f64,
+    /// KV bytes per position of the layers that read every position.
     kv_bytes_per_token: f64,
+    /// KV bytes per position of the sliding-window layers (0 without such layers).
+    windowed_kv_bytes_per_token: f64,
+    window: f64,
     bandwidth: f64,
 }
 
@@ -855,7 +864,9 @@ fn finish_seq(
     EngineStats::add(counter, 1);
     if let Some(r) = roof {
         let ctx = s.prompt_len as f64 + s.generated() as f64 / 2.0;
-        let bytes = r.weight_bytes + r.kv_bytes_per_token * ctx;
+        let bytes = r.weight_bytes
+            + r.kv_bytes_per_token * ctx
+            + r.windowed_kv_bytes_per_token * ctx.min(r.window);
         s.timings.roofline_tpot_ms = Some(bytes / r.bandwidth * 1e3);
     }
     let _ = (s.req.sink)(Event::Finish(FinishEvent {

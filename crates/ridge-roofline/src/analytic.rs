@@ -107,7 +107,8 @@ pub struct OperatingPoint {
     pub weights_bytes: u64,
     /// KV bytes one token of context occupies (all layers, K and V).
     pub kv_bytes_per_token: f64,
-    /// KV bytes the whole batch reads per step: `batch · context · kv_bytes_per_token`.
+    /// KV bytes the whole batch reads per step: `batch · context · kv_bytes_per_token`
+    /// (sliding-window layers read at most their window: see `ModelSpec::attended`).
     pub kv_bytes: f64,
     /// Bytes read per step: weights + KV.
     pub step_bytes: f64,
@@ -202,11 +203,14 @@ impl Setup {
         let kv_per_tok = self.kv_bytes_per_token(m);
         let w = m.weight_bytes as f64;
         let b = batch as f64;
-        let attn_per_pos = 4.0 * (m.n_layers * m.n_heads * m.head_dim) as f64;
+        // Per layer-position attended (see `ModelSpec::attended`): K and V bytes, and FLOPs.
+        let kv_per_layer_pos = kv_per_tok / m.n_layers.max(1) as f64;
+        let attn_per_layer_pos = 4.0 * (m.n_heads * m.head_dim) as f64;
+        let attended = m.attended(context) as f64;
 
-        let kv_bytes = b * context as f64 * kv_per_tok;
+        let kv_bytes = b * attended * kv_per_layer_pos;
         let step_bytes = w + kv_bytes;
-        let step_flops = b * (2.0 * m.params as f64 + attn_per_pos * context as f64);
+        let step_flops = b * (2.0 * m.params as f64 + attn_per_layer_pos * attended);
         let memory_s = step_bytes / bw;
         let compute_s = step_flops / peak;
         let (step_s, bound) = if compute_s > memory_s {
@@ -216,7 +220,8 @@ impl Setup {
         };
 
         let p = prompt_len as f64;
-        let prefill_flops = 2.0 * m.params as f64 * p + attn_per_pos * p * (p + 1.0) / 2.0;
+        let prefill_flops =
+            2.0 * m.params as f64 * p + attn_per_layer_pos * m.attended_prefill(prompt_len);
         let prefill_bytes = w + p * kv_per_tok;
         let (pm, pc) = (prefill_bytes / bw, prefill_flops / peak);
         let (ttft_s, prefill_bound) = if pc > pm {
@@ -268,6 +273,7 @@ mod tests {
             weight_bytes,
             params: 134_479_872,
             weights_format: "Q4_1".into(),
+            sliding_window: None,
         }
     }
 
@@ -296,6 +302,28 @@ mod tests {
             setup("h100-sxm", KvDtype::Q8_0, None).kv_bytes_per_token(&m),
             12_240.0
         );
+    }
+
+    #[test]
+    fn sliding_window_layers_read_only_their_window() {
+        // SmolLM2's shape with 20 of its 30 layers windowed to 512 positions.
+        let mut m = smol(100_000_000);
+        m.sliding_window = Some(crate::SlidingWindow {
+            positions: 512,
+            layers: 20,
+        });
+        let s = setup("h100-sxm", KvDtype::F16, None);
+        // Within the window nothing changes: 23 040 bytes per position.
+        assert_eq!(s.point(&m, 1, 256, 1).unwrap().kv_bytes, 23_040.0 * 256.0);
+        // At 4096: 768 bytes per layer-position over 10 · 4096 + 20 · 512 layer-positions,
+        // for each of 4 sequences.
+        let p = s.point(&m, 4, 4096, 1).unwrap();
+        assert_eq!(p.kv_bytes, 4.0 * 768.0 * (10.0 * 4096.0 + 20.0 * 512.0));
+        assert_eq!(p.step_bytes, 100_000_000.0 + p.kv_bytes);
+        // Attention FLOPs shrink the same way: 4 · 9 · 64 per layer-position.
+        let plain = s.point(&smol(100_000_000), 4, 4096, 1).unwrap();
+        let saved = 4.0 * (4.0 * 9.0 * 64.0) * (20.0 * (4096.0 - 512.0));
+        assert!(close(plain.step_flops - p.step_flops, saved, 1e-12));
     }
 
     #[test]

@@ -6,25 +6,73 @@ pub struct RooflineInputs {
     /// Bytes of weights read once per forward pass (every layer matrix, the norms and the output
     /// head, at their stored — quantized — size).
     pub weight_bytes: usize,
-    /// Bytes of KV cache one token of context occupies, over all layers, K and V together.
+    /// Bytes of KV cache one token of context occupies in the layers that attend over every
+    /// position (all layers, for a model without sliding-window layers), K and V together.
     pub kv_bytes_per_token: usize,
+    /// Layers that attend through a sliding window (Gemma 3: five of six), if any: they read at
+    /// most `window.positions` positions per sequence, whatever the context.
+    pub window: Option<WindowedKv>,
+}
+
+/// The KV reads of a model's sliding-window layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowedKv {
+    /// Positions a token of these layers sees (itself included).
+    pub positions: usize,
+    /// Bytes of KV cache one position occupies in these layers, K and V together.
+    pub bytes_per_token: usize,
 }
 
 impl RooflineInputs {
-    /// Inputs for a model whose KV cache stores f16 (2 bytes per element):
-    /// `kv_bytes_per_token = 2 (K and V) · n_layers · kv_dim · 2`, with `kv_dim = n_kv_heads ·
-    /// head_dim`.
+    /// Inputs for a model whose KV cache stores f16 (2 bytes per element) in every layer over
+    /// every position: `kv_bytes_per_token = 2 (K and V) · n_layers · kv_dim · 2`, with
+    /// `kv_dim = n_kv_heads · head_dim`.
     pub fn with_f16_kv(weight_bytes: usize, n_layers: usize, kv_dim: usize) -> Self {
         RooflineInputs {
             weight_bytes,
             kv_bytes_per_token: 2 * n_layers * kv_dim * 2,
+            window: None,
         }
     }
 
+    /// As [`RooflineInputs::with_f16_kv`] for a model of which `windowed_layers` attend through
+    /// a sliding window of `window` positions.
+    pub fn with_f16_kv_windowed(
+        weight_bytes: usize,
+        n_layers: usize,
+        kv_dim: usize,
+        windowed_layers: usize,
+        window: usize,
+    ) -> Self {
+        let windowed_layers = windowed_layers.min(n_layers);
+        RooflineInputs {
+            weight_bytes,
+            kv_bytes_per_token: 2 * (n_layers - windowed_layers) * kv_dim * 2,
+            window: (windowed_layers > 0).then_some(WindowedKv {
+                positions: window,
+                bytes_per_token: 2 * windowed_layers * kv_dim * 2,
+            }),
+        }
+    }
+
+    /// Bytes one token of context adds to the cache while the context is within every window
+    /// (all layers).
+    pub fn kv_bytes_per_token_all_layers(&self) -> usize {
+        self.kv_bytes_per_token + self.window.map_or(0, |w| w.bytes_per_token)
+    }
+
+    /// KV bytes one sequence attending over `context` positions reads in one step.
+    pub fn kv_bytes(&self, context: usize) -> usize {
+        self.kv_bytes_per_token * context
+            + self
+                .window
+                .map_or(0, |w| w.bytes_per_token * context.min(w.positions))
+    }
+
     /// Bytes one forward pass reads when the batch's sequences attend over `contexts` tokens
-    /// each (see [`step_bytes`]).
+    /// each: the weights once, plus each sequence's KV reads ([`RooflineInputs::kv_bytes`]).
     pub fn step_bytes(&self, contexts: &[usize]) -> usize {
-        step_bytes(self.weight_bytes, self.kv_bytes_per_token, contexts)
+        self.weight_bytes + contexts.iter().map(|&c| self.kv_bytes(c)).sum::<usize>()
     }
 
     /// The latency floor in milliseconds of a step over `contexts` at `bw_gbs` GB/s.
@@ -34,7 +82,8 @@ impl RooflineInputs {
 }
 
 /// Bytes one forward pass reads: the weights once, plus each sequence's KV cache —
-/// `weights + Σ_seq kv_bytes_per_token · context(seq)`.
+/// `weights + Σ_seq kv_bytes_per_token · context(seq)` (every layer over every position; see
+/// [`RooflineInputs::step_bytes`] for sliding-window layers).
 ///
 /// `contexts` holds, per sequence in the batch, the number of cached positions its new token
 /// attends over (including itself).
@@ -76,6 +125,26 @@ mod tests {
         // 42 MB at 42 GB/s = 1 ms.
         assert!((floor_ms(42_000_000, 42.0) - 1.0).abs() < 1e-12);
         assert!(floor_ms(1, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn windowed_layers_read_at_most_their_window() {
+        // Gemma 3 270M: 18 layers, 15 with a 512-position window, kv_dim 256.
+        let r = RooflineInputs::with_f16_kv_windowed(246_587_904, 18, 256, 15, 512);
+        assert_eq!(r.kv_bytes_per_token, 3 * 1024);
+        assert_eq!(r.kv_bytes_per_token_all_layers(), 18 * 1024);
+        // Within the window every layer reads every position: 18 KB each.
+        assert_eq!(r.kv_bytes(100), 100 * 18 * 1024);
+        // At 4096: 3 global layers over 4096 positions, 15 over 512.
+        assert_eq!(r.kv_bytes(4096), 4096 * 3 * 1024 + 512 * 15 * 1024);
+        assert_eq!(
+            r.step_bytes(&[4096, 100]),
+            246_587_904 + r.kv_bytes(4096) + r.kv_bytes(100)
+        );
+        // No windowed layers: the plain formula.
+        let plain = RooflineInputs::with_f16_kv_windowed(1000, 4, 8, 0, 512);
+        assert_eq!(plain, RooflineInputs::with_f16_kv(1000, 4, 8));
+        assert_eq!(plain.step_bytes(&[5, 7]), step_bytes(1000, 128, &[5, 7]));
     }
 
     #[test]

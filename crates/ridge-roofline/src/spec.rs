@@ -64,6 +64,17 @@ pub struct ModelSpec {
     pub params: u64,
     /// How the weights are stored, for display (`Q4_1`, `bf16`, …).
     pub weights_format: String,
+    /// Layers that attend through a sliding window, if any (they read at most its positions).
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// A model's sliding-window attention layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingWindow {
+    /// Positions a token of these layers sees.
+    pub positions: u64,
+    /// How many of the model's layers attend this way.
+    pub layers: u64,
 }
 
 impl ModelSpec {
@@ -126,6 +137,24 @@ impl ModelSpec {
         // The file's name is what the user typed or pulled; `general.name` is often a
         // training-run label.
         let name = file_stem(&path);
+        // Sliding-window layers, where the architecture fixes which layers they are (Gemma 3:
+        // all but every sixth; Gemma 2: every other one from the first).
+        let windowed = |i: u64| match arch.as_str() {
+            "gemma3" => Some(!(i + 1).is_multiple_of(6)),
+            "gemma2" => Some(i.is_multiple_of(2)),
+            _ => None,
+        };
+        let sliding_window = match f.get(&k("attention.sliding_window")) {
+            Some(_) if windowed(0).is_some() => {
+                let positions = f.get_u64(&k("attention.sliding_window"))?;
+                let layers = (0..n_layers).filter(|&i| windowed(i) == Some(true)).count();
+                (positions > 0).then_some(SlidingWindow {
+                    positions,
+                    layers: layers as u64,
+                })
+            }
+            _ => None,
+        };
         Ok(ModelSpec {
             name,
             n_layers,
@@ -135,6 +164,7 @@ impl ModelSpec {
             weight_bytes,
             params,
             weights_format,
+            sliding_window,
         })
     }
 
@@ -222,6 +252,30 @@ impl ModelSpec {
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| file_stem(path))
             });
+        // Sliding-window layers as the config lists them (`layer_types`), or as a window with
+        // a period (`sliding_window_pattern`: every p-th layer is global). A bare
+        // `sliding_window` is ambiguous across model families (often unused) and is ignored.
+        let lenient = |key: &str| c.get(key).and_then(|v| v.as_u64()).filter(|&n| n > 0);
+        let window = lenient("sliding_window");
+        let windowed_layers = match (c.get("layer_types"), lenient("sliding_window_pattern")) {
+            (Some(serde_json::Value::Array(types)), _) => Some(
+                types
+                    .iter()
+                    .filter(|t| t.as_str() == Some("sliding_attention"))
+                    .count() as u64,
+            ),
+            (_, Some(p)) if p > 0 => {
+                Some((0..n_layers).filter(|i| (i + 1) % p != 0).count() as u64)
+            }
+            _ => None,
+        };
+        let sliding_window = match (window, windowed_layers) {
+            (Some(positions), Some(layers)) if layers > 0 => Some(SlidingWindow {
+                positions,
+                layers: layers.min(n_layers),
+            }),
+            _ => None,
+        };
         Ok(ModelSpec {
             name,
             n_layers,
@@ -231,6 +285,7 @@ impl ModelSpec {
             weight_bytes,
             params: matrices,
             weights_format: format.to_string(),
+            sliding_window,
         })
     }
 
@@ -238,6 +293,41 @@ impl ModelSpec {
     /// `n_layers · n_kv_heads · head_dim`.
     pub fn kv_elems_per_token(&self) -> u64 {
         self.n_layers * self.n_kv_heads * self.head_dim
+    }
+
+    /// Layer-positions a token at `context` cached positions attends over, summed over the
+    /// layers: `n_layers · context`, except that sliding-window layers see at most their
+    /// window. KV bytes read and attention FLOPs scale with it.
+    pub fn attended(&self, context: u64) -> u64 {
+        match self.sliding_window {
+            Some(w) => {
+                (self.n_layers - w.layers.min(self.n_layers)) * context
+                    + w.layers.min(self.n_layers) * context.min(w.positions)
+            }
+            None => self.n_layers * context,
+        }
+    }
+
+    /// [`ModelSpec::attended`] summed over the positions `1..=prompt` of a prefill (each token
+    /// attends over the positions up to itself).
+    pub fn attended_prefill(&self, prompt: u64) -> f64 {
+        // Σ_{i=1..p} min(i, w) = p(p+1)/2 up to the window, then w per position.
+        let tri = |p: f64, w: f64| {
+            if p <= w {
+                p * (p + 1.0) / 2.0
+            } else {
+                w * (w + 1.0) / 2.0 + (p - w) * w
+            }
+        };
+        let p = prompt as f64;
+        match self.sliding_window {
+            Some(w) => {
+                let windowed = w.layers.min(self.n_layers) as f64;
+                (self.n_layers as f64 - windowed) * tri(p, p)
+                    + windowed * tri(p, w.positions as f64)
+            }
+            None => self.n_layers as f64 * tri(p, p),
+        }
     }
 }
 
@@ -391,5 +481,57 @@ mod tests {
         assert!(err(r#"{"hidden_size": "big"}"#).contains("positive integer"));
         let moe = cfg.replace("\"vocab_size\"", "\"num_local_experts\": 8, \"vocab_size\"");
         assert!(err(&moe).contains("mixture-of-experts"));
+    }
+
+    #[test]
+    fn sliding_window_layers_from_a_config_or_a_gguf() {
+        let base = r#""hidden_size": 64, "num_hidden_layers": 12, "num_attention_heads": 4,
+                      "intermediate_size": 128, "vocab_size": 100"#;
+        let spec = |extra: &str| {
+            ModelSpec::from_hf_config(&format!("{{{base}{extra}}}"), "c.json", 1.0, "int8")
+                .unwrap()
+                .sliding_window
+        };
+        // Gemma 3: every sixth layer global.
+        let gemma3 = spec(r#", "sliding_window": 512, "sliding_window_pattern": 6"#);
+        assert_eq!(
+            gemma3,
+            Some(SlidingWindow {
+                positions: 512,
+                layers: 10
+            })
+        );
+        // Listed per layer.
+        let listed = spec(
+            r#", "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention",
+                "sliding_attention"]"#,
+        );
+        assert_eq!(
+            listed,
+            Some(SlidingWindow {
+                positions: 4096,
+                layers: 2
+            })
+        );
+        // A bare window (often unused by the model family) or a null one: none.
+        assert_eq!(spec(r#", "sliding_window": 4096"#), None);
+        assert_eq!(
+            spec(r#", "sliding_window": null, "sliding_window_pattern": 6"#),
+            None
+        );
+        // Attended layer-positions: 2 global layers over the context, 10 over the window.
+        let mut s =
+            ModelSpec::from_hf_config(&format!("{{{base}}}"), "c.json", 1.0, "int8").unwrap();
+        assert_eq!(s.attended(4096), 12 * 4096);
+        s.sliding_window = gemma3;
+        assert_eq!(s.attended(100), 12 * 100);
+        assert_eq!(s.attended(4096), 2 * 4096 + 10 * 512);
+        // Prefill of 1000: Σ attended(i) = 2 · 1000·1001/2 + 10 · (512·513/2 + 488 · 512).
+        let want = 2.0 * 500_500.0 + 10.0 * (131_328.0 + 249_856.0);
+        assert_eq!(s.attended_prefill(1000), want);
+        assert_eq!(s.attended_prefill(300), 12.0 * 45_150.0);
+        // A llama GGUF has none.
+        let f = ridge_gguf::GgufFile::open(tiny_gguf(true).path()).unwrap();
+        assert_eq!(ModelSpec::from_gguf(&f).unwrap().sliding_window, None);
     }
 }

@@ -88,9 +88,13 @@ pub fn main(a: Args) -> Result<()> {
     let isa = model.isa().name();
     if !a.json {
         println!(
-            "{name}: {:.1} MB of weights read per step, {} B of KV cache per token; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({})",
+            "{name}: {:.1} MB of weights read per step, {} B of KV cache per token{}; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({})",
             inputs.weight_bytes as f64 / 1e6,
-            inputs.kv_bytes_per_token,
+            inputs.kv_bytes_per_token_all_layers(),
+            inputs.window.map_or(String::new(), |w| format!(
+                " ({} B of it in sliding-window layers, read over at most {} positions)",
+                w.bytes_per_token, w.positions
+            )),
             isa,
             if probed { "probed" } else { "given" },
         );
@@ -127,7 +131,9 @@ pub fn main(a: Args) -> Result<()> {
                     "step_bytes": r.step_bytes,
                     "mean_decode_context": r.mean_decode_context,
                     "weight_bytes": inputs.weight_bytes,
-                    "kv_bytes_per_token": inputs.kv_bytes_per_token,
+                    "kv_bytes_per_token": inputs.kv_bytes_per_token_all_layers(),
+                    "window_kv_bytes_per_token": inputs.window.map(|w| w.bytes_per_token),
+                    "window_positions": inputs.window.map(|w| w.positions),
                     "read_bandwidth_gbs": bw,
                     "bandwidth_probed": probed,
                     "threads": threads,
