@@ -177,6 +177,7 @@ fn openai_shapes_streaming_and_tools() {
         "ridge:num_requests_running",
         "ridge:num_requests_waiting",
         "ridge:kv_cache_usage_perc",
+        "ridge:kv_cache_window_usage_perc",
         "ridge:prompt_tokens_total",
         "ridge:generation_tokens_total",
         "ridge:request_success_total",

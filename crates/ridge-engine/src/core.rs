@@ -716,6 +716,10 @@ impl EngineCore {
         EngineStats::set(&st.waiting, self.waiting.len());
         EngineStats::set(&st.kv_used_blocks, self.kv.used_blocks());
         EngineStats::set(&st.kv_cached_blocks, self.kv.cached_blocks());
+        EngineStats::set(
+            &st.kv_window_used_blocks,
+            self.kv.used_window_blocks().unwrap_or(0),
+        );
     }
 }
 

@@ -16,6 +16,9 @@ pub struct EngineStats {
     pub kv_total_blocks: AtomicU64,
     /// Unowned blocks kept for prefix reuse.
     pub kv_cached_blocks: AtomicU64,
+    /// KV blocks owned by sequences in the sliding-window layers' pool (0 for a model without
+    /// such layers; the pool has `kv_total_blocks` blocks too).
+    pub kv_window_used_blocks: AtomicU64,
     /// Prompt tokens of admitted requests (per choice).
     pub prompt_tokens: AtomicU64,
     /// Tokens generated.
@@ -52,6 +55,17 @@ impl EngineStats {
             0.0
         } else {
             self.kv_used_blocks.load(Relaxed) as f64 / t as f64
+        }
+    }
+
+    /// Fraction of the sliding-window layers' KV blocks owned by sequences (0–1; 0 without
+    /// such layers).
+    pub fn kv_window_usage(&self) -> f64 {
+        let t = self.kv_total_blocks.load(Relaxed);
+        if t == 0 {
+            0.0
+        } else {
+            self.kv_window_used_blocks.load(Relaxed) as f64 / t as f64
         }
     }
 

@@ -108,6 +108,7 @@ fn greedy_unchanged(fx: &Fixture, skip_rejects: bool) {
             6,
         );
         let mut reqs = Vec::new();
+        let mut window_peak = 0;
         for id in 0..16u64 {
             let len = rng.random_range(2..50);
             let p = if id % 2 == 0 {
@@ -125,10 +126,19 @@ fn greedy_unchanged(fx: &Fixture, skip_rejects: bool) {
             for _ in 0..rng.random_range(0..4) {
                 core.step();
                 core.check_invariants().unwrap();
+                window_peak = window_peak.max(core.stats().kv_window_used_blocks.load(Relaxed));
             }
         }
         run_to_end(&mut core);
         assert_eq!(core.kv_used_blocks(), 0, "{m:?}: blocks leaked");
+        assert_eq!(core.stats().kv_window_used_blocks.load(Relaxed), 0);
+        // The windowed layers' pool is in use (and reported) exactly when the model has some.
+        let windowed = fx.model().config().sliding_window.is_some();
+        assert_eq!(
+            window_peak > 0,
+            windowed,
+            "{m:?}: windowed blocks {window_peak}"
+        );
         for (i, (p, max_tokens, log)) in reqs.iter().enumerate() {
             let (toks, fin, _) = choice(log, 0);
             assert_eq!(fin, Some(FinishReason::Length), "{m:?} request {i}");

@@ -27,6 +27,7 @@ pub struct Metrics {
     running: Gauge,
     waiting: Gauge,
     kv_usage: Gauge,
+    kv_window_usage: Gauge,
     roofline: Gauge,
     prompt_tokens: Counter,
     generation_tokens: Counter,
@@ -71,6 +72,7 @@ impl Metrics {
             running: g("ridge:num_requests_running"),
             waiting: g("ridge:num_requests_waiting"),
             kv_usage: g("ridge:kv_cache_usage_perc"),
+            kv_window_usage: g("ridge:kv_cache_window_usage_perc"),
             roofline: g("ridge:roofline_efficiency"),
             prompt_tokens: c("ridge:prompt_tokens_total"),
             generation_tokens: c("ridge:generation_tokens_total"),
@@ -122,6 +124,7 @@ impl Metrics {
         self.running.set(s.running.load(Relaxed) as f64);
         self.waiting.set(s.waiting.load(Relaxed) as f64);
         self.kv_usage.set(s.kv_usage());
+        self.kv_window_usage.set(s.kv_window_usage());
         self.prompt_tokens.absolute(s.prompt_tokens.load(Relaxed));
         self.generation_tokens
             .absolute(s.generation_tokens.load(Relaxed));
