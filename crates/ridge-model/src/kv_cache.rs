@@ -395,10 +395,12 @@ impl KvCache {
             let i = s.hashes.len();
             let parent = s.hashes.last().copied().unwrap_or(ROOT_HASH);
             let chunk = &tokens[i * KV_BLOCK_SIZE..(i + 1) * KV_BLOCK_SIZE];
-            let mut h = parent;
-            for (g, table) in self.groups.iter_mut().zip(&s.tables) {
+            // Group 0 never drops a block; a windowed group registers the block if it still
+            // holds it.
+            let h = self.groups[0].pool.register(s.tables[0][i], parent, chunk);
+            for (g, table) in self.groups.iter_mut().zip(&s.tables).skip(1) {
                 if let Some(&b) = table.get(i).filter(|&&b| b != DROPPED) {
-                    h = g.pool.register(b, parent, chunk);
+                    g.pool.register(b, parent, chunk);
                 }
             }
             s.hashes.push(h);
@@ -520,10 +522,26 @@ impl KvCache {
 
     /// Forgets a sequence's positions from `len` on (speculative tokens that were rejected)
     /// but keeps its blocks reserved. Positions below `len` are untouched; indexed (full,
-    /// committed) blocks are never cut, so `len` is clamped to keep them.
+    /// committed) blocks are never cut, and a windowed group's given-back blocks are never
+    /// needed again, so `len` is clamped to keep both true.
     pub fn rewind(&mut self, id: SeqId, len: usize) {
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {
-            s.len = len.max(s.hashes.len() * KV_BLOCK_SIZE).min(s.len);
+            // The lowest length whose next token sees no dropped block: with `d` blocks
+            // dropped, (len + 1 − window) / B ≥ d.
+            let window_floor = self
+                .groups
+                .iter()
+                .zip(&s.tables)
+                .filter_map(|(g, t)| {
+                    let d = t.iter().take_while(|&&b| b == DROPPED).count();
+                    (d > 0).then(|| (d * KV_BLOCK_SIZE + g.window.unwrap_or(1)).saturating_sub(1))
+                })
+                .max()
+                .unwrap_or(0);
+            s.len = len
+                .max(s.hashes.len() * KV_BLOCK_SIZE)
+                .max(window_floor)
+                .min(s.len);
         }
     }
 

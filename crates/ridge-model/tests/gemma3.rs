@@ -449,6 +449,16 @@ fn rejected_drafts_rewind_without_losing_the_window() {
         step += 1;
     }
     assert!(dropped >= 3, "only {dropped} windowed blocks given back");
+    // A rewind below what was committed cannot reach the given-back blocks: it stops where
+    // the next token's window (4 positions) starts at the first block still held (or at the
+    // committed full blocks, whichever is later).
+    assert!(
+        dropped * 16 + 3 > pos / 16 * 16,
+        "the window floor is the binding one here"
+    );
+    kv.truncate(s, 0);
+    assert_eq!(kv.seq_len(s), dropped * 16 + 3);
+    kv.check_consistency().unwrap();
 }
 
 #[test]
