@@ -1,10 +1,15 @@
 //! Causal attention of one query token over a sequence's cached keys and values, read through
 //! a paged KV layout.
 //!
-//! The cache stores K and V as f16 rows of `kv_dim = n_kv_heads · head_dim`, one row per token
-//! slot; a sequence's positions map to slots through its block table
-//! (`slot = table[pos / block_size] · block_size + pos % block_size`). Grouped-query attention:
-//! query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
+//! The cache stores K and V per token slot, `kv_dim = n_kv_heads · head_dim` elements each; a
+//! sequence's positions map to slots through its block table
+//! (`slot = table[pos / block_size] · block_size + pos % block_size`). Within a block the rows
+//! are head-major: KV head `g`'s `head_dim` elements of the block's slot `i` are head row
+//! [`head_row`]` = (block · n_kv_heads + g) · block_size + i`, so one KV head's rows of a block
+//! are contiguous. Why: decode attention runs one task per KV head and chunk of positions, and
+//! with whole-token rows each task read a third of every 384-byte row of SmolLM2 — measured
+//! 1.5× slower per byte from memory than contiguous rows (`attn_bw`, 2048 positions).
+//! Grouped-query attention: query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
 //!
 //! A query's positions are processed in fixed chunks of [`ATTN_CHUNK`] positions (cut at
 //! absolute positions), each giving an unnormalised partial softmax that [`merge_chunks`]
@@ -75,15 +80,15 @@ impl<'a> KvLayer<'a> {
     pub fn load_head(&self, value: bool, slot: usize, group: usize, out: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;
         let hd = out.len();
+        let row = head_row(slot, group, self.kv_dim / hd, self.block_size);
         match self.data {
             KvData::F16 { k, v } => {
-                let r = slot * self.kv_dim + group * hd;
+                let r = row * hd;
                 let src = if value { v } else { k };
                 src[r..r + hd].convert_to_f32_slice(out);
             }
             KvData::Q8_0 { k, v } => {
-                let row = self.kv_dim / 32 * Q8_BLOCK_BYTES;
-                let r = slot * row + group * hd / 32 * Q8_BLOCK_BYTES;
+                let r = row * (hd / 32 * Q8_BLOCK_BYTES);
                 let src = if value { v } else { k };
                 crate::blocks::dequantize_row(
                     crate::DType::Q8_0,
@@ -93,6 +98,13 @@ impl<'a> KvLayer<'a> {
             }
         }
     }
+}
+
+/// The head row holding KV head `head` of `slot` (see the module doc): rows of `head_dim`
+/// elements (f16) or `head_dim / 32` Q8_0 blocks, one KV head's rows of a block contiguous.
+#[inline]
+pub fn head_row(slot: usize, head: usize, n_kv_heads: usize, block_size: usize) -> usize {
+    (slot / block_size * n_kv_heads + head) * block_size + slot % block_size
 }
 
 /// Attention shape parameters.

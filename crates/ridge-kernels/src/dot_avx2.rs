@@ -624,16 +624,17 @@ pub(crate) unsafe fn attend_group(
             kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores,
         );
     }
-    // Each position's row, walking the block table once (no division per position).
-    let off = group * hd;
+    // Each position's row, walking the block table once (no division per position): the
+    // head's rows of a block are consecutive (`attention::head_row`).
+    let n_kv = kv.kv_dim / hd;
     let mut pos = first;
     while pos < n_ctx {
         let (b, i0) = (pos / bs, pos % bs);
         let end = n_ctx.min((b + 1) * bs);
-        let mut r = (table[b] as usize * bs + i0) * kv.kv_dim + off;
+        let mut r = crate::attention::head_row(table[b] as usize * bs + i0, group, n_kv, bs) * hd;
         for s in &mut slots[pos - first..end - first] {
             *s = r;
-            r += kv.kv_dim;
+            r += hd;
         }
         pos = end;
     }
@@ -877,10 +878,12 @@ unsafe fn attend_group_q8(
     let hd = shape.head_dim;
     let len = n_ctx - first;
     let bs = kv.block_size;
-    let row_bytes = kv.kv_dim / 32 * BB;
-    let head_off = group * hd / 32 * BB;
-    let row_of = |pos: usize| (table[pos / bs] as usize * bs + pos % bs) * row_bytes + head_off;
     let head_bytes = hd / 32 * BB;
+    let n_kv = kv.kv_dim / hd;
+    let row_of = |pos: usize| {
+        crate::attention::head_row(table[pos / bs] as usize * bs + pos % bs, group, n_kv, bs)
+            * head_bytes
+    };
     for j in 0..len {
         let r = kp.add(row_of(first + j));
         if j + ATTN_PREFETCH < len {

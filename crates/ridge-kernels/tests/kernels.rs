@@ -426,10 +426,12 @@ fn paged_attention_matches_f64_reference() {
         for head in 0..shape.n_heads {
             let g = head / 3;
             let slot = |p: usize| table[p / block] as usize * block + p % block;
+            // Head-major within a block: KV head g's rows of a block are consecutive.
+            let hrow = |s: usize, g: usize| (s / block * 2 + g) * block + s % block;
             let s: Vec<f64> = (first..n_ctx)
                 .map(|p| {
                     (0..16)
-                        .map(|i| k[slot(p) * kv_dim + g * 16 + i].to_f64() * q[i] as f64)
+                        .map(|i| k[hrow(slot(p), g) * 16 + i].to_f64() * q[i] as f64)
                         .sum::<f64>()
                         * 0.25
                 })
@@ -441,7 +443,7 @@ fn paged_attention_matches_f64_reference() {
                 .map(|i| {
                     (first..n_ctx)
                         .zip(&e)
-                        .map(|(p, w)| w / z * v[slot(p) * kv_dim + g * 16 + i].to_f64())
+                        .map(|(p, w)| w / z * v[hrow(slot(p), g) * 16 + i].to_f64())
                         .sum()
                 })
                 .collect();

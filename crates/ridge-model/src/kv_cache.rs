@@ -34,7 +34,7 @@ use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use ridge_kernels::attention::{KvLayer, Q8_BLOCK_BYTES};
+use ridge_kernels::attention::{head_row, KvLayer, Q8_BLOCK_BYTES};
 
 /// Tokens per KV block.
 pub const KV_BLOCK_SIZE: usize = 16;
@@ -138,6 +138,7 @@ impl Group {
 /// Paged K/V storage plus per-sequence block tables.
 pub struct KvCache {
     kv_dim: usize,
+    head_dim: usize,
     n_blocks: usize,
     /// Group 0 holds the layers without a window (or every layer).
     groups: Vec<Group>,
@@ -209,6 +210,7 @@ impl KvCache {
         }
         KvCache {
             kv_dim: cfg.kv_dim(),
+            head_dim: cfg.head_dim,
             n_blocks,
             groups,
             layer_at,
@@ -577,19 +579,27 @@ impl KvCache {
     /// Writes one token's K and V rows of layer `layer` into `slot` (of the layer's group's
     /// table).
     pub(crate) fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let d = self.kv_dim;
+        let (hd, n_kv) = (self.head_dim, self.kv_dim / self.head_dim);
         let (g, layer) = self.layer_at[layer];
+        // Head-major within the block (`attention::head_row`): one head row per KV head.
+        let rows = (0..n_kv).map(|h| (h, head_row(slot, h, n_kv, KV_BLOCK_SIZE)));
         match &mut self.groups[g].store {
             Store::F16 { k: ks, v: vs } => {
-                // The slice conversion uses F16C where the CPU has it (same rounding, to
-                // nearest even, as the scalar `f16::from_f32`).
-                ks[layer][slot * d..(slot + 1) * d].convert_from_f32_slice(&k[..d]);
-                vs[layer][slot * d..(slot + 1) * d].convert_from_f32_slice(&v[..d]);
+                for (h, r) in rows {
+                    // The slice conversion uses F16C where the CPU has it (same rounding, to
+                    // nearest even, as the scalar `f16::from_f32`).
+                    let (src, dst) = (h * hd..(h + 1) * hd, r * hd..(r + 1) * hd);
+                    ks[layer][dst.clone()].convert_from_f32_slice(&k[src.clone()]);
+                    vs[layer][dst].convert_from_f32_slice(&v[src]);
+                }
             }
             Store::Q8 { k: ks, v: vs } => {
-                let rb = KvDtype::Q8_0.row_bytes(d);
-                quantize_q8(k, &mut ks[layer][slot * rb..(slot + 1) * rb]);
-                quantize_q8(v, &mut vs[layer][slot * rb..(slot + 1) * rb]);
+                let hb = KvDtype::Q8_0.row_bytes(hd);
+                for (h, r) in rows {
+                    let (src, dst) = (h * hd..(h + 1) * hd, r * hb..(r + 1) * hb);
+                    quantize_q8(&k[src.clone()], &mut ks[layer][dst.clone()]);
+                    quantize_q8(&v[src], &mut vs[layer][dst]);
+                }
             }
         }
     }
