@@ -50,22 +50,20 @@ pub struct EngineStats {
 impl EngineStats {
     /// Fraction of KV blocks owned by sequences (0–1).
     pub fn kv_usage(&self) -> f64 {
-        let t = self.kv_total_blocks.load(Relaxed);
-        if t == 0 {
-            0.0
-        } else {
-            self.kv_used_blocks.load(Relaxed) as f64 / t as f64
-        }
+        self.share_of_pool(&self.kv_used_blocks)
     }
 
     /// Fraction of the sliding-window layers' KV blocks owned by sequences (0–1; 0 without
     /// such layers).
     pub fn kv_window_usage(&self) -> f64 {
-        let t = self.kv_total_blocks.load(Relaxed);
-        if t == 0 {
-            0.0
-        } else {
-            self.kv_window_used_blocks.load(Relaxed) as f64 / t as f64
+        self.share_of_pool(&self.kv_window_used_blocks)
+    }
+
+    /// `blocks` over the pool's size (each pool has `kv_total_blocks`); 0 for an empty pool.
+    fn share_of_pool(&self, blocks: &AtomicU64) -> f64 {
+        match self.kv_total_blocks.load(Relaxed) {
+            0 => 0.0,
+            t => blocks.load(Relaxed) as f64 / t as f64,
         }
     }
 
