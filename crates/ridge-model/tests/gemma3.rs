@@ -363,6 +363,16 @@ fn decode_committing(
     (out, most)
 }
 
+/// A model of [`spec`] with a 128-token context (for the 70-token texts below), with its file.
+fn long_model(dtype: DType, seed: u64) -> (tempfile::NamedTempFile, Model) {
+    let f = write(&synthetic_model(&SyntheticSpec {
+        ctx_len: 128,
+        ..spec(dtype, seed)
+    }));
+    let m = Model::load(f.path()).unwrap();
+    (f, m)
+}
+
 /// A 70-token text of the synthetic byte vocabulary.
 fn long_text(seed: u32) -> Vec<u32> {
     (0..70u32).map(|i| (i * 37 + seed * 11) % 256).collect()
@@ -370,11 +380,7 @@ fn long_text(seed: u32) -> Vec<u32> {
 
 #[test]
 fn windowed_layers_keep_only_their_window_and_the_logits_do_not_change() {
-    let f = write(&synthetic_model(&SyntheticSpec {
-        ctx_len: 128,
-        ..spec(DType::Q8_0, 3)
-    }));
-    let m = Model::load(f.path()).unwrap();
+    let (_f, m) = long_model(DType::Q8_0, 3);
     let text = long_text(1);
     // Reference: one prefill of every position (nothing given back).
     let want = run_all_positions_in(&m, &text, 128);
@@ -402,11 +408,7 @@ fn rejected_drafts_rewind_without_losing_the_window() {
     // guesses, keeps the logits of the accepted ones, cuts the cache back to them and commits
     // (which gives windowed blocks back). Accepting 0, 1 or 2 guesses in turn, every kept row
     // must equal one prefill of the whole text.
-    let f = write(&synthetic_model(&SyntheticSpec {
-        ctx_len: 128,
-        ..spec(DType::Q8_0, 11)
-    }));
-    let m = Model::load(f.path()).unwrap();
+    let (_f, m) = long_model(DType::Q8_0, 11);
     let text = long_text(4);
     let want = run_all_positions_in(&m, &text, 128);
     let v = SYNTHETIC_VOCAB;
@@ -463,11 +465,7 @@ fn rejected_drafts_rewind_without_losing_the_window() {
 
 #[test]
 fn a_cached_prefix_is_reused_only_as_far_as_the_window_is_still_cached() {
-    let f = write(&synthetic_model(&SyntheticSpec {
-        ctx_len: 128,
-        ..spec(DType::Q4_0, 5)
-    }));
-    let m = Model::load(f.path()).unwrap();
+    let (_f, m) = long_model(DType::Q4_0, 5);
     let a = long_text(2);
     let v = SYNTHETIC_VOCAB;
     // b shares a's first `shared` tokens. All of a's full blocks (0..4) stay cached for the
