@@ -47,8 +47,8 @@ pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
 pub fn quantize(isa: crate::Isa, x: &[f32], out: &mut [ActBlock]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Isa::Avx2 is only produced by Isa::detect after checking avx2/fma/f16c.
-        crate::Isa::Avx2 => unsafe { crate::dot_avx2::quantize_act(x, out) },
+        // SAFETY: Isa::Avx2 and Isa::Avx512 are only produced by Isa::detect after checking avx2/fma/f16c.
+        crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe { crate::dot_avx2::quantize_act(x, out) },
         _ => quantize_scalar(x, out),
     }
 }
@@ -97,8 +97,8 @@ pub fn quantize16_scalar(x: &[f32], out: &mut [Act16Block]) {
 pub fn quantize16(isa: crate::Isa, x: &[f32], out: &mut [Act16Block]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Isa::Avx2 is only produced by Isa::detect after checking avx2/fma/f16c.
-        crate::Isa::Avx2 => unsafe { crate::dot_avx2::quantize_act16(x, out) },
+        // SAFETY: Isa::Avx2 and Isa::Avx512 are only produced by Isa::detect after checking avx2/fma/f16c.
+        crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe { crate::dot_avx2::quantize_act16(x, out) },
         _ => quantize16_scalar(x, out),
     }
 }

@@ -236,7 +236,7 @@ pub fn attend_chunk(
         KvData::Q8_0 { .. } => shape.head_dim.is_multiple_of(32),
     };
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && simd_ok {
+    if isa.avx2() && simd_ok {
         SCORES.with(|sc| {
             SLOTS.with(|sl| {
                 let (mut scores, mut slots) = (sc.borrow_mut(), sl.borrow_mut());
@@ -247,7 +247,7 @@ pub fn attend_chunk(
                 if slots.len() < len {
                     slots.resize(len, 0);
                 }
-                // SAFETY: Isa::Avx2 is produced only after detecting avx2/fma/f16c; head_dim
+                // SAFETY: an Isa whose avx2() holds is produced only after detecting avx2/fma/f16c; head_dim
                 // is a multiple of 8; the table maps every position below n_ctx into kv
                 // (caller's contract); q/out hold gs heads, ml 2·gs, scores gs·len, slots len.
                 unsafe {

@@ -1,5 +1,5 @@
 //! AVX2 + FMA + F16C kernels. Every function here is `unsafe` because it must only be called on
-//! a CPU with those features, which callers guarantee by holding an `Isa::Avx2` (produced only
+//! a CPU with those features, which callers guarantee by holding an `Isa` whose `avx2()` holds (produced only
 //! by `Isa::detect` after checking them). Slice lengths follow the same contracts as the scalar
 //! versions in `dot_scalar`, which the tests compare against.
 #![cfg(target_arch = "x86_64")]

@@ -1,6 +1,6 @@
 //! AVX2 + FMA + F16C kernels for the k-quant super-block formats (Q4_K, Q5_K, Q6_K; layouts in
 //! [`crate::kquant`]). Same contracts as `dot_avx2`: every function is `unsafe` and must only
-//! run on a CPU with those features (callers hold an `Isa::Avx2`); results are tested against
+//! run on a CPU with those features (callers hold an `Isa` whose `avx2()` holds); results are tested against
 //! the scalar references in `dot_scalar`.
 //!
 //! Each kernel computes `R` (≤ 4) consecutive weight rows against `T` (1 or 2) activation rows.

@@ -33,12 +33,12 @@ pub(crate) trait Tiles<A> {
 /// measured best on the 2-core EPYC (`mv_bw`, `layer_bw`, alternating): SmolLM2's four
 /// per-layer products 3–7% faster than an L1 prefetch 640 bytes ahead, the 178 MB Q8_0 head of
 /// Gemma 3 1–3% faster; 960, 1920 and 4096 bytes, and L1 at 1280, did no better.
-const PREFETCH_BYTES: usize = 1280;
+pub(crate) const PREFETCH_BYTES: usize = 1280;
 
 /// Prefetches the cache lines of `bytes` bytes from `p` into L2 (never faults: a prefetch
 /// past the end of the weights is harmless).
 #[inline(always)]
-unsafe fn prefetch_l2(p: *const u8, bytes: usize) {
+pub(crate) unsafe fn prefetch_l2(p: *const u8, bytes: usize) {
     let mut o = 0;
     while o < bytes {
         _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o) as *const i8);
@@ -86,14 +86,14 @@ pub(crate) unsafe fn tiles<A, F: Tiles<A>, const T: usize>(
 
 /// Four activation bytes (a 32-bit little-endian word at `p`) in every lane.
 #[inline(always)]
-unsafe fn bcast4(p: *const u8) -> __m256i {
+pub(crate) unsafe fn bcast4(p: *const u8) -> __m256i {
     _mm256_set1_epi32((p as *const i32).read_unaligned())
 }
 
 /// The quant nibbles of vector `k` of the tile at `p`: (elements `4k..4k+4`, elements
 /// `16+4k..16+4k+4`) of each row, unsigned bytes.
 #[inline(always)]
-unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
+pub(crate) unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
     let mask = _mm256_set1_epi8(0x0F);
     let v = _mm256_loadu_si256(p.add(32 + 32 * k) as *const __m256i);
     (
@@ -105,7 +105,13 @@ unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
 /// A block's integer sums and the rows' scales into the accumulator:
 /// `acc + isum · (d · da) + m · (da · Σq)`.
 #[inline(always)]
-unsafe fn scale_in(acc: __m256, isum: __m256i, p: *const u8, da: f32, qsum: i32) -> __m256 {
+pub(crate) unsafe fn scale_in(
+    acc: __m256,
+    isum: __m256i,
+    p: *const u8,
+    da: f32,
+    qsum: i32,
+) -> __m256 {
     let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
     let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
     let acc = _mm256_fmadd_ps(
@@ -272,19 +278,24 @@ impl Tiles<ActBlock> for Q50 {
 
 /// 16-bit lanes of `v` shifted left by `n` (0..=4) bits.
 #[inline(always)]
-unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
+pub(crate) unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
     _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
 }
 
 /// 16-bit lanes of `v` shifted right (logically) by `n` (0..=3) bits.
 #[inline(always)]
-unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
+pub(crate) unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
     _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
 }
 
 /// Sub-block `s`'s scales of the eight rows of the Q4_K tile at `p`: (`d · sc`, `dmin · m`).
 #[inline(always)]
-unsafe fn q4k_scales(p: *const u8, d8: __m256, dmin8: __m256, s: usize) -> (__m256, __m256) {
+pub(crate) unsafe fn q4k_scales(
+    p: *const u8,
+    d8: __m256,
+    dmin8: __m256,
+    s: usize,
+) -> (__m256, __m256) {
     let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
     let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
     (
@@ -296,7 +307,13 @@ unsafe fn q4k_scales(p: *const u8, d8: __m256, dmin8: __m256, s: usize) -> (__m2
 /// A Q4_K sub-block's integer sums into the accumulator: `acc + isum · (d·sc · da) − dmin·m ·
 /// (da · Σq)`.
 #[inline(always)]
-unsafe fn q4k_in(acc: __m256, isum: __m256i, sc: (__m256, __m256), da: f32, qsum: i32) -> __m256 {
+pub(crate) unsafe fn q4k_in(
+    acc: __m256,
+    isum: __m256i,
+    sc: (__m256, __m256),
+    da: f32,
+    qsum: i32,
+) -> __m256 {
     let (dsc, dm) = sc;
     let acc = _mm256_fmadd_ps(
         _mm256_cvtepi32_ps(isum),
@@ -411,7 +428,7 @@ impl Tiles<ActSplit16> for Q4K {
 /// compile-time constant so every shift is an immediate (with `g / 16` computed at run time
 /// the group loop carried a branch and a shift-count move per group, and ran ~1.5× slower).
 #[inline(always)]
-unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
+pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
     let n = _mm256_loadu_si256(p.add(Q6K_LOW + 32 * (g % 32)) as *const __m256i);
     let h = _mm256_loadu_si256(p.add(Q6K_HIGH + 32 * (g % 16)) as *const __m256i);
     let n = if C >= 2 { _mm256_srli_epi16::<4>(n) } else { n };
@@ -429,7 +446,7 @@ unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
 
 /// The eight rows' scales of sub-block `s` times their `d`, as f32 lanes.
 #[inline(always)]
-unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
+pub(crate) unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
     let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16 + 8 * s) as *const __m128i));
     _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc))
 }

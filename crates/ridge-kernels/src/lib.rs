@@ -12,7 +12,7 @@
 //!   into tiles of eight rows ([`packed`]): the same blocks, the same bytes (Q4_K +2.8%),
 //!   interleaved so one instruction advances eight rows. The file's pages are released as
 //!   they are copied, so resident memory stays about the file's size.
-//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C today) are selected once
+//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C, and AVX-512 VNNI for the tile products) are selected once
 //!   by [`Isa::detect`] and tested against the scalar path on random data.
 //! - Each output element of a matrix product is reduced in the same order whatever the batch
 //!   size, so a sequence's result does not depend on what else is in the batch.
@@ -26,6 +26,7 @@ mod dot_avx2;
 mod dot_kquant_avx2;
 pub mod dot_scalar;
 mod dot_tiles_avx2;
+mod dot_tiles_vnni;
 mod dtype;
 mod elementwise_avx2;
 pub mod kquant;

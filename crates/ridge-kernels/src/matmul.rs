@@ -121,8 +121,8 @@ struct Acts<'x> {
 #[inline]
 fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: Isa::Avx2 exists only after Isa::detect verified avx2, fma and f16c; the
+    if isa.avx2() {
+        // SAFETY: an Isa whose avx2() holds exists only after Isa::detect verified avx2, fma and f16c; the
         // slice lengths match the format (checked by WeightMatrix::new and matmul's asserts),
         // and a single row needs no stride.
         return unsafe {
@@ -303,7 +303,7 @@ impl<'x> CallActs<'x> {
 /// `y` (row-major `n × rows`).
 ///
 /// # Safety
-/// Isa::Avx2 was detected; `w` is quantized and `a.path` is its path; `t + T <= n`, `r1 <=
+/// An AVX2 Isa was detected; `w` is quantized and `a.path` is its path; `t + T <= n`, `r1 <=
 /// w.rows`; `a` holds `n` activation rows; `y` points at `n · w.rows` floats that no other task
 /// writes in rows `r0..r1`.
 #[cfg(target_arch = "x86_64")]
@@ -489,11 +489,11 @@ unsafe fn rows_of_chunk(
     }
     let mut t = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && w.dtype.is_quantized() {
+    if isa.avx2() && w.dtype.is_quantized() {
         // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
         // rows per call keeps the accumulators in registers), then the last 1, 2 or 3.
         while t + 4 <= n {
-            // SAFETY: Isa::Avx2 was detected and the format is quantized; t + 4 <= n; rows
+            // SAFETY: an AVX2 Isa was detected and the format is quantized; t + 4 <= n; rows
             // r0..r1 lie inside w and belong to this caller (function contract).
             tokens_t::<4, 2>(w, a, t, r0, r1, yp, rows);
             t += 4;
@@ -538,7 +538,39 @@ unsafe fn tiled_rows_of_chunk(
 ) {
     // Tile kernels: Q4_1, Q4_K, Q6_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2
+    if isa == Isa::Avx512
+        && matches!(
+            (w.dtype, a.path),
+            (
+                DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                Path::Int8 | Path::Int16
+            ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
+        )
+    {
+        // Eight tokens per pass, the rest as 4 + 2 + 1: a token's arithmetic is the same in
+        // every group size, so its outputs do not depend on the batch.
+        let mut t = 0;
+        while t < n {
+            // SAFETY (each arm): Isa::Avx512 was detected; t + T <= n; rows r0..r1 are whole
+            // tile groups of w owned by this caller.
+            let step = match n - t {
+                1 => 1,
+                2 | 3 => 2,
+                4..=7 => 4,
+                _ => crate::dot_tiles_vnni::MAX_TOKENS,
+            };
+            match step {
+                1 => tiles_t_vnni::<1>(w, a, t, r0, r1, yp, rows),
+                2 => tiles_t_vnni::<2>(w, a, t, r0, r1, yp, rows),
+                4 => tiles_t_vnni::<4>(w, a, t, r0, r1, yp, rows),
+                _ => tiles_t_vnni::<8>(w, a, t, r0, r1, yp, rows),
+            }
+            t += step;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2()
         && matches!(
             (w.dtype, a.path),
             (
@@ -586,6 +618,49 @@ unsafe fn tiled_rows_of_chunk(
         SharedMut(yp.ptr().add(r0)),
         rows,
     );
+}
+
+/// [`tiles_t`] with the AVX-512 VNNI kernels.
+///
+/// # Safety
+/// As [`tiles_t`], with AVX-512 F/BW/VL/VNNI detected (an [`Isa::Avx512`]).
+#[cfg(target_arch = "x86_64")]
+unsafe fn tiles_t_vnni<const T: usize>(
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    t: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+    rows: usize,
+) {
+    use crate::dot_tiles_avx2 as f;
+    use crate::dot_tiles_vnni as k;
+    let nb = w.cols / 32;
+    let group_bytes = w.cols / w.dtype.block_size() * packed::tile_bytes(w.dtype);
+    let i16 = a.path == Path::Int16;
+    let x8: [&[ActBlock]; T] = std::array::from_fn(|j| a.row(t + j).q8);
+    let x16: [&[ActSplit16]; T] = std::array::from_fn(|j| match i16 {
+        true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
+        false => &[],
+    });
+    for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
+        let tiles = w.data.as_ptr().add(g * group_bytes);
+        let o = match w.dtype {
+            DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),
+            DType::Q5_0 => k::tiles::<_, f::Q50, T>(tiles, x8),
+            DType::Q4_1 if i16 => k::tiles::<_, f::Q41, T>(tiles, x16),
+            DType::Q4_1 => k::tiles::<_, f::Q41, T>(tiles, x8),
+            DType::Q4_K if i16 => k::tiles::<_, f::Q4K, T>(tiles, x16),
+            DType::Q4_K => k::tiles::<_, f::Q4K, T>(tiles, x8),
+            DType::Q6_K if i16 => k::tiles::<_, f::Q6K, T>(tiles, x16),
+            _ => k::tiles::<_, f::Q6K, T>(tiles, x8),
+        };
+        for (j, oj) in o.iter().enumerate() {
+            let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
+            std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
+        }
+    }
 }
 
 /// Tokens `t..t + T` against the tile groups of rows `r0..r1` of a tiled matrix.

@@ -11,8 +11,8 @@ use crate::Isa;
 pub fn rms_norm(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let scale = inv_rms(isa, x, eps);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: Isa::Avx2 is produced only after detecting AVX2/FMA/F16C.
+    if isa.avx2() {
+        // SAFETY: an Isa whose avx2() holds is produced only after detecting AVX2/FMA/F16C.
         return unsafe { crate::elementwise_avx2::scale_mul(x, scale, w, out) };
     }
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
@@ -23,7 +23,7 @@ pub fn rms_norm(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 /// `1 / sqrt(mean(x²) + eps)`, the sum of squares in eight partial sums (see [`rms_norm`]).
 fn inv_rms(isa: Isa, x: &[f32], eps: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    let ss = if isa == Isa::Avx2 {
+    let ss = if isa.avx2() {
         // SAFETY: as in `rms_norm`.
         unsafe { crate::elementwise_avx2::sum_squares(x) }
     } else {
@@ -65,7 +65,7 @@ pub fn rms_norm_rows_inplace(isa: Isa, x: &mut [f32], w: &[f32], eps: f32) {
     for xr in x.chunks_exact_mut(w.len()) {
         let scale = inv_rms(isa, xr, eps);
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 {
+        if isa.avx2() {
             // SAFETY: as in `rms_norm`; in place is allowed (each element is read before
             // it is written, by the same lane).
             unsafe { crate::elementwise_avx2::scale_mul_inplace(xr, scale, w) };
@@ -109,7 +109,7 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
 /// vectorises (the library `expf` was 3% of a batched decode step, on one thread).
 pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.avx2() {
         // SAFETY: as in `rms_norm`.
         return unsafe { crate::elementwise_avx2::silu_mul(gate, up) };
     }
@@ -126,7 +126,7 @@ pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
 /// times for Gemma 3 270M, and the library `tanhf` alone took ~8% of prefill.
 pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.avx2() {
         // SAFETY: as in `rms_norm`.
         return unsafe { crate::elementwise_avx2::gelu_tanh_mul(gate, up) };
     }

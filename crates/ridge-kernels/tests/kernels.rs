@@ -33,11 +33,7 @@ fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
 }
 
 fn isas() -> Vec<Isa> {
-    let mut v = vec![Isa::Scalar];
-    if Isa::detect() != Isa::Scalar {
-        v.push(Isa::detect());
-    }
-    v
+    Isa::available()
 }
 
 /// The exact value each kernel should produce: weights dequantized, activations either f32
@@ -237,7 +233,8 @@ fn batch_rows_are_bitwise_independent_of_batch() {
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
-/// (1..=9 takes every token-group kernel, chunk boundaries included).
+/// (1..=9 takes every token-group kernel, chunk boundaries included); and every SIMD path
+/// (AVX2, AVX-512 VNNI where the CPU has it) gives the same bits.
 #[test]
 fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
@@ -260,6 +257,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         let tiles = packed.view();
         let n = 9;
         let x = randv(&mut rng, n * cols);
+        let mut simd: Vec<(Isa, ActPrecision, Vec<f32>)> = Vec::new();
         for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
             let want = reference(dtype, prec, true, &w, rows, cols, &x, n);
             let mut all = vec![0f32; n * rows];
@@ -313,6 +311,21 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                     &some[..],
                     "tiles {dtype:?} {isa:?} {prec:?} {rows}x{cols}: last {m} rows alone"
                 );
+            }
+            if isa != Isa::Scalar {
+                simd.push((isa, prec, all));
+            }
+        }
+        // The AVX-512 VNNI kernels compute the AVX2 kernels' exact integer sums and then the
+        // same float steps: the same bits.
+        for (i, (isa, prec, y)) in simd.iter().enumerate() {
+            for (isa2, prec2, y2) in &simd[i + 1..] {
+                if prec == prec2 {
+                    assert_eq!(
+                        y, y2,
+                        "{dtype:?} {prec:?} {rows}x{cols}: {isa:?} vs {isa2:?}"
+                    );
+                }
             }
         }
     }

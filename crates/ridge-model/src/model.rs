@@ -160,7 +160,7 @@ impl Model {
         let act = ActPlan::new(ActPolicy::default());
         let isa = Isa::detect();
         let mut output = output;
-        let tiles = if isa == Isa::Avx2 {
+        let tiles = if isa.avx2() {
             tile_matrices(f, &mut layers, &mut output)
         } else {
             Vec::new()
@@ -204,9 +204,9 @@ impl Model {
         self.isa
     }
 
-    /// Forces a kernel path (tests compare paths; `Isa::Scalar` is always valid).
+    /// Forces a kernel path (tests compare paths): any of [`Isa::available`], else ignored.
     pub fn set_isa(&mut self, isa: Isa) {
-        if isa == Isa::Scalar || isa == Isa::detect() {
+        if Isa::available().contains(&isa) {
             self.isa = isa;
         }
     }
@@ -224,7 +224,7 @@ impl Model {
                 }
             }
             self.output.tiles = None;
-        } else if self.tiles.is_empty() && Isa::detect() == Isa::Avx2 {
+        } else if self.tiles.is_empty() && Isa::detect().avx2() {
             let file = Arc::clone(&self.file);
             self.tiles = tile_matrices(&file, &mut self.layers, &mut self.output);
         }

@@ -272,7 +272,7 @@ fn every_format_and_path_matches_the_f64_reference() {
         m.set_act_policy(ActPolicy::F32);
         // 8-bit activations are an approximation whose cost is measured on the real model
         // (perplexity against the float64 reference, crates/ridge-cli/tests/gemma3.rs).
-        for isa in [Isa::Scalar, Isa::detect()] {
+        for isa in Isa::available() {
             m.set_isa(isa);
             let got = run_all_positions(&m, &PROMPT);
             assert_eq!(got.len(), PROMPT.len() * SYNTHETIC_VOCAB);

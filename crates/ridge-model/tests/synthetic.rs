@@ -186,7 +186,7 @@ fn every_format_and_path_matches_the_f64_reference() {
         let want = reference_logits(&GgufFile::open(f.path()).unwrap(), &PROMPT);
         let mut m = Model::load(f.path()).unwrap();
         m.set_act_policy(ActPolicy::F32);
-        for isa in [Isa::Scalar, Isa::detect()] {
+        for isa in Isa::available() {
             m.set_isa(isa);
             let got = run_all_positions(&m, &PROMPT);
             assert_eq!(got.len(), PROMPT.len() * SYNTHETIC_VOCAB);

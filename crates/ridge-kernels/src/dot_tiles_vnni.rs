@@ -1,0 +1,380 @@
+//! AVX-512 VNNI products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights: the tile layout,
+//! prefetch and scale arithmetic of [`crate::dot_tiles_avx2`], with every 8-bit product sum
+//! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
+//!
+//! Why a second set: on AVX2 each four-element step is `pmaddubsw` (16-bit, saturating, so sums
+//! must be widened every few steps), an add, and periodically `pmaddwd` + add to reach 32 bits;
+//! `vpdpbusd` is one instruction and never saturates. AVX-512VL also gives 32 vector registers,
+//! so a pass over a row group's tiles serves up to eight tokens instead of four, halving the
+//! weight decoding (nibble masks, Q5_0's fifth bits, Q6_K's bit planes) per token in prefill.
+//!
+//! Every integer sum here equals the AVX2 kernel's exactly (both are exact), and the float
+//! steps that follow are the same operations in the same order, so the outputs are the AVX2
+//! path's bits: a token's result depends neither on the path nor on the batch around it.
+#![cfg(target_arch = "x86_64")]
+// Token index `t` and sub-block `h` address accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
+use crate::act::{ActBlock, ActSplit16};
+use crate::dot_tiles_avx2::{
+    bcast4, nibbles, prefetch_l2, q4k_in, q4k_scales, q6_group, q6_scales, scale_in, shl16, shr16,
+    PREFETCH_BYTES, Q41, Q4K, Q50, Q6K, Q80,
+};
+use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6_K_TILE, Q8_0_TILE};
+use std::arch::x86_64::*;
+
+/// Most tokens one pass over a row group serves (accumulators stay in the 32 registers).
+pub(crate) const MAX_TOKENS: usize = 8;
+
+/// A tiled format's VNNI arithmetic for one tile against `T` activation rows of type `A`
+/// (the counterpart of `dot_tiles_avx2::Tiles`).
+pub(crate) trait TilesVnni<A> {
+    /// Bytes of one tile.
+    const BYTES: usize;
+    /// Activation blocks one tile spans (8 for a 256-element super-block).
+    const SPAN: usize;
+    /// Adds tile `i` (at `p`, against activation blocks `i·SPAN..`) into `acc`.
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]);
+}
+
+/// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
+#[inline(always)]
+unsafe fn dp(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(acc, a, b)
+}
+
+/// Eight tiled rows of format `F` (`x[t].len() / F::SPAN` tiles from `tiles`) against `T`
+/// activation rows: `out[t][j]` = row `j` · activation row `t`.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an [`crate::Isa::Avx512`]); `tiles`
+/// points at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of `F`'s format.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
+    tiles: *const u8,
+    x: [&[A]; T],
+) -> [[f32; 8]; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..x[0].len() / F::SPAN {
+        let p = tiles.add(i * F::BYTES);
+        prefetch_l2(
+            p.wrapping_add(PREFETCH_BYTES.div_ceil(F::BYTES) * F::BYTES),
+            F::BYTES,
+        );
+        F::tile(p, &x, i, &mut acc);
+    }
+    let mut out = [[0f32; 8]; T];
+    for t in 0..T {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// Q4_1: unsigned nibbles × signed activation bytes.
+impl TilesVnni<ActBlock> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles(p, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
+        }
+    }
+}
+
+/// Q4_1 with 16-bit activations split into bytes: unsigned low bytes × nibbles (as signed
+/// bytes, 0..15) and nibbles × signed high bytes, `Σ = 256 · high + low`.
+impl TilesVnni<ActSplit16> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let mut low = [_mm256_setzero_si256(); T];
+        let mut high = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = nibbles(p, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+            }
+        }
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
+            acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
+        }
+    }
+}
+
+/// Q8_0: the signed weights are offset to unsigned (`w + 128`, one XOR per vector for all
+/// tokens) and the offset taken back through the activation block's quant sum:
+/// `Σ w·a = Σ (w + 128)·a − 128 · Σ a`.
+impl TilesVnni<ActBlock> for Q80 {
+    const BYTES: usize = Q8_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let bias = _mm256_set1_epi8(-128);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..8 {
+            let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
+            let wu = _mm256_xor_si256(w, bias);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], wu, bcast4(a.add(4 * k)));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * a.isum));
+            let da = _mm256_set1_ps(a.d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8, da), acc[t]);
+        }
+    }
+}
+
+/// Q5_0: the nibbles with each row's fifth bits ORed in (quants 0..32, unsigned), the offset
+/// of 16 folded in as `−16 · d · (d_act · Σq)` as on AVX2.
+impl TilesVnni<ActBlock> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let bit4 = _mm256_set1_epi8(0x10);
+        let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles(p.add(16), k);
+            let lo = _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4));
+            let hi = _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4));
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let da = _mm256_set1_ps(a.d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
+            let off = _mm256_set1_ps(-16.0 * (a.d * a.isum as f32));
+            acc[t] = _mm256_fmadd_ps(d8, off, acc[t]);
+        }
+    }
+}
+
+/// Q4_K: per sub-block (the low nibbles of a vector pair's bytes for the even one, the high
+/// for the odd), unsigned nibbles × signed activation bytes, then the rows' `d · sc` and
+/// `dmin · m` as on AVX2. Sub-blocks are the outer loop so a token needs one integer
+/// accumulator at a time.
+impl TilesVnni<ActBlock> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for s in 0..8 {
+            let (pair, h) = (s / 2, s % 2);
+            let mut sum = [_mm256_setzero_si256(); T];
+            for k in 0..8 {
+                let (lo, hi) = nibbles(p.add(128 + 256 * pair), k);
+                let w = if h == 0 { lo } else { hi };
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s).qs.as_ptr() as *const u8;
+                    sum[t] = dp(sum[t], w, bcast4(a.add(4 * k)));
+                }
+            }
+            let sc = q4k_scales(p, d8, dmin8, s);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + s);
+                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.isum);
+            }
+        }
+    }
+}
+
+/// Q4_K with 16-bit activations split into bytes, per sub-block as the 8-bit kernel:
+/// `Σ = 256 · Σ w·hi + Σ lo·w`.
+impl TilesVnni<ActSplit16> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        let dmin8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+        for s in 0..8 {
+            let (pair, h) = (s / 2, s % 2);
+            let mut low = [_mm256_setzero_si256(); T];
+            let mut high = [_mm256_setzero_si256(); T];
+            for k in 0..8 {
+                let (lo, hi) = nibbles(p.add(128 + 256 * pair), k);
+                let w = if h == 0 { lo } else { hi };
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    let (al, ah) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                    low[t] = dp(low[t], bcast4(al.add(4 * k)), w);
+                    high[t] = dp(high[t], w, bcast4(ah.add(4 * k)));
+                }
+            }
+            let sc = q4k_scales(p, d8, dmin8, s);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + s);
+                let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
+                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
+            }
+        }
+    }
+}
+
+/// Sub-blocks `4C..4C + 4` of the Q6_K tile at `p` against 8-bit activations: signed quants
+/// (`q − 32`) with their signs moved onto the activations, as on AVX2.
+#[inline(always)]
+unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    sb: usize,
+    d8: __m256,
+    acc: &mut [__m256; T],
+) {
+    for s in 4 * C..4 * C + 4 {
+        let mut sum = [_mm256_setzero_si256(); T];
+        for g in 4 * s..4 * s + 4 {
+            let w = q6_group::<C>(p, g);
+            let aw = _mm256_sign_epi8(w, w);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + g / 8).qs.as_ptr() as *const u8;
+                sum[t] = dp(sum[t], aw, _mm256_sign_epi8(bcast4(a.add(4 * (g % 8))), w));
+            }
+        }
+        let dsc = q6_scales(p, d8, s);
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + s / 2).d);
+            let isum = _mm256_cvtepi32_ps(sum[t]);
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, da), acc[t]);
+        }
+    }
+}
+
+/// Sub-blocks `4C..4C + 4` of the Q6_K tile at `p` against 16-bit activations split into
+/// bytes: the signed high bytes offset to unsigned (`hi + 128`) and the offset taken back
+/// through the rows' quant sums, `Σ a·w = 256·(Σ (hi + 128)·w − 128·Σ w) + Σ lo·w`.
+#[inline(always)]
+unsafe fn q6_quarter_i16<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActSplit16]; T],
+    sb: usize,
+    d8: __m256,
+    acc: &mut [__m256; T],
+) {
+    let ones8 = _mm256_set1_epi8(1);
+    let bias = _mm256_set1_epi8(-128);
+    for s in 4 * C..4 * C + 4 {
+        let mut low = [_mm256_setzero_si256(); T];
+        let mut high = [_mm256_setzero_si256(); T];
+        let mut wsum = _mm256_setzero_si256();
+        for g in 4 * s..4 * s + 4 {
+            let w = q6_group::<C>(p, g);
+            wsum = dp(wsum, ones8, w);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + g / 8);
+                let e = 4 * (g % 8);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                low[t] = dp(low[t], bcast4(lo.add(e)), w);
+                high[t] = dp(high[t], _mm256_xor_si256(bcast4(hi.add(e)), bias), w);
+            }
+        }
+        let w128 = _mm256_slli_epi32(wsum, 7);
+        let dsc = q6_scales(p, d8, s);
+        for t in 0..T {
+            let a = x[t].get_unchecked(8 * sb + s / 2);
+            let hs = _mm256_slli_epi32(_mm256_sub_epi32(high[t], w128), 8);
+            let isum = _mm256_cvtepi32_ps(_mm256_add_epi32(hs, low[t]));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, _mm256_set1_ps(a.d)), acc[t]);
+        }
+    }
+}
+
+/// Q6_K against 8-bit activation blocks.
+impl TilesVnni<ActBlock> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        q6_quarter_i8::<0, T>(p, x, sb, d8, acc);
+        q6_quarter_i8::<1, T>(p, x, sb, d8, acc);
+        q6_quarter_i8::<2, T>(p, x, sb, d8, acc);
+        q6_quarter_i8::<3, T>(p, x, sb, d8, acc);
+    }
+}
+
+/// Q6_K against 16-bit activation blocks split into bytes.
+impl TilesVnni<ActSplit16> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        q6_quarter_i16::<0, T>(p, x, sb, d8, acc);
+        q6_quarter_i16::<1, T>(p, x, sb, d8, acc);
+        q6_quarter_i16::<2, T>(p, x, sb, d8, acc);
+        q6_quarter_i16::<3, T>(p, x, sb, d8, acc);
+    }
+}
