@@ -27,6 +27,7 @@ mod dot_kquant_avx2;
 pub mod dot_scalar;
 mod dot_tiles_avx2;
 mod dot_tiles_vnni;
+mod dot_tiles_zmm;
 mod dtype;
 mod elementwise_avx2;
 pub mod kquant;

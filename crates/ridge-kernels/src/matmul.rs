@@ -636,6 +636,7 @@ unsafe fn tiles_t_vnni<const T: usize>(
 ) {
     use crate::dot_tiles_avx2 as f;
     use crate::dot_tiles_vnni as k;
+    use crate::dot_tiles_zmm as z;
     let nb = w.cols / 32;
     let group_bytes = w.cols / w.dtype.block_size() * packed::tile_bytes(w.dtype);
     let i16 = a.path == Path::Int16;
@@ -644,7 +645,31 @@ unsafe fn tiles_t_vnni<const T: usize>(
         true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
         false => &[],
     });
-    for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
+    // From four tokens on, pairs of row groups through the 512-bit kernels and a last odd
+    // group through the 256-bit ones (the same bits either way). Fewer tokens stay at 256
+    // bits: such a pass streams weights from memory, and two interleaved streams per task
+    // measured slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM).
+    let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
+    while T >= 4 && g + 2 <= end {
+        let p = w.data.as_ptr().add(g * group_bytes);
+        let q = p.add(group_bytes);
+        let o = match w.dtype {
+            DType::Q8_0 => z::tiles2::<_, f::Q80, T>(p, q, x8),
+            DType::Q5_0 => z::tiles2::<_, f::Q50, T>(p, q, x8),
+            DType::Q4_1 if i16 => z::tiles2::<_, f::Q41, T>(p, q, x16),
+            DType::Q4_1 => z::tiles2::<_, f::Q41, T>(p, q, x8),
+            DType::Q4_K if i16 => z::tiles2::<_, f::Q4K, T>(p, q, x16),
+            DType::Q4_K => z::tiles2::<_, f::Q4K, T>(p, q, x8),
+            DType::Q6_K if i16 => z::tiles2::<_, f::Q6K, T>(p, q, x16),
+            _ => z::tiles2::<_, f::Q6K, T>(p, q, x8),
+        };
+        for (j, oj) in o.iter().enumerate() {
+            let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
+            std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, 2 * TILE_ROWS);
+        }
+        g += 2;
+    }
+    for g in g..end {
         let tiles = w.data.as_ptr().add(g * group_bytes);
         let o = match w.dtype {
             DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),

@@ -1,0 +1,486 @@
+//! 512-bit AVX-512 VNNI products of two tiled row groups at once: the 256-bit kernels of
+//! [`crate::dot_tiles_vnni`] widened so that lanes 0..8 of every vector belong to one group's
+//! tile and lanes 8..16 to the next group's (two 32-byte halves loaded side by side; the tile
+//! layout is unchanged).
+//!
+//! Why: a 256-bit `vpdpbusd` advances eight rows; on a core with full-width 512-bit units
+//! (AMD Zen 5, Intel server cores) the same instruction on a 512-bit register advances sixteen
+//! rows in the same time, and the weight decoding and activation broadcasts are shared by
+//! both groups. Every lane's operations are those of the 256-bit kernel in the same order, so
+//! the outputs are the same bits whichever kernel a row group went through.
+#![cfg(target_arch = "x86_64")]
+// Token index `t` addresses accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
+use crate::act::{ActBlock, ActSplit16};
+use crate::dot_tiles_avx2::{prefetch_l2, PREFETCH_BYTES, Q41, Q4K, Q50, Q6K, Q80};
+use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE};
+use std::arch::x86_64::*;
+
+/// A tiled format's arithmetic for the tiles of two row groups (`p`, `q`) against `T`
+/// activation rows of type `A`.
+pub(crate) trait TilesZmm<A> {
+    /// Bytes of one tile.
+    const BYTES: usize;
+    /// Activation blocks one tile spans (8 for a 256-element super-block).
+    const SPAN: usize;
+    /// Adds tile `i` of both groups (at `p` and `q`) into `acc` (lanes 0..8 `p`'s rows,
+    /// 8..16 `q`'s).
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[A]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    );
+}
+
+/// Sixteen rows of format `F`: eight tiled rows at `p` and eight at `q` (each
+/// `x[t].len() / F::SPAN` tiles) against `T` activation rows: `out[t][j]` = row `j` (rows
+/// 8..16 being `q`'s) · activation row `t`.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an [`crate::Isa::Avx512`]); `p` and
+/// `q` each point at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of
+/// `F`'s format.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn tiles2<A, F: TilesZmm<A>, const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    x: [&[A]; T],
+) -> [[f32; 16]; T] {
+    let mut acc = [_mm512_setzero_ps(); T];
+    let ahead = PREFETCH_BYTES.div_ceil(F::BYTES) * F::BYTES;
+    for i in 0..x[0].len() / F::SPAN {
+        let (pi, qi) = (p.add(i * F::BYTES), q.add(i * F::BYTES));
+        prefetch_l2(pi.wrapping_add(ahead), F::BYTES);
+        prefetch_l2(qi.wrapping_add(ahead), F::BYTES);
+        F::tile(pi, qi, &x, i, &mut acc);
+    }
+    let mut out = [[0f32; 16]; T];
+    for t in 0..T {
+        _mm512_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
+    out
+}
+
+/// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
+#[inline(always)]
+unsafe fn dp(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    _mm512_dpbusd_epi32(acc, a, b)
+}
+
+/// The 32 bytes at offset `o` of both tiles, `p`'s in the low half.
+#[inline(always)]
+unsafe fn ld2(p: *const u8, q: *const u8, o: usize) -> __m512i {
+    let lo = _mm256_loadu_si256(p.add(o) as *const __m256i);
+    let hi = _mm256_loadu_si256(q.add(o) as *const __m256i);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The eight f16 values at offset `o` of both tiles as sixteen f32 lanes.
+#[inline(always)]
+unsafe fn f16x2(p: *const u8, q: *const u8, o: usize) -> __m512 {
+    let lo = _mm_loadu_si128(p.add(o) as *const __m128i);
+    let hi = _mm_loadu_si128(q.add(o) as *const __m128i);
+    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+}
+
+/// The eight bytes at offset `o` of both tiles, as sixteen bytes (`p`'s first).
+#[inline(always)]
+unsafe fn bytes2(p: *const u8, q: *const u8, o: usize) -> __m128i {
+    _mm_unpacklo_epi64(
+        _mm_loadl_epi64(p.add(o) as *const __m128i),
+        _mm_loadl_epi64(q.add(o) as *const __m128i),
+    )
+}
+
+/// Four activation bytes (a 32-bit little-endian word at `a`) in every lane.
+#[inline(always)]
+unsafe fn bcast4(a: *const u8) -> __m512i {
+    _mm512_set1_epi32((a as *const i32).read_unaligned())
+}
+
+/// The quant nibbles of vector `k` of both tiles (see `dot_tiles_avx2::nibbles`).
+#[inline(always)]
+unsafe fn nibbles(p: *const u8, q: *const u8, k: usize) -> (__m512i, __m512i) {
+    let mask = _mm512_set1_epi8(0x0F);
+    let v = ld2(p, q, 32 + 32 * k);
+    (
+        _mm512_and_si512(v, mask),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
+    )
+}
+
+/// `acc + isum · (d · da) + m · (da · Σq)` with both tiles' `d` and `m` (Q4_1).
+#[inline(always)]
+unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, qsum: i32) -> __m512 {
+    let acc = _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(isum),
+        _mm512_mul_ps(d, _mm512_set1_ps(da)),
+        acc,
+    );
+    _mm512_fmadd_ps(m, _mm512_set1_ps(da * qsum as f32), acc)
+}
+
+impl TilesZmm<ActBlock> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let mut s = [_mm512_setzero_si512(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles(p, q, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
+        }
+    }
+}
+
+impl TilesZmm<ActSplit16> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let mut low = [_mm512_setzero_si512(); T];
+        let mut high = [_mm512_setzero_si512(); T];
+        for k in 0..4 {
+            let (wl, wh) = nibbles(p, q, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+            }
+        }
+        let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]);
+            acc[t] = scale_in(acc[t], isum, d, m, a.d, a.isum);
+        }
+    }
+}
+
+impl TilesZmm<ActBlock> for Q80 {
+    const BYTES: usize = Q8_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let bias = _mm512_set1_epi8(-128);
+        let mut s = [_mm512_setzero_si512(); T];
+        for k in 0..8 {
+            let wu = _mm512_xor_si512(ld2(p, q, 16 + 32 * k), bias);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], wu, bcast4(a.add(4 * k)));
+            }
+        }
+        let d = f16x2(p, q, 0);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * a.isum));
+            let da = _mm512_set1_ps(a.d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, da), acc[t]);
+        }
+    }
+}
+
+impl TilesZmm<ActBlock> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let bit4 = _mm512_set1_epi8(0x10);
+        let h = ld2(p, q, 16);
+        let mut s = [_mm512_setzero_si512(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles(p.add(16), q.add(16), k);
+            let up = _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - k as i32));
+            let down = _mm512_srl_epi16(h, _mm_cvtsi32_si128(k as i32));
+            let lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
+            let hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        let d = f16x2(p, q, 0);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let da = _mm512_set1_ps(a.d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, da), acc[t]);
+            let off = _mm512_set1_ps(-16.0 * (a.d * a.isum as f32));
+            acc[t] = _mm512_fmadd_ps(d, off, acc[t]);
+        }
+    }
+}
+
+/// Both tiles' sub-block `s` scales: (`d · sc`, `dmin · m`) (see `dot_tiles_avx2::q4k_scales`).
+#[inline(always)]
+unsafe fn q4k_scales(
+    p: *const u8,
+    q: *const u8,
+    d: __m512,
+    dmin: __m512,
+    s: usize,
+) -> (__m512, __m512) {
+    let sc = _mm512_cvtepu8_epi32(bytes2(p, q, 32 + 8 * s));
+    let m = _mm512_cvtepu8_epi32(bytes2(p, q, 96 + 8 * s));
+    (
+        _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)),
+        _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m)),
+    )
+}
+
+/// `acc + isum · (d·sc · da) − dmin·m · (da · Σq)` (see `dot_tiles_avx2::q4k_in`).
+#[inline(always)]
+unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, qsum: i32) -> __m512 {
+    let (dsc, dm) = sc;
+    let acc = _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(isum),
+        _mm512_mul_ps(dsc, _mm512_set1_ps(da)),
+        acc,
+    );
+    _mm512_fmadd_ps(dm, _mm512_set1_ps(-(da * qsum as f32)), acc)
+}
+
+impl TilesZmm<ActBlock> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        let dmin = f16x2(p, q, 16);
+        for s in 0..8 {
+            let (pair, h) = (s / 2, s % 2);
+            let mut sum = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                let (lo, hi) = nibbles(p.add(128 + 256 * pair), q.add(128 + 256 * pair), k);
+                let w = if h == 0 { lo } else { hi };
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s).qs.as_ptr() as *const u8;
+                    sum[t] = dp(sum[t], w, bcast4(a.add(4 * k)));
+                }
+            }
+            let sc = q4k_scales(p, q, d, dmin, s);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + s);
+                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.isum);
+            }
+        }
+    }
+}
+
+impl TilesZmm<ActSplit16> for Q4K {
+    const BYTES: usize = Q4_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        let dmin = f16x2(p, q, 16);
+        for s in 0..8 {
+            let (pair, h) = (s / 2, s % 2);
+            let mut low = [_mm512_setzero_si512(); T];
+            let mut high = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                let (lo, hi) = nibbles(p.add(128 + 256 * pair), q.add(128 + 256 * pair), k);
+                let w = if h == 0 { lo } else { hi };
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    let (al, ah) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                    low[t] = dp(low[t], bcast4(al.add(4 * k)), w);
+                    high[t] = dp(high[t], w, bcast4(ah.add(4 * k)));
+                }
+            }
+            let sc = q4k_scales(p, q, d, dmin, s);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + s);
+                let isum = _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]);
+                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
+            }
+        }
+    }
+}
+
+/// Both tiles' signed 6-bit quants of element group `g` in quarter `C` (see
+/// `dot_tiles_avx2::q6_group`).
+#[inline(always)]
+unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
+    let n = ld2(p, q, Q6K_LOW + 32 * (g % 32));
+    let h = ld2(p, q, Q6K_HIGH + 32 * (g % 16));
+    let n = if C >= 2 { _mm512_srli_epi16::<4>(n) } else { n };
+    let lo = _mm512_and_si512(n, _mm512_set1_epi8(0x0F));
+    let hs = match C {
+        0 => _mm512_slli_epi16::<4>(h),
+        1 => _mm512_slli_epi16::<2>(h),
+        2 => h,
+        _ => _mm512_srli_epi16::<2>(h),
+    };
+    let hi = _mm512_and_si512(hs, _mm512_set1_epi8(0x30));
+    _mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32))
+}
+
+/// Both tiles' scales of sub-block `s` times their `d`.
+#[inline(always)]
+unsafe fn q6_scales(p: *const u8, q: *const u8, d: __m512, s: usize) -> __m512 {
+    let sc = _mm512_cvtepi8_epi32(bytes2(p, q, 16 + 8 * s));
+    _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc))
+}
+
+/// Sub-blocks `4C..4C + 4` of both Q6_K tiles against 8-bit activations.
+#[inline(always)]
+unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    x: &[&[ActBlock]; T],
+    sb: usize,
+    d: __m512,
+    acc: &mut [__m512; T],
+) {
+    for s in 4 * C..4 * C + 4 {
+        let mut sum = [_mm512_setzero_si512(); T];
+        for g in 4 * s..4 * s + 4 {
+            let w = q6_group::<C>(p, q, g);
+            let aw = _mm512_abs_epi8(w);
+            // The weights' signs onto the activations (`vpsignb` has no 512-bit form): negated
+            // where w < 0; where w == 0 the product is 0 through |w| anyway.
+            let neg = _mm512_movepi8_mask(w);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + g / 8).qs.as_ptr() as *const u8;
+                let av = bcast4(a.add(4 * (g % 8)));
+                let av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+                sum[t] = dp(sum[t], aw, av);
+            }
+        }
+        let dsc = q6_scales(p, q, d, s);
+        for t in 0..T {
+            let da = _mm512_set1_ps(x[t].get_unchecked(8 * sb + s / 2).d);
+            let isum = _mm512_cvtepi32_ps(sum[t]);
+            acc[t] = _mm512_fmadd_ps(isum, _mm512_mul_ps(dsc, da), acc[t]);
+        }
+    }
+}
+
+/// Sub-blocks `4C..4C + 4` of both Q6_K tiles against 16-bit activations split into bytes.
+#[inline(always)]
+unsafe fn q6_quarter_i16<const C: usize, const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    x: &[&[ActSplit16]; T],
+    sb: usize,
+    d: __m512,
+    acc: &mut [__m512; T],
+) {
+    let ones8 = _mm512_set1_epi8(1);
+    let bias = _mm512_set1_epi8(-128);
+    for s in 4 * C..4 * C + 4 {
+        let mut low = [_mm512_setzero_si512(); T];
+        let mut high = [_mm512_setzero_si512(); T];
+        let mut wsum = _mm512_setzero_si512();
+        for g in 4 * s..4 * s + 4 {
+            let w = q6_group::<C>(p, q, g);
+            wsum = dp(wsum, ones8, w);
+            for t in 0..T {
+                let a = x[t].get_unchecked(8 * sb + g / 8);
+                let e = 4 * (g % 8);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                low[t] = dp(low[t], bcast4(lo.add(e)), w);
+                high[t] = dp(high[t], _mm512_xor_si512(bcast4(hi.add(e)), bias), w);
+            }
+        }
+        let w128 = _mm512_slli_epi32::<7>(wsum);
+        let dsc = q6_scales(p, q, d, s);
+        for t in 0..T {
+            let a = x[t].get_unchecked(8 * sb + s / 2);
+            let hs = _mm512_slli_epi32::<8>(_mm512_sub_epi32(high[t], w128));
+            let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(hs, low[t]));
+            acc[t] = _mm512_fmadd_ps(isum, _mm512_mul_ps(dsc, _mm512_set1_ps(a.d)), acc[t]);
+        }
+    }
+}
+
+impl TilesZmm<ActBlock> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        q6_quarter_i8::<0, T>(p, q, x, sb, d, acc);
+        q6_quarter_i8::<1, T>(p, q, x, sb, d, acc);
+        q6_quarter_i8::<2, T>(p, q, x, sb, d, acc);
+        q6_quarter_i8::<3, T>(p, q, x, sb, d, acc);
+    }
+}
+
+impl TilesZmm<ActSplit16> for Q6K {
+    const BYTES: usize = Q6_K_TILE;
+    const SPAN: usize = 8;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActSplit16]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        q6_quarter_i16::<0, T>(p, q, x, sb, d, acc);
+        q6_quarter_i16::<1, T>(p, q, x, sb, d, acc);
+        q6_quarter_i16::<2, T>(p, q, x, sb, d, acc);
+        q6_quarter_i16::<3, T>(p, q, x, sb, d, acc);
+    }
+}
