@@ -432,7 +432,14 @@ pub fn matmul_many(
     for (i, (w, y)) in ys.iter_mut().enumerate() {
         let mut chunk = (w.rows / (threads * 8)).clamp(8, 256).min(w.rows.max(1));
         if w.layout == Layout::Tiles8 {
-            chunk = chunk.next_multiple_of(TILE_ROWS);
+            // Whole tile groups; pairs of them where multi-token passes take the 512-bit
+            // kernels (an odd group per chunk would go through the 256-bit ones).
+            let unit = if isa == Isa::Avx512 && n >= 4 {
+                2 * TILE_ROWS
+            } else {
+                TILE_ROWS
+            };
+            chunk = chunk.next_multiple_of(unit);
         }
         let path = paths[i].unwrap_or(Path::F32);
         jobs[i] = (*w, SharedMut(y.as_mut_ptr()), chunk, n_tasks, path);
