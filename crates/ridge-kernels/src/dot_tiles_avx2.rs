@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -13,7 +13,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE};
+use crate::packed::{
+    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+};
 use std::arch::x86_64::*;
 
 /// A tiled format's arithmetic for one tile against `T` activation rows of type `A`; the loop
@@ -46,6 +48,8 @@ pub(crate) unsafe fn prefetch_l2(p: *const u8, bytes: usize) {
     }
 }
 
+/// Q4_0 tiles.
+pub(crate) struct Q40;
 /// Q4_1 tiles.
 pub(crate) struct Q41;
 /// Q8_0 tiles.
@@ -94,12 +98,92 @@ pub(crate) unsafe fn bcast4(p: *const u8) -> __m256i {
 /// `16+4k..16+4k+4`) of each row, unsigned bytes.
 #[inline(always)]
 pub(crate) unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    nibbles_at(p.add(32 + 32 * k))
+}
+
+/// The low and high nibbles of the 32 bytes at `v`, as unsigned bytes.
+#[inline(always)]
+pub(crate) unsafe fn nibbles_at(v: *const u8) -> (__m256i, __m256i) {
     let mask = _mm256_set1_epi8(0x0F);
-    let v = _mm256_loadu_si256(p.add(32 + 32 * k) as *const __m256i);
+    let v = _mm256_loadu_si256(v as *const __m256i);
     (
         _mm256_and_si256(v, mask),
         _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
     )
+}
+
+/// Per row (lane), `Σ q · a` of the four nibble vectors at `v` (a Q4_0 or Q4_1 tile's quants)
+/// against block `i` of `T` 8-bit activation rows: 16-bit sums (16 products of at most
+/// 15 · 127 per lane) widened once.
+#[inline(always)]
+unsafe fn q4_isum<const T: usize>(v: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (lo, hi) = nibbles_at(v.add(32 * k));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+            let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
+            let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
+            s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(pl, ph));
+        }
+    }
+    s.map(|s| _mm256_madd_epi16(s, ones))
+}
+
+/// [`q4_isum`] against 16-bit activations split into bytes: unsigned low bytes × the weights
+/// (as signed bytes), unsigned weights × the signed high bytes, `Σ = 256 · high + low`.
+#[inline(always)]
+unsafe fn q4_isum16<const T: usize>(
+    v: *const u8,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    // Per token: low bytes × elements 0..16, low bytes × 16..32, high bytes × all.
+    let mut la = [_mm256_setzero_si256(); T];
+    let mut lb = [_mm256_setzero_si256(); T];
+    let mut h = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = nibbles_at(v.add(32 * k));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+            la[t] = _mm256_add_epi16(la[t], _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl));
+            lb[t] = _mm256_add_epi16(lb[t], _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh));
+            let ph = _mm256_add_epi16(
+                _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
+                _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
+            );
+            h[t] = _mm256_add_epi16(h[t], ph);
+        }
+    }
+    std::array::from_fn(|t| {
+        let low = _mm256_add_epi32(
+            _mm256_madd_epi16(la[t], ones),
+            _mm256_madd_epi16(lb[t], ones),
+        );
+        _mm256_add_epi32(_mm256_slli_epi32(_mm256_madd_epi16(h[t], ones), 8), low)
+    })
+}
+
+/// A block's integer sums into the accumulator for a format whose quants carry a constant
+/// offset (Q4_0: 8, Q5_0: 16): `acc + isum · (d · da) − off · d · (da · Σq)`.
+#[inline(always)]
+pub(crate) unsafe fn offset_in(
+    acc: __m256,
+    isum: __m256i,
+    d8: __m256,
+    da: f32,
+    qsum: i32,
+    off: f32,
+) -> __m256 {
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(d8, _mm256_set1_ps(-off * (da * qsum as f32)), acc)
 }
 
 /// A block's integer sums and the rows' scales into the accumulator:
@@ -134,20 +218,10 @@ impl Tiles<ActBlock> for Q41 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let ones = _mm256_set1_epi16(1);
-        let mut s = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (lo, hi) = nibbles(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
-                let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
-                s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(pl, ph));
-            }
-        }
+        let s = q4_isum(p.add(32), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], _mm256_madd_epi16(s[t], ones), p, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
         }
     }
 }
@@ -163,36 +237,52 @@ impl Tiles<ActSplit16> for Q41 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let ones = _mm256_set1_epi16(1);
-        // Per token: low bytes × elements 0..16, low bytes × 16..32, high bytes × all.
-        let mut la = [_mm256_setzero_si256(); T];
-        let mut lb = [_mm256_setzero_si256(); T];
-        let mut h = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (wl, wh) = nibbles(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i);
-                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-                // Unsigned activation bytes × weights 0..16 (as signed bytes) ...
-                la[t] = _mm256_add_epi16(la[t], _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl));
-                lb[t] =
-                    _mm256_add_epi16(lb[t], _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh));
-                // ... and unsigned weights × signed high bytes.
-                let ph = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
-                    _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
-                );
-                h[t] = _mm256_add_epi16(h[t], ph);
-            }
-        }
+        let s = q4_isum16(p.add(32), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let low = _mm256_add_epi32(
-                _mm256_madd_epi16(la[t], ones),
-                _mm256_madd_epi16(lb[t], ones),
-            );
-            let isum = _mm256_add_epi32(_mm256_slli_epi32(_mm256_madd_epi16(h[t], ones), 8), low);
-            acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
+        }
+    }
+}
+
+/// Eight tiled Q4_0 rows against `T` rows of 8-bit activation blocks: Q4_1's integer sums
+/// (the tile has one f16 field, so its nibbles start at byte 16), the offset of 8 folded in
+/// as `−8 · d · (d_act · Σq)`.
+impl Tiles<ActBlock> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q4_isum(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
+        }
+    }
+}
+
+/// As the Q4_0 kernel with 16-bit activation blocks (split into bytes).
+impl Tiles<ActSplit16> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q4_isum16(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
         }
     }
 }
@@ -268,10 +358,7 @@ impl Tiles<ActBlock> for Q50 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let da = _mm256_set1_ps(a.d);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
-            let off = _mm256_set1_ps(-16.0 * (a.d * a.isum as f32));
-            acc[t] = _mm256_fmadd_ps(d8, off, acc[t]);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
         }
     }
 }

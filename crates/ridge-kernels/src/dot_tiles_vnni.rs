@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of tiled Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights: the tile layout,
+//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights: the tile layout,
 //! prefetch and scale arithmetic of [`crate::dot_tiles_avx2`], with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
@@ -17,10 +17,10 @@
 
 use crate::act::{ActBlock, ActSplit16};
 use crate::dot_tiles_avx2::{
-    bcast4, nibbles, prefetch_l2, q4k_in, q4k_scales, q6_group, q6_scales, scale_in, shl16, shr16,
-    PREFETCH_BYTES, Q41, Q4K, Q50, Q6K, Q80,
+    bcast4, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q6_group, q6_scales,
+    scale_in, shl16, shr16, PREFETCH_BYTES, Q40, Q41, Q4K, Q50, Q6K, Q80,
 };
-use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6_K_TILE, Q8_0_TILE};
+use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// Most tokens one pass over a row group serves (accumulators stay in the 32 registers).
@@ -70,7 +70,87 @@ pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
     out
 }
 
-/// Q4_1: unsigned nibbles × signed activation bytes.
+/// Per row (lane), `Σ q · a` of the four nibble vectors at `v` (a Q4_0 or Q4_1 tile's
+/// quants): unsigned nibbles × signed activation bytes.
+#[inline(always)]
+unsafe fn q4_isum<const T: usize>(v: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (lo, hi) = nibbles_at(v.add(32 * k));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    s
+}
+
+/// [`q4_isum`] against 16-bit activations split into bytes: unsigned low bytes × nibbles (as
+/// signed bytes, 0..15) and nibbles × signed high bytes, `Σ = 256 · high + low`.
+#[inline(always)]
+unsafe fn q4_isum16<const T: usize>(
+    v: *const u8,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m256i; T] {
+    let mut low = [_mm256_setzero_si256(); T];
+    let mut high = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = nibbles_at(v.add(32 * k));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
+}
+
+/// Q4_0: [`q4_isum`] (nibbles from byte 16), the offset of 8 as on AVX2.
+impl TilesVnni<ActBlock> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q4_isum(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
+        }
+    }
+}
+
+/// Q4_0 with 16-bit activations split into bytes.
+impl TilesVnni<ActSplit16> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q4_isum16(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
+        }
+    }
+}
+
+/// Q4_1: [`q4_isum`] (nibbles from byte 32), then the scales and minimums.
 impl TilesVnni<ActBlock> for Q41 {
     const BYTES: usize = Q4_1_TILE;
     const SPAN: usize = 1;
@@ -81,15 +161,7 @@ impl TilesVnni<ActBlock> for Q41 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let mut s = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (lo, hi) = nibbles(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-            }
-        }
+        let s = q4_isum(p.add(32), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
@@ -97,8 +169,7 @@ impl TilesVnni<ActBlock> for Q41 {
     }
 }
 
-/// Q4_1 with 16-bit activations split into bytes: unsigned low bytes × nibbles (as signed
-/// bytes, 0..15) and nibbles × signed high bytes, `Σ = 256 · high + low`.
+/// Q4_1 with 16-bit activations split into bytes.
 impl TilesVnni<ActSplit16> for Q41 {
     const BYTES: usize = Q4_1_TILE;
     const SPAN: usize = 1;
@@ -109,23 +180,10 @@ impl TilesVnni<ActSplit16> for Q41 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let mut low = [_mm256_setzero_si256(); T];
-        let mut high = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (wl, wh) = nibbles(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i);
-                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
-                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
-            }
-        }
+        let s = q4_isum16(p.add(32), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
-            acc[t] = scale_in(acc[t], isum, p, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
         }
     }
 }
@@ -191,10 +249,7 @@ impl TilesVnni<ActBlock> for Q50 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let da = _mm256_set1_ps(a.d);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
-            let off = _mm256_set1_ps(-16.0 * (a.d * a.isum as f32));
-            acc[t] = _mm256_fmadd_ps(d8, off, acc[t]);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
         }
     }
 }

@@ -13,8 +13,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, PREFETCH_BYTES, Q41, Q4K, Q50, Q6K, Q80};
-use crate::packed::{Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE};
+use crate::dot_tiles_avx2::{prefetch_l2, PREFETCH_BYTES, Q40, Q41, Q4K, Q50, Q6K, Q80};
+use crate::packed::{
+    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+};
 use std::arch::x86_64::*;
 
 /// A tiled format's arithmetic for the tiles of two row groups (`p`, `q`) against `T`
@@ -104,8 +106,14 @@ unsafe fn bcast4(a: *const u8) -> __m512i {
 /// The quant nibbles of vector `k` of both tiles (see `dot_tiles_avx2::nibbles`).
 #[inline(always)]
 unsafe fn nibbles(p: *const u8, q: *const u8, k: usize) -> (__m512i, __m512i) {
+    nibbles_at(p, q, 32 + 32 * k)
+}
+
+/// The low and high nibbles of the 32 bytes at offset `o` of both tiles.
+#[inline(always)]
+unsafe fn nibbles_at(p: *const u8, q: *const u8, o: usize) -> (__m512i, __m512i) {
     let mask = _mm512_set1_epi8(0x0F);
-    let v = ld2(p, q, 32 + 32 * k);
+    let v = ld2(p, q, o);
     (
         _mm512_and_si512(v, mask),
         _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask),
@@ -123,6 +131,104 @@ unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, qs
     _mm512_fmadd_ps(m, _mm512_set1_ps(da * qsum as f32), acc)
 }
 
+/// Per row (lane), `Σ q · a` of the four nibble vectors at offset `o` of both tiles (Q4_0 or
+/// Q4_1 quants) against 8-bit activation block `i`.
+#[inline(always)]
+unsafe fn q4_isum<const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    o: usize,
+    x: &[&[ActBlock]; T],
+    i: usize,
+) -> [__m512i; T] {
+    let mut s = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let (lo, hi) = nibbles_at(p, q, o + 32 * k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    s
+}
+
+/// [`q4_isum`] against 16-bit activations split into bytes, `Σ = 256 · high + low`.
+#[inline(always)]
+unsafe fn q4_isum16<const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    o: usize,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m512i; T] {
+    let mut low = [_mm512_setzero_si512(); T];
+    let mut high = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let (wl, wh) = nibbles_at(p, q, o + 32 * k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]))
+}
+
+/// `acc + isum · (d · da) − off · d · (da · Σq)` (see `dot_tiles_avx2::offset_in`).
+#[inline(always)]
+unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, off: f32) -> __m512 {
+    let acc = _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(isum),
+        _mm512_mul_ps(d, _mm512_set1_ps(da)),
+        acc,
+    );
+    _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
+}
+
+impl TilesZmm<ActBlock> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let s = q4_isum(p, q, 16, x, i);
+        let d = f16x2(p, q, 0);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 8.0);
+        }
+    }
+}
+
+impl TilesZmm<ActSplit16> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let s = q4_isum16(p, q, 16, x, i);
+        let d = f16x2(p, q, 0);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 8.0);
+        }
+    }
+}
+
 impl TilesZmm<ActBlock> for Q41 {
     const BYTES: usize = Q4_1_TILE;
     const SPAN: usize = 1;
@@ -134,15 +240,7 @@ impl TilesZmm<ActBlock> for Q41 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let mut s = [_mm512_setzero_si512(); T];
-        for k in 0..4 {
-            let (lo, hi) = nibbles(p, q, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-            }
-        }
+        let s = q4_isum(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -162,24 +260,11 @@ impl TilesZmm<ActSplit16> for Q41 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let mut low = [_mm512_setzero_si512(); T];
-        let mut high = [_mm512_setzero_si512(); T];
-        for k in 0..4 {
-            let (wl, wh) = nibbles(p, q, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i);
-                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
-                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
-            }
-        }
+        let s = q4_isum16(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let isum = _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]);
-            acc[t] = scale_in(acc[t], isum, d, m, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
         }
     }
 }
@@ -243,10 +328,7 @@ impl TilesZmm<ActBlock> for Q50 {
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let da = _mm512_set1_ps(a.d);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, da), acc[t]);
-            let off = _mm512_set1_ps(-16.0 * (a.d * a.isum as f32));
-            acc[t] = _mm512_fmadd_ps(d, off, acc[t]);
+            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 16.0);
         }
     }
 }

@@ -543,13 +543,13 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
     rows: usize,
 ) {
-    // Tile kernels: Q4_1, Q4_K, Q6_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
+    // Tile kernels: Q4_0, Q4_1, Q4_K, Q6_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K,
                 Path::Int8 | Path::Int16
             ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
         )
@@ -581,7 +581,7 @@ unsafe fn tiled_rows_of_chunk(
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K,
                 Path::Int8 | Path::Int16
             ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
         )
@@ -663,6 +663,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 => z::tiles2::<_, f::Q80, T>(p, q, x8),
             DType::Q5_0 => z::tiles2::<_, f::Q50, T>(p, q, x8),
+            DType::Q4_0 if i16 => z::tiles2::<_, f::Q40, T>(p, q, x16),
+            DType::Q4_0 => z::tiles2::<_, f::Q40, T>(p, q, x8),
             DType::Q4_1 if i16 => z::tiles2::<_, f::Q41, T>(p, q, x16),
             DType::Q4_1 => z::tiles2::<_, f::Q41, T>(p, q, x8),
             DType::Q4_K if i16 => z::tiles2::<_, f::Q4K, T>(p, q, x16),
@@ -681,6 +683,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),
             DType::Q5_0 => k::tiles::<_, f::Q50, T>(tiles, x8),
+            DType::Q4_0 if i16 => k::tiles::<_, f::Q40, T>(tiles, x16),
+            DType::Q4_0 => k::tiles::<_, f::Q40, T>(tiles, x8),
             DType::Q4_1 if i16 => k::tiles::<_, f::Q41, T>(tiles, x16),
             DType::Q4_1 => k::tiles::<_, f::Q41, T>(tiles, x8),
             DType::Q4_K if i16 => k::tiles::<_, f::Q4K, T>(tiles, x16),
@@ -725,6 +729,8 @@ unsafe fn tiles_t<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
             DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
+            DType::Q4_0 if i16 => k::tiles::<_, k::Q40, T>(tiles, x16),
+            DType::Q4_0 => k::tiles::<_, k::Q40, T>(tiles, x8),
             DType::Q4_1 if i16 => k::tiles::<_, k::Q41, T>(tiles, x16),
             DType::Q4_1 => k::tiles::<_, k::Q41, T>(tiles, x8),
             DType::Q4_K if i16 => k::tiles::<_, k::Q4K, T>(tiles, x16),

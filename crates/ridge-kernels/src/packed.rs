@@ -14,8 +14,8 @@
 //!
 //! A tile holds one block of 32 elements for rows `8g..8g+8` and has exactly the size of the
 //! eight blocks it replaces: first each f16 field of the block for the eight rows (Q4_1: the
-//! scales `d`, then the minimums `m`; Q8_0: the scales), 16 bytes per field, then the quant
-//! bytes as 32-byte vectors `V_k` whose lane `j` is row `j`'s quant bytes `4k..4k+4` (Q4_1:
+//! scales `d`, then the minimums `m`; Q4_0 and Q8_0: the scales), 16 bytes per field, then the quant
+//! bytes as 32-byte vectors `V_k` whose lane `j` is row `j`'s quant bytes `4k..4k+4` (Q4_0, Q4_1:
 //! four vectors, each byte's low nibble element `4k + i`, its high nibble element
 //! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`; Q5_0: its scales,
 //! then its fifth bits for the eight rows arranged like the nibbles (see
@@ -28,6 +28,9 @@ use crate::{kquant, DType, WeightMatrix};
 
 /// Rows per tile.
 pub const TILE_ROWS: usize = 8;
+
+/// Bytes of one Q4_0 tile (the scales, then four nibble vectors as Q4_1's).
+pub const Q4_0_TILE: usize = 144;
 
 /// Bytes of one Q4_1 tile.
 pub const Q4_1_TILE: usize = 160;
@@ -85,6 +88,7 @@ impl Shape {
             })
         };
         match dtype {
+            DType::Q4_0 => simple(1, false, 18),
             DType::Q4_1 => simple(2, false, 20),
             DType::Q8_0 => simple(1, false, 34),
             DType::Q5_0 => simple(1, true, 22),

@@ -229,7 +229,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_1, Q5_0, Q8_0, Q4_K and Q6_K matrices packed into tiles of eight rows: every path (the tile
+/// Random Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K matrices packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
@@ -240,6 +240,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
     let shapes = [(8, 256), (40, 768), (64, 512), (272, 1536)];
     let formats = [
+        DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
         DType::Q8_0,
