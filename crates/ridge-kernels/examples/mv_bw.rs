@@ -13,7 +13,7 @@
 //! and the median pass's microseconds per matrix. `BUDGET=BYTES` sets the total size of the
 //! copies (default 400 MB for one activation row, 4 MB for more); below the last-level cache
 //! it measures cache bandwidth instead.
-//! `TILES=1` in the environment repacks the matrix into tiles of eight rows first (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
+//! `TILES=1` in the environment repacks the matrix into tiles of eight rows first (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
 //!
 //! Single runs on a shared VM vary by 10–30%: compare medians of alternating runs.
 
@@ -93,7 +93,7 @@ fn main() {
         .collect();
     if tiles && packed.is_empty() {
         eprintln!(
-            "mv_bw: this matrix cannot be tiled (Q4_1, Q5_0, Q8_0, Q4_K or Q6_K; rows a multiple of 8)"
+            "mv_bw: this matrix cannot be tiled (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K or Q6_K; rows a multiple of 8)"
         );
         std::process::exit(1);
     }

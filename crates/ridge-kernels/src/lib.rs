@@ -8,12 +8,13 @@
 //!   16-bit) blocks of 32 ([`act::ActBlock`]), so the inner loop is an integer dot product (a
 //!   k-quant super-block meets eight activation blocks); float weights (F32, F16, BF16)
 //!   multiply f32 activations.
-//! - Where AVX2 kernels exist for it (Q4_1, Q5_0, Q8_0, Q4_K), a matrix is repacked at load
-//!   into tiles of eight rows ([`packed`]): the same blocks, the same bytes (Q4_K +2.8%),
-//!   interleaved so one instruction advances eight rows. The file's pages are released as
-//!   they are copied, so resident memory stays about the file's size.
-//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C, and AVX-512 VNNI for the tile products) are selected once
-//!   by [`Isa::detect`] and tested against the scalar path on random data.
+//! - Where tile kernels exist for it (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), a matrix is
+//!   repacked at load into tiles of eight rows ([`packed`]): the same blocks, the same bytes
+//!   (Q4_K +2.8%), interleaved so one instruction advances eight rows. The file's pages are
+//!   released as they are copied, so resident memory stays about the file's size.
+//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C, and AVX-512 VNNI for
+//!   the tile products) are selected once by [`Isa::detect`] and tested against the scalar
+//!   path on random data.
 //! - Each output element of a matrix product is reduced in the same order whatever the batch
 //!   size, so a sequence's result does not depend on what else is in the batch.
 //! - Parallelism goes through [`pool`], one place to replace with a lower-latency pool.
