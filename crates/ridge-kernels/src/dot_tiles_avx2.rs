@@ -12,7 +12,7 @@
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{ActBlock, ActSplit16};
+use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::{
     Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
 };
@@ -359,6 +359,130 @@ impl Tiles<ActBlock> for Q50 {
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// The quants (0..32) of vector pair `k` of the Q5_0 tile at `p`: (elements `4k..4k+4`,
+/// `16+4k..16+4k+4`) of each row, the nibbles with the fifth bits ORed in.
+#[inline(always)]
+pub(crate) unsafe fn q5_quants(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    let bit4 = _mm256_set1_epi8(0x10);
+    let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
+    let (lo, hi) = nibbles(p.add(16), k);
+    (
+        _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4)),
+        _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4)),
+    )
+}
+
+/// Eight tiled Q5_0 rows against `T` rows of 16-bit activation blocks split into bytes: as
+/// [`q4_isum16`] with quants up to 31, so the low bytes' 16-bit sums are widened at every
+/// vector (two `pmaddubsw`, at most 2 · 2 · 255 · 31 = 31 620 per lane) and the high bytes'
+/// every two vectors (4 · 2 · 31 · 128 = 31 744).
+impl Tiles<ActSplit16> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let mut low = [_mm256_setzero_si256(); T];
+        let mut high = [_mm256_setzero_si256(); T];
+        for pair in 0..2 {
+            let mut h16 = [_mm256_setzero_si256(); T];
+            for k in 2 * pair..2 * pair + 2 {
+                let (wl, wh) = q5_quants(p, k);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(i);
+                    let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                    let pl = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl),
+                        _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh),
+                    );
+                    low[t] = _mm256_add_epi32(low[t], _mm256_madd_epi16(pl, ones));
+                    let ph = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
+                        _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
+                    );
+                    h16[t] = _mm256_add_epi16(h16[t], ph);
+                }
+            }
+            for t in 0..T {
+                high[t] = _mm256_add_epi32(high[t], _mm256_madd_epi16(h16[t], ones));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
+            acc[t] = offset_in(acc[t], isum, d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// Per row of a Q8_0 tile's vector `k` (at `p`): its four signed quants widened to 16 bits,
+/// rows 0..4 in the first vector and 4..8 in the second (row `r`'s in 32-bit lanes `2r % 8`,
+/// `2r % 8 + 1`).
+#[inline(always)]
+pub(crate) unsafe fn q8_words(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
+    (
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+    )
+}
+
+/// Four 16-bit activation quants (at `a`) in every 64-bit lane.
+#[inline(always)]
+pub(crate) unsafe fn bcast4w(a: *const i16) -> __m256i {
+    _mm256_set1_epi64x((a as *const i64).read_unaligned())
+}
+
+/// Per-row sums from [`q8_words`] products (`lo`: rows 0..4, `hi`: rows 4..8, two partial sums
+/// per row in adjacent lanes) as one lane per row, in row order.
+#[inline(always)]
+pub(crate) unsafe fn q8_rows(lo: __m256i, hi: __m256i) -> __m256i {
+    // hadd: [r0, r1, r4, r5 | r2, r3, r6, r7].
+    _mm256_permutevar8x32_epi32(
+        _mm256_hadd_epi32(lo, hi),
+        _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
+    )
+}
+
+/// Eight tiled Q8_0 rows against `T` rows of 16-bit activation blocks: signed 8-bit × signed
+/// 16-bit products need `pmaddwd`, so each vector's quants are widened to 16 bits (once for
+/// all tokens) and meet four activation quants per row; the 32-bit sums are exact (at most
+/// 32 · 128 · 32 768 per block).
+impl Tiles<Act16Block> for Q80 {
+    const BYTES: usize = Q8_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[Act16Block]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let mut lo = [_mm256_setzero_si256(); T];
+        let mut hi = [_mm256_setzero_si256(); T];
+        for k in 0..8 {
+            let (w0, w1) = q8_words(p, k);
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(i).qs.as_ptr().add(4 * k));
+                lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+                hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d8, da), acc[t]);
         }
     }
 }

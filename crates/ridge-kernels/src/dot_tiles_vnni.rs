@@ -15,10 +15,10 @@
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{ActBlock, ActSplit16};
+use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::dot_tiles_avx2::{
-    bcast4, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q6_group, q6_scales,
-    scale_in, shl16, shr16, PREFETCH_BYTES, Q40, Q41, Q4K, Q50, Q6K, Q80,
+    bcast4, bcast4w, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q5_quants,
+    q6_group, q6_scales, q8_rows, q8_words, scale_in, PREFETCH_BYTES, Q40, Q41, Q4K, Q50, Q6K, Q80,
 };
 use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
@@ -233,13 +233,9 @@ impl TilesVnni<ActBlock> for Q50 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let bit4 = _mm256_set1_epi8(0x10);
-        let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
         let mut s = [_mm256_setzero_si256(); T];
         for k in 0..4 {
-            let (lo, hi) = nibbles(p.add(16), k);
-            let lo = _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4));
-            let hi = _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4));
+            let (lo, hi) = q5_quants(p, k);
             for t in 0..T {
                 let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
                 s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
@@ -250,6 +246,71 @@ impl TilesVnni<ActBlock> for Q50 {
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// Q5_0 with 16-bit activations split into bytes: [`q4_isum16`]'s sums with the fifth bits
+/// ORed into the weights (exact in 32 bits at any quant size).
+impl TilesVnni<ActSplit16> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let mut low = [_mm256_setzero_si256(); T];
+        let mut high = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = q5_quants(p, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
+            acc[t] = offset_in(acc[t], isum, d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// Q8_0 with 16-bit activations: the quants widened to 16 bits as on AVX2, `vpdpwssd` for
+/// `pmaddwd` + add.
+impl TilesVnni<Act16Block> for Q80 {
+    const BYTES: usize = Q8_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[Act16Block]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let mut lo = [_mm256_setzero_si256(); T];
+        let mut hi = [_mm256_setzero_si256(); T];
+        for k in 0..8 {
+            let (w0, w1) = q8_words(p, k);
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(i).qs.as_ptr().add(4 * k));
+                lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
+                hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
+            }
+        }
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d8, da), acc[t]);
         }
     }
 }

@@ -543,15 +543,15 @@ unsafe fn tiled_rows_of_chunk(
     yp: SharedMut<f32>,
     rows: usize,
 ) {
-    // Tile kernels: Q4_0, Q4_1, Q4_K, Q6_K with 8- or 16-bit activations, Q8_0 and Q5_0 with 8-bit.
+    // Tile kernels: every tiled format with 8- or 16-bit activations.
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 | DType::Q4_K | DType::Q6_K,
                 Path::Int8 | Path::Int16
-            ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
+            )
         )
     {
         // Eight tokens per pass, the rest as 4 + 2 + 1: a token's arithmetic is the same in
@@ -581,9 +581,9 @@ unsafe fn tiled_rows_of_chunk(
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 | DType::Q4_K | DType::Q6_K,
                 Path::Int8 | Path::Int16
-            ) | (DType::Q8_0 | DType::Q5_0, Path::Int8)
+            )
         )
     {
         let mut t = 0;
@@ -656,8 +656,11 @@ unsafe fn tiles_t_vnni<const T: usize>(
     // group through the 256-bit ones (the same bits either way). Fewer tokens stay at 256
     // bits: such a pass streams weights from memory, and two interleaved streams per task
     // measured slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM).
+    // Q5_0 and Q8_0 with 16-bit activations have 256-bit kernels only.
+    let pairs = T >= 4 && !(i16 && matches!(w.dtype, DType::Q5_0 | DType::Q8_0));
+    let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
-    while T >= 4 && g + 2 <= end {
+    while pairs && g + 2 <= end {
         let p = w.data.as_ptr().add(g * group_bytes);
         let q = p.add(group_bytes);
         let o = match w.dtype {
@@ -681,7 +684,9 @@ unsafe fn tiles_t_vnni<const T: usize>(
     for g in g..end {
         let tiles = w.data.as_ptr().add(g * group_bytes);
         let o = match w.dtype {
+            DType::Q8_0 if i16 => k::tiles::<_, f::Q80, T>(tiles, x16w),
             DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),
+            DType::Q5_0 if i16 => k::tiles::<_, f::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, f::Q50, T>(tiles, x8),
             DType::Q4_0 if i16 => k::tiles::<_, f::Q40, T>(tiles, x16),
             DType::Q4_0 => k::tiles::<_, f::Q40, T>(tiles, x8),
@@ -724,10 +729,13 @@ unsafe fn tiles_t<const T: usize>(
         true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
         false => &[],
     });
+    let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     for g in r0 / TILE_ROWS..r1 / TILE_ROWS {
         let tiles = w.data.as_ptr().add(g * group_bytes);
         let o = match w.dtype {
+            DType::Q8_0 if i16 => k::tiles::<_, k::Q80, T>(tiles, x16w),
             DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
+            DType::Q5_0 if i16 => k::tiles::<_, k::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
             DType::Q4_0 if i16 => k::tiles::<_, k::Q40, T>(tiles, x16),
             DType::Q4_0 => k::tiles::<_, k::Q40, T>(tiles, x8),
