@@ -13,7 +13,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, PREFETCH_BYTES, Q40, Q41, Q4K, Q50, Q6K, Q80};
+use crate::dot_tiles_avx2::{prefetch_l2, Q40, Q41, Q4K, Q50, Q6K, Q80};
+use crate::dot_tiles_vnni::PREFETCH_BYTES;
 use crate::packed::{
     Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
 };
