@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixtures for ridge-kernels' dequantization tests of the Q5_0 and k-quant block formats.
+"""Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1 and k-quant block formats.
 
 For each format: a few blocks of random bytes (the f16 scale fields replaced by random finite
 values, so no block decodes to inf/NaN), dequantized by the `gguf` Python package
@@ -27,6 +27,8 @@ FORMATS = {
     "q4_k": (T.Q4_K, 3, [0, 2]),
     "q5_k": (T.Q5_K, 3, [0, 2]),
     "q6_k": (T.Q6_K, 3, [208]),
+    # Appended last so the fixtures above keep their bytes (one random stream for all).
+    "q5_1": (T.Q5_1, 8, [0, 2]),
 }
 
 

@@ -80,6 +80,18 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        DType::Q5_1 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(24)) {
+                let (d, m) = (f16_at(b), f16_at(&b[2..]));
+                let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                for j in 0..16 {
+                    let lo = (b[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+                    let hi = (b[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+                    o[j] = d * lo as f32 + m;
+                    o[j + 16] = d * hi as f32 + m;
+                }
+            }
+        }
         DType::Q4_K | DType::Q5_K => {
             let five = dtype == DType::Q5_K;
             for (o, b) in out
@@ -164,6 +176,28 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
                     .enumerate()
                     .fold(0u32, |a, (j, &v)| a | (v >> 4) << j);
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&qh.to_le_bytes());
+                for j in 0..16 {
+                    out.push((q[j] & 0x0F) as u8 | ((q[j + 16] & 0x0F) as u8) << 4);
+                }
+            }
+        }
+        DType::Q5_1 => {
+            for b in x.chunks_exact(32) {
+                let min = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+                let max = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let d = (max - min) / 31.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q: Vec<u32> = b
+                    .iter()
+                    .map(|&v| (((v - min) * id + 0.5) as i32).clamp(0, 31) as u32)
+                    .collect();
+                let qh = q
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |a, (j, &v)| a | (v >> 4) << j);
+                out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
                 out.extend_from_slice(&qh.to_le_bytes());
                 for j in 0..16 {
                     out.push((q[j] & 0x0F) as u8 | ((q[j + 16] & 0x0F) as u8) << 4);

@@ -139,6 +139,22 @@ pub fn dot_q5_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     sum
 }
 
+/// Q5_1 row · 8- or 16-bit activations: `d·dx·Σq·qx + m·dx·Σqx` per block.
+pub fn dot_q5_1<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(24).zip(x) {
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let mut s = 0i32;
+        for j in 0..16 {
+            let lo = (b[8 + j] & 0x0F) as u32 | ((qh >> j) & 1) << 4;
+            let hi = (b[8 + j] >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4;
+            s += lo as i32 * a.q(j) + hi as i32 * a.q(j + 16);
+        }
+        sum += f16_at(b) * a.scale() * s as f32 + f16_at(&b[2..]) * a.scale() * a.qsum() as f32;
+    }
+    sum
+}
+
 /// Q4_K (`five == false`) or Q5_K row · 8- or 16-bit activations: per sub-block of 32,
 /// `d·sc·dx·Σq·qx − dmin·m·dx·Σqx`.
 fn dot_q45<A: IntActBlock>(row: &[u8], x: &[A], five: bool) -> f32 {
@@ -214,6 +230,17 @@ pub fn dot_q5_0_f32(row: &[u8], x: &[f32]) -> f32 {
             s += (hi - 16) as f32 * xb[j + 16];
         }
         sum += f16_at(b) * s;
+    }
+    sum
+}
+
+/// Q5_1 row · f32 activations.
+pub fn dot_q5_1_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f32;
+    let mut w = [0f32; 32];
+    for (b, xb) in row.chunks_exact(24).zip(x.chunks_exact(32)) {
+        crate::blocks::dequantize_row(crate::DType::Q5_1, b, &mut w);
+        sum += w.iter().zip(xb).map(|(a, b)| a * b).sum::<f32>();
     }
     sum
 }

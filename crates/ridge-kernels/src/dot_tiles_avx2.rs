@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -14,7 +14,7 @@
 
 use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::{
-    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
 };
 use std::arch::x86_64::*;
 
@@ -56,6 +56,8 @@ pub(crate) struct Q41;
 pub(crate) struct Q80;
 /// Q5_0 tiles.
 pub(crate) struct Q50;
+/// Q5_1 tiles.
+pub(crate) struct Q51;
 /// Q4_K tiles.
 pub(crate) struct Q4K;
 /// Q6_K tiles.
@@ -334,31 +336,115 @@ impl Tiles<ActBlock> for Q50 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let ones = _mm256_set1_epi16(1);
-        let bit4 = _mm256_set1_epi8(0x10);
-        let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
-        let mut s = [_mm256_setzero_si256(); T];
-        for pair in 0..2 {
-            let mut s16 = [_mm256_setzero_si256(); T];
-            for k in 2 * pair..2 * pair + 2 {
-                let (lo, hi) = nibbles(p.add(16), k);
-                let lo = _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4));
-                let hi = _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4));
-                for t in 0..T {
-                    let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                    let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
-                    let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
-                    s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pl, ph));
-                }
-            }
-            for t in 0..T {
-                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], ones));
-            }
-        }
+        let s = q5_isum(p, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// Per row (lane), `Σ q · a` of the 5-bit quants of a Q5_0 tile at `p5` (a Q5_1 tile at
+/// `p + 16`: its fifth bits and nibbles follow one more f16 field) against block `i` of `T`
+/// 8-bit activation rows: 16-bit sums widened every two vectors (four products of at most
+/// 31 · 127 per lane and vector pair stay below 32 768).
+#[inline(always)]
+unsafe fn q5_isum<const T: usize>(p5: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut s = [_mm256_setzero_si256(); T];
+    for pair in 0..2 {
+        let mut s16 = [_mm256_setzero_si256(); T];
+        for k in 2 * pair..2 * pair + 2 {
+            let (lo, hi) = q5_quants(p5, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                let pl = _mm256_maddubs_epi16(lo, bcast4(a.add(4 * k)));
+                let ph = _mm256_maddubs_epi16(hi, bcast4(a.add(16 + 4 * k)));
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pl, ph));
+            }
+        }
+        for t in 0..T {
+            s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], ones));
+        }
+    }
+    s
+}
+
+/// [`q5_isum`] against 16-bit activations split into bytes: as [`q4_isum16`] with quants up
+/// to 31, so the low bytes' 16-bit sums are widened at every vector (two `pmaddubsw`, at most
+/// 2 · 2 · 255 · 31 = 31 620 per lane) and the high bytes' every two vectors (4 · 2 · 31 ·
+/// 128 = 31 744).
+#[inline(always)]
+unsafe fn q5_isum16<const T: usize>(
+    p5: *const u8,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    let mut low = [_mm256_setzero_si256(); T];
+    let mut high = [_mm256_setzero_si256(); T];
+    for pair in 0..2 {
+        let mut h16 = [_mm256_setzero_si256(); T];
+        for k in 2 * pair..2 * pair + 2 {
+            let (wl, wh) = q5_quants(p5, k);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i);
+                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+                let pl = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl),
+                    _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh),
+                );
+                low[t] = _mm256_add_epi32(low[t], _mm256_madd_epi16(pl, ones));
+                let ph = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
+                    _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
+                );
+                h16[t] = _mm256_add_epi16(h16[t], ph);
+            }
+        }
+        for t in 0..T {
+            high[t] = _mm256_add_epi32(high[t], _mm256_madd_epi16(h16[t], ones));
+        }
+    }
+    std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
+}
+
+/// Eight tiled Q5_1 rows against `T` rows of 8-bit activation blocks: Q5_0's integer sums,
+/// then Q4_1's scales and minimums.
+impl Tiles<ActBlock> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q5_isum(p.add(16), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
+        }
+    }
+}
+
+/// As the Q5_1 kernel with 16-bit activation blocks (split into bytes).
+impl Tiles<ActSplit16> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q5_isum16(p.add(16), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
         }
     }
 }
@@ -376,10 +462,8 @@ pub(crate) unsafe fn q5_quants(p: *const u8, k: usize) -> (__m256i, __m256i) {
     )
 }
 
-/// Eight tiled Q5_0 rows against `T` rows of 16-bit activation blocks split into bytes: as
-/// [`q4_isum16`] with quants up to 31, so the low bytes' 16-bit sums are widened at every
-/// vector (two `pmaddubsw`, at most 2 · 2 · 255 · 31 = 31 620 per lane) and the high bytes'
-/// every two vectors (4 · 2 · 31 · 128 = 31 744).
+/// Eight tiled Q5_0 rows against `T` rows of 16-bit activation blocks split into bytes
+/// ([`q5_isum16`]).
 impl Tiles<ActSplit16> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
@@ -390,37 +474,11 @@ impl Tiles<ActSplit16> for Q50 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let ones = _mm256_set1_epi16(1);
-        let mut low = [_mm256_setzero_si256(); T];
-        let mut high = [_mm256_setzero_si256(); T];
-        for pair in 0..2 {
-            let mut h16 = [_mm256_setzero_si256(); T];
-            for k in 2 * pair..2 * pair + 2 {
-                let (wl, wh) = q5_quants(p, k);
-                for t in 0..T {
-                    let a = x[t].get_unchecked(i);
-                    let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-                    let pl = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(bcast4(lo.add(4 * k)), wl),
-                        _mm256_maddubs_epi16(bcast4(lo.add(16 + 4 * k)), wh),
-                    );
-                    low[t] = _mm256_add_epi32(low[t], _mm256_madd_epi16(pl, ones));
-                    let ph = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(wl, bcast4(hi.add(4 * k))),
-                        _mm256_maddubs_epi16(wh, bcast4(hi.add(16 + 4 * k))),
-                    );
-                    h16[t] = _mm256_add_epi16(h16[t], ph);
-                }
-            }
-            for t in 0..T {
-                high[t] = _mm256_add_epi32(high[t], _mm256_madd_epi16(h16[t], ones));
-            }
-        }
+        let s = q5_isum16(p, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
-            acc[t] = offset_in(acc[t], isum, d8, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
         }
     }
 }

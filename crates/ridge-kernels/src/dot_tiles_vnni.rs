@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights: the tile layout,
+//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights: the tile layout,
 //! prefetch and scale arithmetic of [`crate::dot_tiles_avx2`], with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
@@ -18,9 +18,9 @@
 use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::dot_tiles_avx2::{
     bcast4, bcast4w, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q5_quants,
-    q6_group, q6_scales, q8_rows, q8_words, scale_in, Q40, Q41, Q4K, Q50, Q6K, Q80,
+    q6_group, q6_scales, q8_rows, q8_words, scale_in, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
-use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6_K_TILE, Q8_0_TILE};
+use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
 
 /// How far ahead of the tile being read the kernels prefetch into L2, in bytes (rounded up to
@@ -228,8 +228,47 @@ impl TilesVnni<ActBlock> for Q80 {
     }
 }
 
-/// Q5_0: the nibbles with each row's fifth bits ORed in (quants 0..32, unsigned), the offset
-/// of 16 folded in as `−16 · d · (d_act · Σq)` as on AVX2.
+/// Per row (lane), `Σ q · a` of the 5-bit quants of a Q5_0 tile at `p5` (a Q5_1 tile at
+/// `p + 16`) against 8-bit activation block `i`.
+#[inline(always)]
+unsafe fn q5_isum<const T: usize>(p5: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (lo, hi) = q5_quants(p5, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    s
+}
+
+/// [`q5_isum`] against 16-bit activations split into bytes: [`q4_isum16`]'s sums with the
+/// fifth bits ORed into the weights (exact in 32 bits at any quant size).
+#[inline(always)]
+unsafe fn q5_isum16<const T: usize>(
+    p5: *const u8,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m256i; T] {
+    let mut low = [_mm256_setzero_si256(); T];
+    let mut high = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = q5_quants(p5, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
+}
+
+/// Q5_0: [`q5_isum`], the offset of 16 folded in as `−16 · d · (d_act · Σq)` as on AVX2.
 impl TilesVnni<ActBlock> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
@@ -240,15 +279,7 @@ impl TilesVnni<ActBlock> for Q50 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let mut s = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (lo, hi) = q5_quants(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-            }
-        }
+        let s = q5_isum(p, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -257,8 +288,7 @@ impl TilesVnni<ActBlock> for Q50 {
     }
 }
 
-/// Q5_0 with 16-bit activations split into bytes: [`q4_isum16`]'s sums with the fifth bits
-/// ORed into the weights (exact in 32 bits at any quant size).
+/// Q5_0 with 16-bit activations split into bytes.
 impl TilesVnni<ActSplit16> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
@@ -269,24 +299,50 @@ impl TilesVnni<ActSplit16> for Q50 {
         i: usize,
         acc: &mut [__m256; T],
     ) {
-        let mut low = [_mm256_setzero_si256(); T];
-        let mut high = [_mm256_setzero_si256(); T];
-        for k in 0..4 {
-            let (wl, wh) = q5_quants(p, k);
-            for t in 0..T {
-                let a = x[t].get_unchecked(i);
-                let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-                low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-                low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
-                high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-                high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
-            }
-        }
+        let s = q5_isum16(p, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
-            acc[t] = offset_in(acc[t], isum, d8, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+/// Q5_1: [`q5_isum`] (the tile's 5-bit part starts 16 bytes later), then the scales and
+/// minimums.
+impl TilesVnni<ActBlock> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q5_isum(p.add(16), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
+        }
+    }
+}
+
+/// Q5_1 with 16-bit activations split into bytes.
+impl TilesVnni<ActSplit16> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActSplit16]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let s = q5_isum16(p.add(16), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
         }
     }
 }

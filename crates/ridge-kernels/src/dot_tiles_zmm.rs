@@ -13,10 +13,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, Q40, Q41, Q4K, Q50, Q6K, Q80};
+use crate::dot_tiles_avx2::{prefetch_l2, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::dot_tiles_vnni::PREFETCH_BYTES;
 use crate::packed::{
-    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
 };
 use std::arch::x86_64::*;
 
@@ -300,6 +300,35 @@ impl TilesZmm<ActBlock> for Q80 {
     }
 }
 
+/// Per row (lane), `Σ q · a` of the 5-bit quants of both tiles, whose fifth-bit vector is at
+/// offset `o` and nibble vectors follow it (Q5_0: 16, Q5_1: 32), against 8-bit activation
+/// block `i`.
+#[inline(always)]
+unsafe fn q5_isum<const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    o: usize,
+    x: &[&[ActBlock]; T],
+    i: usize,
+) -> [__m512i; T] {
+    let bit4 = _mm512_set1_epi8(0x10);
+    let h = ld2(p, q, o);
+    let mut s = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let (lo, hi) = nibbles(p.add(o), q.add(o), k);
+        let up = _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - k as i32));
+        let down = _mm512_srl_epi16(h, _mm_cvtsi32_si128(k as i32));
+        let lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
+        let hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    s
+}
+
 impl TilesZmm<ActBlock> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
@@ -311,25 +340,31 @@ impl TilesZmm<ActBlock> for Q50 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let bit4 = _mm512_set1_epi8(0x10);
-        let h = ld2(p, q, 16);
-        let mut s = [_mm512_setzero_si512(); T];
-        for k in 0..4 {
-            let (lo, hi) = nibbles(p.add(16), q.add(16), k);
-            let up = _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - k as i32));
-            let down = _mm512_srl_epi16(h, _mm_cvtsi32_si128(k as i32));
-            let lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
-            let hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
-            for t in 0..T {
-                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-                s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-                s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-            }
-        }
+        let s = q5_isum(p, q, 16, x, i);
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 16.0);
+        }
+    }
+}
+
+impl TilesZmm<ActBlock> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let s = q5_isum(p, q, 32, x, i);
+        let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
         }
     }
 }

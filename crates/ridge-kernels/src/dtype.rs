@@ -20,6 +20,8 @@ pub enum DType {
     Q4_1,
     /// 32 × 5-bit with an f16 scale, value = d·(q − 16) (22 bytes).
     Q5_0,
+    /// 32 × 5-bit with f16 scale and minimum, value = d·q + m (24 bytes).
+    Q5_1,
     /// 256 × 4-bit in 8 sub-blocks of 32 with 6-bit scales and minimums, value = d·sc·q − dmin·m
     /// (144 bytes).
     Q4_K,
@@ -34,7 +36,7 @@ impl DType {
     pub fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
@@ -48,6 +50,7 @@ impl DType {
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
             DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,

@@ -90,7 +90,13 @@ impl Path {
         // Q6_K has a 16-bit kernel only in tiles.
         let simple = matches!(
             dtype,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q5_K
+            DType::Q8_0
+                | DType::Q4_0
+                | DType::Q4_1
+                | DType::Q5_0
+                | DType::Q5_1
+                | DType::Q4_K
+                | DType::Q5_K
         ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
         match precision {
             _ if !dtype.is_quantized() => Path::F32,
@@ -117,11 +123,17 @@ struct Acts<'x> {
     f: &'x [f32],
 }
 
+/// Whether `dtype` has AVX2 kernels for the stored row layout. Q5_1 has tile kernels only:
+/// its rows (matrices not tiled, the f32 path) take the scalar kernels.
+fn has_avx2_rows(dtype: DType) -> bool {
+    dtype != DType::Q5_1
+}
+
 /// One row dot product in the given path.
 #[inline]
 fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
+    if isa.avx2() && has_avx2_rows(dtype) {
         // SAFETY: an Isa whose avx2() holds exists only after Isa::detect verified avx2, fma and f16c; the
         // slice lengths match the format (checked by WeightMatrix::new and matmul's asserts),
         // and a single row needs no stride.
@@ -146,6 +158,7 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q4_0, Path::Int8) => s::dot_q4_0(row, xq),
         (DType::Q4_1, Path::Int8) => s::dot_q4_1(row, xq),
         (DType::Q5_0, Path::Int8) => s::dot_q5_0(row, xq),
+        (DType::Q5_1, Path::Int8) => s::dot_q5_1(row, xq),
         (DType::Q4_K, Path::Int8) => s::dot_q4_k(row, xq),
         (DType::Q5_K, Path::Int8) => s::dot_q5_k(row, xq),
         (DType::Q6_K, Path::Int8) => s::dot_q6_k(row, xq),
@@ -153,6 +166,7 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q4_0, Path::Int16) => s::dot_q4_0(row, x16),
         (DType::Q4_1, Path::Int16) => s::dot_q4_1(row, x16),
         (DType::Q5_0, Path::Int16) => s::dot_q5_0(row, x16),
+        (DType::Q5_1, Path::Int16) => s::dot_q5_1(row, x16),
         (DType::Q4_K, Path::Int16) => s::dot_q4_k(row, x16),
         (DType::Q5_K, Path::Int16) => s::dot_q5_k(row, x16),
         (DType::Q6_K, Path::Int16) => s::dot_q6_k(row, x16),
@@ -160,6 +174,7 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q4_0, _) => s::dot_q4_0_f32(row, xf),
         (DType::Q4_1, _) => s::dot_q4_1_f32(row, xf),
         (DType::Q5_0, _) => s::dot_q5_0_f32(row, xf),
+        (DType::Q5_1, _) => s::dot_q5_1_f32(row, xf),
         (DType::Q4_K, _) => s::dot_q4_k_f32(row, xf),
         (DType::Q5_K, _) => s::dot_q5_k_f32(row, xf),
         (DType::Q6_K, _) => s::dot_q6_k_f32(row, xf),
@@ -259,6 +274,7 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::F32 | DType::F16 | DType::BF16, _) => {
             unreachable!("float formats take the f32 dot products")
         }
+        (DType::Q5_1, _) => unreachable!("Q5_1 rows take the scalar kernels (has_avx2_rows)"),
     }
     o
 }
@@ -496,7 +512,7 @@ unsafe fn rows_of_chunk(
     }
     let mut t = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa.avx2() && w.dtype.is_quantized() {
+    if isa.avx2() && w.dtype.is_quantized() && has_avx2_rows(w.dtype) {
         // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
         // rows per call keeps the accumulators in registers), then the last 1, 2 or 3.
         while t + 4 <= n {
@@ -549,7 +565,13 @@ unsafe fn tiled_rows_of_chunk(
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0
+                    | DType::Q4_1
+                    | DType::Q5_0
+                    | DType::Q5_1
+                    | DType::Q8_0
+                    | DType::Q4_K
+                    | DType::Q6_K,
                 Path::Int8 | Path::Int16
             )
         )
@@ -581,7 +603,13 @@ unsafe fn tiled_rows_of_chunk(
         && matches!(
             (w.dtype, a.path),
             (
-                DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 | DType::Q4_K | DType::Q6_K,
+                DType::Q4_0
+                    | DType::Q4_1
+                    | DType::Q5_0
+                    | DType::Q5_1
+                    | DType::Q8_0
+                    | DType::Q4_K
+                    | DType::Q6_K,
                 Path::Int8 | Path::Int16
             )
         )
@@ -656,8 +684,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
     // group through the 256-bit ones (the same bits either way). Fewer tokens stay at 256
     // bits: such a pass streams weights from memory, and two interleaved streams per task
     // measured slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM).
-    // Q5_0 and Q8_0 with 16-bit activations have 256-bit kernels only.
-    let pairs = T >= 4 && !(i16 && matches!(w.dtype, DType::Q5_0 | DType::Q8_0));
+    // Q5_0, Q5_1 and Q8_0 with 16-bit activations have 256-bit kernels only.
+    let pairs = T >= 4 && !(i16 && matches!(w.dtype, DType::Q5_0 | DType::Q5_1 | DType::Q8_0));
     let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     while pairs && g + 2 <= end {
@@ -666,6 +694,7 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 => z::tiles2::<_, f::Q80, T>(p, q, x8),
             DType::Q5_0 => z::tiles2::<_, f::Q50, T>(p, q, x8),
+            DType::Q5_1 => z::tiles2::<_, f::Q51, T>(p, q, x8),
             DType::Q4_0 if i16 => z::tiles2::<_, f::Q40, T>(p, q, x16),
             DType::Q4_0 => z::tiles2::<_, f::Q40, T>(p, q, x8),
             DType::Q4_1 if i16 => z::tiles2::<_, f::Q41, T>(p, q, x16),
@@ -688,6 +717,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
             DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),
             DType::Q5_0 if i16 => k::tiles::<_, f::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, f::Q50, T>(tiles, x8),
+            DType::Q5_1 if i16 => k::tiles::<_, f::Q51, T>(tiles, x16),
+            DType::Q5_1 => k::tiles::<_, f::Q51, T>(tiles, x8),
             DType::Q4_0 if i16 => k::tiles::<_, f::Q40, T>(tiles, x16),
             DType::Q4_0 => k::tiles::<_, f::Q40, T>(tiles, x8),
             DType::Q4_1 if i16 => k::tiles::<_, f::Q41, T>(tiles, x16),
@@ -737,6 +768,8 @@ unsafe fn tiles_t<const T: usize>(
             DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
             DType::Q5_0 if i16 => k::tiles::<_, k::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
+            DType::Q5_1 if i16 => k::tiles::<_, k::Q51, T>(tiles, x16),
+            DType::Q5_1 => k::tiles::<_, k::Q51, T>(tiles, x8),
             DType::Q4_0 if i16 => k::tiles::<_, k::Q40, T>(tiles, x16),
             DType::Q4_0 => k::tiles::<_, k::Q40, T>(tiles, x8),
             DType::Q4_1 if i16 => k::tiles::<_, k::Q41, T>(tiles, x16),

@@ -32,6 +32,9 @@ pub const TILE_ROWS: usize = 8;
 /// Bytes of one Q4_0 tile (the scales, then four nibble vectors as Q4_1's).
 pub const Q4_0_TILE: usize = 144;
 
+/// Bytes of one Q5_1 tile: the scales, the minimums, then as Q5_0's after its scales.
+pub const Q5_1_TILE: usize = 192;
+
 /// Bytes of one Q4_1 tile.
 pub const Q4_1_TILE: usize = 160;
 
@@ -92,6 +95,7 @@ impl Shape {
             DType::Q4_1 => simple(2, false, 20),
             DType::Q8_0 => simple(1, false, 34),
             DType::Q5_0 => simple(1, true, 22),
+            DType::Q5_1 => simple(2, true, 24),
             DType::Q4_K => Some(Shape::Q4K),
             DType::Q6_K => Some(Shape::Q6K),
             _ => None,

@@ -8,7 +8,7 @@ use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
 use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix};
 
-const ALL: [DType; 10] = [
+const ALL: [DType; 11] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -16,6 +16,7 @@ const ALL: [DType; 10] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
+    DType::Q5_1,
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
@@ -58,7 +59,13 @@ fn reference(
     // Q6_K has a 16-bit path only in tiles.
     let has16 = matches!(
         dtype,
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q5_K
+        DType::Q8_0
+            | DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q4_K
+            | DType::Q5_K
     ) || (tiled && dtype == DType::Q6_K);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
@@ -229,7 +236,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K matrices packed into tiles of eight rows: every path (the tile
+/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
@@ -243,6 +250,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
         DType::Q4_K,
         DType::Q6_K,
@@ -352,6 +360,7 @@ fn quantize_round_trip_error_is_bounded() {
         (DType::Q4_1, 4.0 / 15.0),
         // Largest magnitude maps to −16: the opposite end may clip by one step (2/16).
         (DType::Q5_0, 2.0 / 16.0),
+        (DType::Q5_1, 4.0 / 31.0),
         // Half a sub-block step ((range/15 + d)/2), or the minimum's rounding (≤ dmin ≈ 2/63).
         (DType::Q4_K, 0.15),
         (DType::Q5_K, 0.08),
@@ -556,7 +565,7 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
     }
 }
 
-/// Dequantization of Q5_0 and the k-quants against the `gguf` Python package's dequantizer on
+/// Dequantization of Q5_0, Q5_1 and the k-quants against the `gguf` Python package's dequantizer on
 /// random blocks (fixtures from `tools/reference/quant_fixtures.py`). Both evaluate the same
 /// f32 operations (d·sc in f32, times q, minus dmin·m), so the values agree to the bit.
 #[test]
@@ -567,6 +576,7 @@ fn dequantize_matches_gguf_reference_fixtures() {
         ("q4_k", DType::Q4_K),
         ("q5_k", DType::Q5_K),
         ("q6_k", DType::Q6_K),
+        ("q5_1", DType::Q5_1),
     ] {
         let blocks = std::fs::read(format!("{dir}{name}.blocks")).unwrap();
         let want: Vec<f32> = std::fs::read(format!("{dir}{name}.f32"))

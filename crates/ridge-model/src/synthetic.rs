@@ -85,6 +85,7 @@ fn to_dtype_id(d: DType) -> GgmlType {
         DType::Q4_0 => GgmlType::Q4_0,
         DType::Q4_1 => GgmlType::Q4_1,
         DType::Q5_0 => GgmlType::Q5_0,
+        DType::Q5_1 => GgmlType::Q5_1,
         DType::Q4_K => GgmlType::Q4_K,
         DType::Q5_K => GgmlType::Q5_K,
         DType::Q6_K => GgmlType::Q6_K,

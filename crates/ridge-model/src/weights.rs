@@ -38,7 +38,7 @@ impl MatRef {
 
 /// The file types ridge computes in, and the kernel format of each (the one list both the
 /// lookup and the "not supported" message read, so they cannot disagree).
-const FORMATS: [(GgmlType, DType); 10] = [
+const FORMATS: [(GgmlType, DType); 11] = [
     (GgmlType::F32, DType::F32),
     (GgmlType::F16, DType::F16),
     (GgmlType::BF16, DType::BF16),
@@ -46,6 +46,7 @@ const FORMATS: [(GgmlType, DType); 10] = [
     (GgmlType::Q4_0, DType::Q4_0),
     (GgmlType::Q4_1, DType::Q4_1),
     (GgmlType::Q5_0, DType::Q5_0),
+    (GgmlType::Q5_1, DType::Q5_1),
     (GgmlType::Q4_K, DType::Q4_K),
     (GgmlType::Q5_K, DType::Q5_K),
     (GgmlType::Q6_K, DType::Q6_K),
