@@ -208,87 +208,6 @@ pub(crate) unsafe fn scale_in(
     _mm256_fmadd_ps(m8, _mm256_set1_ps(da * qsum as f32), acc)
 }
 
-/// Eight tiled Q4_1 rows (`nb` tiles from `tiles`) against `T` rows of 8-bit activation
-/// blocks: `out[t][j]` = row `j` · activation row `t`.
-impl Tiles<ActBlock> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum(p.add(32), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
-/// As the Q4_1 kernel with 16-bit activation blocks (split into bytes).
-impl Tiles<ActSplit16> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum16(p.add(32), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
-/// Eight tiled Q4_0 rows against `T` rows of 8-bit activation blocks: Q4_1's integer sums
-/// (the tile has one f16 field, so its nibbles start at byte 16), the offset of 8 folded in
-/// as `−8 · d · (d_act · Σq)`.
-impl Tiles<ActBlock> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
-        }
-    }
-}
-
-/// As the Q4_0 kernel with 16-bit activation blocks (split into bytes).
-impl Tiles<ActSplit16> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum16(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
-        }
-    }
-}
-
 /// Eight tiled Q8_0 rows against `T` rows of 8-bit activation blocks. A `pmaddubsw` pair of
 /// two signed 8-bit products can reach 32 512, so each is widened to 32 bits at once
 /// (`pmaddwd`); the weights' signs move onto the activations as in the row layout.
@@ -321,26 +240,125 @@ impl Tiles<ActBlock> for Q80 {
     }
 }
 
-/// Eight tiled Q5_0 rows against `T` rows of 8-bit activation blocks: the Q4_1 kernel's
-/// nibbles with each row's fifth bits ORed in (one shift and mask per vector, see
-/// `packed::spread_high_bits`), quants 0..32 whose 16-bit sums are widened every two vectors
-/// (four products of at most 31 · 127 per lane and vector pair stay below 32 768), and the
-/// offset of 16 folded in as `−16 · d · (d_act · Σq)`.
-impl Tiles<ActBlock> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
+/// An activation block type the tile kernels take: its scale and quant sum.
+pub(crate) trait TileAct {
+    /// Scale.
+    fn d(&self) -> f32;
+    /// Sum of the quants.
+    fn qsum(&self) -> i32;
+}
+
+impl TileAct for ActBlock {
+    #[inline(always)]
+    fn d(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    fn qsum(&self) -> i32 {
+        self.isum
+    }
+}
+
+impl TileAct for ActSplit16 {
+    #[inline(always)]
+    fn d(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    fn qsum(&self) -> i32 {
+        self.isum
+    }
+}
+
+/// The integer sums of the 32-element formats' 4-bit (Q4_0, Q4_1) and 5-bit (Q5_0, Q5_1)
+/// quants against one activation type, so each format's kernel is written once for both.
+trait SmallSums: TileAct + Sized {
+    /// [`q4_isum`] or [`q4_isum16`].
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
+    /// [`q5_isum`] or [`q5_isum16`].
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
+}
+
+impl SmallSums for ActBlock {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q4_isum(v, x, i)
+    }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q5_isum(p5, x, i)
+    }
+}
+
+impl SmallSums for ActSplit16 {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q4_isum16(v, x, i)
+    }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q5_isum16(p5, x, i)
+    }
+}
+
+/// Eight tiled Q4_0 rows against `T` activation rows: the integer sums of the nibbles (which
+/// start at byte 16, after the scales), the offset of 8 folded in as `−8 · d · (d_act · Σq)`.
+impl<A: SmallSums> Tiles<A> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum(p, x, i);
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q4(p.add(16), x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 8.0);
+        }
+    }
+}
+
+/// Eight tiled Q4_1 rows: the nibbles' sums (from byte 32), then the scales and minimums.
+impl<A: SmallSums> Tiles<A> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q4(p.add(32), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+        }
+    }
+}
+
+/// Eight tiled Q5_0 rows: the nibbles with each row's fifth bits ORed in (one shift and mask
+/// per vector, see `packed::spread_high_bits`), the offset of 16 folded in as
+/// `−16 · d · (d_act · Σq)`.
+impl<A: SmallSums> Tiles<A> for Q50 {
+    const BYTES: usize = Q5_0_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q5(p, x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 16.0);
+        }
+    }
+}
+
+/// Eight tiled Q5_1 rows: Q5_0's integer sums (16 bytes later in the tile), then Q4_1's
+/// scales and minimums.
+impl<A: SmallSums> Tiles<A> for Q51 {
+    const BYTES: usize = Q5_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q5(p.add(16), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
         }
     }
 }
@@ -410,45 +428,6 @@ unsafe fn q5_isum16<const T: usize>(
     std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
 }
 
-/// Eight tiled Q5_1 rows against `T` rows of 8-bit activation blocks: Q5_0's integer sums,
-/// then Q4_1's scales and minimums.
-impl Tiles<ActBlock> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum(p.add(16), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
-/// As the Q5_1 kernel with 16-bit activation blocks (split into bytes).
-impl Tiles<ActSplit16> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum16(p.add(16), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
 /// The quants (0..32) of vector pair `k` of the Q5_0 tile at `p`: (elements `4k..4k+4`,
 /// `16+4k..16+4k+4`) of each row, the nibbles with the fifth bits ORed in.
 #[inline(always)]
@@ -460,27 +439,6 @@ pub(crate) unsafe fn q5_quants(p: *const u8, k: usize) -> (__m256i, __m256i) {
         _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4)),
         _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4)),
     )
-}
-
-/// Eight tiled Q5_0 rows against `T` rows of 16-bit activation blocks split into bytes
-/// ([`q5_isum16`]).
-impl Tiles<ActSplit16> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum16(p, x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
-        }
-    }
 }
 
 /// Per row of a Q8_0 tile's vector `k` (at `p`): its four signed quants widened to 16 bits,

@@ -18,7 +18,7 @@
 use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::dot_tiles_avx2::{
     bcast4, bcast4w, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q5_quants,
-    q6_group, q6_scales, q8_rows, q8_words, scale_in, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    q6_group, q6_scales, q8_rows, q8_words, scale_in, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
 use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
@@ -117,84 +117,6 @@ unsafe fn q4_isum16<const T: usize>(
     std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
 }
 
-/// Q4_0: [`q4_isum`] (nibbles from byte 16), the offset of 8 as on AVX2.
-impl TilesVnni<ActBlock> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
-        }
-    }
-}
-
-/// Q4_0 with 16-bit activations split into bytes.
-impl TilesVnni<ActSplit16> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum16(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 8.0);
-        }
-    }
-}
-
-/// Q4_1: [`q4_isum`] (nibbles from byte 32), then the scales and minimums.
-impl TilesVnni<ActBlock> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum(p.add(32), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
-/// Q4_1 with 16-bit activations split into bytes.
-impl TilesVnni<ActSplit16> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q4_isum16(p.add(32), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
 /// Q8_0: the signed weights are offset to unsigned (`w + 128`, one XOR per vector for all
 /// tokens) and the offset taken back through the activation block's quant sum:
 /// `Σ w·a = Σ (w + 128)·a − 128 · Σ a`.
@@ -268,81 +190,91 @@ unsafe fn q5_isum16<const T: usize>(
     std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
 }
 
-/// Q5_0: [`q5_isum`], the offset of 16 folded in as `−16 · d · (d_act · Σq)` as on AVX2.
-impl TilesVnni<ActBlock> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
+/// The 4- and 5-bit integer sums against one activation type (see
+/// `dot_tiles_avx2::SmallSums`).
+trait SmallSums: TileAct + Sized {
+    /// [`q4_isum`] or [`q4_isum16`].
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
+    /// [`q5_isum`] or [`q5_isum16`].
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
+}
+
+impl SmallSums for ActBlock {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q4_isum(v, x, i)
+    }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q5_isum(p5, x, i)
+    }
+}
+
+impl SmallSums for ActSplit16 {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q4_isum16(v, x, i)
+    }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
+        q5_isum16(p5, x, i)
+    }
+}
+
+/// Q4_0: the nibbles' sums (from byte 16), the offset of 8 as on AVX2.
+impl<A: SmallSums> TilesVnni<A> for Q40 {
+    const BYTES: usize = Q4_0_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum(p, x, i);
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q4(p.add(16), x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 8.0);
         }
     }
 }
 
-/// Q5_0 with 16-bit activations split into bytes.
-impl TilesVnni<ActSplit16> for Q50 {
+/// Q4_1: the nibbles' sums (from byte 32), then the scales and minimums.
+impl<A: SmallSums> TilesVnni<A> for Q41 {
+    const BYTES: usize = Q4_1_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q4(p.add(32), x, i);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+        }
+    }
+}
+
+/// Q5_0: the 5-bit sums, the offset of 16 as on AVX2.
+impl<A: SmallSums> TilesVnni<A> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum16(p, x, i);
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q5(p, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 16.0);
         }
     }
 }
 
-/// Q5_1: [`q5_isum`] (the tile's 5-bit part starts 16 bytes later), then the scales and
-/// minimums.
-impl TilesVnni<ActBlock> for Q51 {
+/// Q5_1: the 5-bit sums (16 bytes later in the tile), then the scales and minimums.
+impl<A: SmallSums> TilesVnni<A> for Q51 {
     const BYTES: usize = Q5_1_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum(p.add(16), x, i);
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::q5(p.add(16), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
-        }
-    }
-}
-
-/// Q5_1 with 16-bit activations split into bytes.
-impl TilesVnni<ActSplit16> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let s = q5_isum16(p.add(16), x, i);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
         }
     }
 }

@@ -13,7 +13,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::dot_tiles_avx2::{prefetch_l2, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::dot_tiles_vnni::PREFETCH_BYTES;
 use crate::packed::{
     Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
@@ -190,82 +190,80 @@ unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, o
     _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
 }
 
-impl TilesZmm<ActBlock> for Q40 {
+/// The 4-bit integer sums against one activation type (see `dot_tiles_avx2::SmallSums`).
+trait SmallSums: TileAct + Sized {
+    /// [`q4_isum`] or [`q4_isum16`].
+    unsafe fn q4<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T];
+}
+
+impl SmallSums for ActBlock {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        q4_isum(p, q, o, x, i)
+    }
+}
+
+impl SmallSums for ActSplit16 {
+    #[inline(always)]
+    unsafe fn q4<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        q4_isum16(p, q, o, x, i)
+    }
+}
+
+impl<A: SmallSums> TilesZmm<A> for Q40 {
     const BYTES: usize = Q4_0_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
         q: *const u8,
-        x: &[&[ActBlock]; T],
+        x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = q4_isum(p, q, 16, x, i);
+        let s = A::q4(p, q, 16, x, i);
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 8.0);
+            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.qsum(), 8.0);
         }
     }
 }
 
-impl TilesZmm<ActSplit16> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m512; T],
-    ) {
-        let s = q4_isum16(p, q, 16, x, i);
-        let d = f16x2(p, q, 0);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 8.0);
-        }
-    }
-}
-
-impl TilesZmm<ActBlock> for Q41 {
+impl<A: SmallSums> TilesZmm<A> for Q41 {
     const BYTES: usize = Q4_1_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
         q: *const u8,
-        x: &[&[ActBlock]; T],
+        x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = q4_isum(p, q, 32, x, i);
+        let s = A::q4(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
-        }
-    }
-}
-
-impl TilesZmm<ActSplit16> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        x: &[&[ActSplit16]; T],
-        i: usize,
-        acc: &mut [__m512; T],
-    ) {
-        let s = q4_isum16(p, q, 32, x, i);
-        let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.qsum());
         }
     }
 }
