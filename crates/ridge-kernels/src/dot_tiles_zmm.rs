@@ -190,10 +190,19 @@ unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, o
     _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
 }
 
-/// The 4-bit integer sums against one activation type (see `dot_tiles_avx2::SmallSums`).
+/// The 4- and 5-bit integer sums against one activation type (see
+/// `dot_tiles_avx2::SmallSums`).
 trait SmallSums: TileAct + Sized {
     /// [`q4_isum`] or [`q4_isum16`].
     unsafe fn q4<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T];
+    /// [`q5_isum`] or [`q5_isum16`].
+    unsafe fn q5<const T: usize>(
         p: *const u8,
         q: *const u8,
         o: usize,
@@ -213,6 +222,16 @@ impl SmallSums for ActBlock {
     ) -> [__m512i; T] {
         q4_isum(p, q, o, x, i)
     }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        q5_isum(p, q, o, x, i)
+    }
 }
 
 impl SmallSums for ActSplit16 {
@@ -225,6 +244,16 @@ impl SmallSums for ActSplit16 {
         i: usize,
     ) -> [__m512i; T] {
         q4_isum16(p, q, o, x, i)
+    }
+    #[inline(always)]
+    unsafe fn q5<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        q5_isum16(p, q, o, x, i)
     }
 }
 
@@ -298,9 +327,24 @@ impl TilesZmm<ActBlock> for Q80 {
     }
 }
 
-/// Per row (lane), `Σ q · a` of the 5-bit quants of both tiles, whose fifth-bit vector is at
-/// offset `o` and nibble vectors follow it (Q5_0: 16, Q5_1: 32), against 8-bit activation
-/// block `i`.
+/// The 5-bit quants of vector pair `k` of both tiles, whose fifth-bit vector is at offset `o`
+/// and nibble vectors follow it (Q5_0: 16, Q5_1: 32), as (elements `4k..4k+4`,
+/// `16+4k..16+4k+4`) of each row (see `dot_tiles_avx2::q5_quants`).
+#[inline(always)]
+unsafe fn q5_quants(p: *const u8, q: *const u8, o: usize, k: usize) -> (__m512i, __m512i) {
+    let bit4 = _mm512_set1_epi8(0x10);
+    let h = ld2(p, q, o);
+    let (lo, hi) = nibbles(p.add(o), q.add(o), k);
+    let up = _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - k as i32));
+    let down = _mm512_srl_epi16(h, _mm_cvtsi32_si128(k as i32));
+    (
+        _mm512_or_si512(lo, _mm512_and_si512(up, bit4)),
+        _mm512_or_si512(hi, _mm512_and_si512(down, bit4)),
+    )
+}
+
+/// Per row (lane), `Σ q · a` of the 5-bit quants of both tiles (see [`q5_quants`] for `o`)
+/// against 8-bit activation block `i`.
 #[inline(always)]
 unsafe fn q5_isum<const T: usize>(
     p: *const u8,
@@ -309,15 +353,9 @@ unsafe fn q5_isum<const T: usize>(
     x: &[&[ActBlock]; T],
     i: usize,
 ) -> [__m512i; T] {
-    let bit4 = _mm512_set1_epi8(0x10);
-    let h = ld2(p, q, o);
     let mut s = [_mm512_setzero_si512(); T];
     for k in 0..4 {
-        let (lo, hi) = nibbles(p.add(o), q.add(o), k);
-        let up = _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - k as i32));
-        let down = _mm512_srl_epi16(h, _mm_cvtsi32_si128(k as i32));
-        let lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
-        let hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
+        let (lo, hi) = q5_quants(p, q, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
             s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
@@ -327,42 +365,67 @@ unsafe fn q5_isum<const T: usize>(
     s
 }
 
-impl TilesZmm<ActBlock> for Q50 {
+/// [`q5_isum`] against 16-bit activations split into bytes, `Σ = 256 · high + low`.
+#[inline(always)]
+unsafe fn q5_isum16<const T: usize>(
+    p: *const u8,
+    q: *const u8,
+    o: usize,
+    x: &[&[ActSplit16]; T],
+    i: usize,
+) -> [__m512i; T] {
+    let mut low = [_mm512_setzero_si512(); T];
+    let mut high = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let (wl, wh) = q5_quants(p, q, o, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
+            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
+            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
+            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]))
+}
+
+impl<A: SmallSums> TilesZmm<A> for Q50 {
     const BYTES: usize = Q5_0_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
         q: *const u8,
-        x: &[&[ActBlock]; T],
+        x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = q5_isum(p, q, 16, x, i);
+        let s = A::q5(p, q, 16, x, i);
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d, a.d, a.isum, 16.0);
+            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.qsum(), 16.0);
         }
     }
 }
 
-impl TilesZmm<ActBlock> for Q51 {
+impl<A: SmallSums> TilesZmm<A> for Q51 {
     const BYTES: usize = Q5_1_TILE;
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
         q: *const u8,
-        x: &[&[ActBlock]; T],
+        x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = q5_isum(p, q, 32, x, i);
+        let s = A::q5(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], d, m, a.d, a.isum);
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.qsum());
         }
     }
 }

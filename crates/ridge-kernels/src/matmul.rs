@@ -684,8 +684,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
     // group through the 256-bit ones (the same bits either way). Fewer tokens stay at 256
     // bits: such a pass streams weights from memory, and two interleaved streams per task
     // measured slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM).
-    // Q5_0, Q5_1 and Q8_0 with 16-bit activations have 256-bit kernels only.
-    let pairs = T >= 4 && !(i16 && matches!(w.dtype, DType::Q5_0 | DType::Q5_1 | DType::Q8_0));
+    // Q8_0 with 16-bit activations has 256-bit kernels only.
+    let pairs = T >= 4 && !(i16 && w.dtype == DType::Q8_0);
     let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     while pairs && g + 2 <= end {
@@ -693,7 +693,9 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let q = p.add(group_bytes);
         let o = match w.dtype {
             DType::Q8_0 => z::tiles2::<_, f::Q80, T>(p, q, x8),
+            DType::Q5_0 if i16 => z::tiles2::<_, f::Q50, T>(p, q, x16),
             DType::Q5_0 => z::tiles2::<_, f::Q50, T>(p, q, x8),
+            DType::Q5_1 if i16 => z::tiles2::<_, f::Q51, T>(p, q, x16),
             DType::Q5_1 => z::tiles2::<_, f::Q51, T>(p, q, x8),
             DType::Q4_0 if i16 => z::tiles2::<_, f::Q40, T>(p, q, x16),
             DType::Q4_0 => z::tiles2::<_, f::Q40, T>(p, q, x8),
