@@ -109,6 +109,15 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
     }
 }
 
+/// A block's minimum and the scale (and its inverse, 0 for a constant block) that maps
+/// `min..=max` onto quants `0..=top` (Q4_1, Q5_1).
+fn min_scale(b: &[f32], top: f32) -> (f32, f32, f32) {
+    let min = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+    let max = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    let d = (max - min) / top;
+    (min, d, if d != 0.0 { 1.0 / d } else { 0.0 })
+}
+
 /// Quantizes an f32 row into `dtype`'s byte layout (length must be a multiple of the block
 /// size). Used for test data and synthetic models, not on the inference path.
 pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
@@ -148,10 +157,7 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
         }
         DType::Q4_1 => {
             for b in x.chunks_exact(32) {
-                let min = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
-                let max = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                let d = (max - min) / 15.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let (min, d, id) = min_scale(b, 15.0);
                 out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
                 out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
                 let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
@@ -184,10 +190,7 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
         }
         DType::Q5_1 => {
             for b in x.chunks_exact(32) {
-                let min = b.iter().fold(f32::INFINITY, |a, &v| a.min(v));
-                let max = b.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                let d = (max - min) / 31.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let (min, d, id) = min_scale(b, 31.0);
                 let q: Vec<u32> = b
                     .iter()
                     .map(|&v| (((v - min) * id + 0.5) as i32).clamp(0, 31) as u32)

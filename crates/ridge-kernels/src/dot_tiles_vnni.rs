@@ -77,46 +77,6 @@ pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
     out
 }
 
-/// Per row (lane), `Σ q · a` of the four nibble vectors at `v` (a Q4_0 or Q4_1 tile's
-/// quants): unsigned nibbles × signed activation bytes.
-#[inline(always)]
-unsafe fn q4_isum<const T: usize>(v: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
-    let mut s = [_mm256_setzero_si256(); T];
-    for k in 0..4 {
-        let (lo, hi) = nibbles_at(v.add(32 * k));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-        }
-    }
-    s
-}
-
-/// [`q4_isum`] against 16-bit activations split into bytes: unsigned low bytes × nibbles (as
-/// signed bytes, 0..15) and nibbles × signed high bytes, `Σ = 256 · high + low`.
-#[inline(always)]
-unsafe fn q4_isum16<const T: usize>(
-    v: *const u8,
-    x: &[&[ActSplit16]; T],
-    i: usize,
-) -> [__m256i; T] {
-    let mut low = [_mm256_setzero_si256(); T];
-    let mut high = [_mm256_setzero_si256(); T];
-    for k in 0..4 {
-        let (wl, wh) = nibbles_at(v.add(32 * k));
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
-            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
-        }
-    }
-    std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
-}
-
 /// Q8_0: the signed weights are offset to unsigned (`w + 128`, one XOR per vector for all
 /// tokens) and the offset taken back through the activation block's quant sum:
 /// `Σ w·a = Σ (w + 128)·a − 128 · Σ a`.
@@ -150,13 +110,30 @@ impl TilesVnni<ActBlock> for Q80 {
     }
 }
 
-/// Per row (lane), `Σ q · a` of the 5-bit quants of a Q5_0 tile at `p5` (a Q5_1 tile at
-/// `p + 16`) against 8-bit activation block `i`.
+/// Vector pair `k` of the quants of a 32-element tile whose quant part starts at byte `o`:
+/// four-bit nibbles (Q4_0, Q4_1), or with `FIVE` the fifth-bit vector and then the nibbles
+/// with those bits ORed in (Q5_0, Q5_1), as unsigned bytes.
 #[inline(always)]
-unsafe fn q5_isum<const T: usize>(p5: *const u8, x: &[&[ActBlock]; T], i: usize) -> [__m256i; T] {
+unsafe fn small_quants<const FIVE: bool>(p: *const u8, o: usize, k: usize) -> (__m256i, __m256i) {
+    if FIVE {
+        q5_quants(p.add(o - 16), k)
+    } else {
+        nibbles_at(p.add(o + 32 * k))
+    }
+}
+
+/// Per row (lane), `Σ q · a` of a Q4_0/Q4_1 (or with `FIVE` Q5_0/Q5_1) tile's quants (see
+/// [`small_quants`]) against 8-bit activation block `i`: unsigned quants × signed bytes.
+#[inline(always)]
+unsafe fn small_isum<const FIVE: bool, const T: usize>(
+    p: *const u8,
+    o: usize,
+    x: &[&[ActBlock]; T],
+    i: usize,
+) -> [__m256i; T] {
     let mut s = [_mm256_setzero_si256(); T];
     for k in 0..4 {
-        let (lo, hi) = q5_quants(p5, k);
+        let (lo, hi) = small_quants::<FIVE>(p, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
             s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
@@ -166,18 +143,20 @@ unsafe fn q5_isum<const T: usize>(p5: *const u8, x: &[&[ActBlock]; T], i: usize)
     s
 }
 
-/// [`q5_isum`] against 16-bit activations split into bytes: [`q4_isum16`]'s sums with the
-/// fifth bits ORed into the weights (exact in 32 bits at any quant size).
+/// [`small_isum`] against 16-bit activations split into bytes: unsigned low bytes × quants
+/// (as signed bytes, at most 31) and quants × signed high bytes, `Σ = 256 · high + low`
+/// (exact in 32 bits).
 #[inline(always)]
-unsafe fn q5_isum16<const T: usize>(
-    p5: *const u8,
+unsafe fn small_isum16<const FIVE: bool, const T: usize>(
+    p: *const u8,
+    o: usize,
     x: &[&[ActSplit16]; T],
     i: usize,
 ) -> [__m256i; T] {
     let mut low = [_mm256_setzero_si256(); T];
     let mut high = [_mm256_setzero_si256(); T];
     for k in 0..4 {
-        let (wl, wh) = q5_quants(p5, k);
+        let (wl, wh) = small_quants::<FIVE>(p, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
@@ -190,34 +169,39 @@ unsafe fn q5_isum16<const T: usize>(
     std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
 }
 
-/// The 4- and 5-bit integer sums against one activation type (see
-/// `dot_tiles_avx2::SmallSums`).
+/// [`small_isum`] or [`small_isum16`] by activation type, so each 4-/5-bit format's kernel is
+/// written once for both (see `dot_tiles_avx2::SmallSums`).
 trait SmallSums: TileAct + Sized {
-    /// [`q4_isum`] or [`q4_isum16`].
-    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
-    /// [`q5_isum`] or [`q5_isum16`].
-    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T];
+    /// The integer sums of the tile at `p` whose quant part starts at byte `o`.
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m256i; T];
 }
 
 impl SmallSums for ActBlock {
     #[inline(always)]
-    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
-        q4_isum(v, x, i)
-    }
-    #[inline(always)]
-    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
-        q5_isum(p5, x, i)
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m256i; T] {
+        small_isum::<FIVE, T>(p, o, x, i)
     }
 }
 
 impl SmallSums for ActSplit16 {
     #[inline(always)]
-    unsafe fn q4<const T: usize>(v: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
-        q4_isum16(v, x, i)
-    }
-    #[inline(always)]
-    unsafe fn q5<const T: usize>(p5: *const u8, x: &[&[Self]; T], i: usize) -> [__m256i; T] {
-        q5_isum16(p5, x, i)
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m256i; T] {
+        small_isum16::<FIVE, T>(p, o, x, i)
     }
 }
 
@@ -227,7 +211,7 @@ impl<A: SmallSums> TilesVnni<A> for Q40 {
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::q4(p.add(16), x, i);
+        let s = A::sums::<false, T>(p, 16, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -242,7 +226,7 @@ impl<A: SmallSums> TilesVnni<A> for Q41 {
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::q4(p.add(32), x, i);
+        let s = A::sums::<false, T>(p, 32, x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
@@ -256,7 +240,7 @@ impl<A: SmallSums> TilesVnni<A> for Q50 {
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::q5(p, x, i);
+        let s = A::sums::<true, T>(p, 16, x, i);
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -271,7 +255,7 @@ impl<A: SmallSums> TilesVnni<A> for Q51 {
     const SPAN: usize = 1;
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::q5(p.add(16), x, i);
+        let s = A::sums::<true, T>(p, 32, x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());

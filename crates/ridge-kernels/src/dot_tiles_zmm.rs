@@ -132,53 +132,6 @@ unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, qs
     _mm512_fmadd_ps(m, _mm512_set1_ps(da * qsum as f32), acc)
 }
 
-/// Per row (lane), `Σ q · a` of the four nibble vectors at offset `o` of both tiles (Q4_0 or
-/// Q4_1 quants) against 8-bit activation block `i`.
-#[inline(always)]
-unsafe fn q4_isum<const T: usize>(
-    p: *const u8,
-    q: *const u8,
-    o: usize,
-    x: &[&[ActBlock]; T],
-    i: usize,
-) -> [__m512i; T] {
-    let mut s = [_mm512_setzero_si512(); T];
-    for k in 0..4 {
-        let (lo, hi) = nibbles_at(p, q, o + 32 * k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
-            s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
-        }
-    }
-    s
-}
-
-/// [`q4_isum`] against 16-bit activations split into bytes, `Σ = 256 · high + low`.
-#[inline(always)]
-unsafe fn q4_isum16<const T: usize>(
-    p: *const u8,
-    q: *const u8,
-    o: usize,
-    x: &[&[ActSplit16]; T],
-    i: usize,
-) -> [__m512i; T] {
-    let mut low = [_mm512_setzero_si512(); T];
-    let mut high = [_mm512_setzero_si512(); T];
-    for k in 0..4 {
-        let (wl, wh) = nibbles_at(p, q, o + 32 * k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(i);
-            let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
-            low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
-            high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
-        }
-    }
-    std::array::from_fn(|t| _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]))
-}
-
 /// `acc + isum · (d · da) − off · d · (da · Σq)` (see `dot_tiles_avx2::offset_in`).
 #[inline(always)]
 unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, off: f32) -> __m512 {
@@ -188,73 +141,6 @@ unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, o
         acc,
     );
     _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
-}
-
-/// The 4- and 5-bit integer sums against one activation type (see
-/// `dot_tiles_avx2::SmallSums`).
-trait SmallSums: TileAct + Sized {
-    /// [`q4_isum`] or [`q4_isum16`].
-    unsafe fn q4<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T];
-    /// [`q5_isum`] or [`q5_isum16`].
-    unsafe fn q5<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T];
-}
-
-impl SmallSums for ActBlock {
-    #[inline(always)]
-    unsafe fn q4<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T] {
-        q4_isum(p, q, o, x, i)
-    }
-    #[inline(always)]
-    unsafe fn q5<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T] {
-        q5_isum(p, q, o, x, i)
-    }
-}
-
-impl SmallSums for ActSplit16 {
-    #[inline(always)]
-    unsafe fn q4<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T] {
-        q4_isum16(p, q, o, x, i)
-    }
-    #[inline(always)]
-    unsafe fn q5<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        o: usize,
-        x: &[&[Self]; T],
-        i: usize,
-    ) -> [__m512i; T] {
-        q5_isum16(p, q, o, x, i)
-    }
 }
 
 impl<A: SmallSums> TilesZmm<A> for Q40 {
@@ -268,7 +154,7 @@ impl<A: SmallSums> TilesZmm<A> for Q40 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = A::q4(p, q, 16, x, i);
+        let s = A::sums::<false, T>(p, q, 16, x, i);
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -288,7 +174,7 @@ impl<A: SmallSums> TilesZmm<A> for Q41 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = A::q4(p, q, 32, x, i);
+        let s = A::sums::<false, T>(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -327,11 +213,19 @@ impl TilesZmm<ActBlock> for Q80 {
     }
 }
 
-/// The 5-bit quants of vector pair `k` of both tiles, whose fifth-bit vector is at offset `o`
-/// and nibble vectors follow it (Q5_0: 16, Q5_1: 32), as (elements `4k..4k+4`,
-/// `16+4k..16+4k+4`) of each row (see `dot_tiles_avx2::q5_quants`).
+/// Vector pair `k` of both tiles' quants, whose quant part starts at byte `o`: four-bit
+/// nibbles (Q4_0, Q4_1), or with `FIVE` the fifth-bit vector and then the nibbles with those
+/// bits ORed in (Q5_0, Q5_1; see `dot_tiles_avx2::q5_quants`), as unsigned bytes.
 #[inline(always)]
-unsafe fn q5_quants(p: *const u8, q: *const u8, o: usize, k: usize) -> (__m512i, __m512i) {
+unsafe fn small_quants<const FIVE: bool>(
+    p: *const u8,
+    q: *const u8,
+    o: usize,
+    k: usize,
+) -> (__m512i, __m512i) {
+    if !FIVE {
+        return nibbles_at(p, q, o + 32 * k);
+    }
     let bit4 = _mm512_set1_epi8(0x10);
     let h = ld2(p, q, o);
     let (lo, hi) = nibbles(p.add(o), q.add(o), k);
@@ -343,10 +237,10 @@ unsafe fn q5_quants(p: *const u8, q: *const u8, o: usize, k: usize) -> (__m512i,
     )
 }
 
-/// Per row (lane), `Σ q · a` of the 5-bit quants of both tiles (see [`q5_quants`] for `o`)
-/// against 8-bit activation block `i`.
+/// Per row (lane), `Σ q · a` of both tiles' quants (see [`small_quants`]) against 8-bit
+/// activation block `i`.
 #[inline(always)]
-unsafe fn q5_isum<const T: usize>(
+unsafe fn small_isum<const FIVE: bool, const T: usize>(
     p: *const u8,
     q: *const u8,
     o: usize,
@@ -355,7 +249,7 @@ unsafe fn q5_isum<const T: usize>(
 ) -> [__m512i; T] {
     let mut s = [_mm512_setzero_si512(); T];
     for k in 0..4 {
-        let (lo, hi) = q5_quants(p, q, o, k);
+        let (lo, hi) = small_quants::<FIVE>(p, q, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
             s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
@@ -365,9 +259,9 @@ unsafe fn q5_isum<const T: usize>(
     s
 }
 
-/// [`q5_isum`] against 16-bit activations split into bytes, `Σ = 256 · high + low`.
+/// [`small_isum`] against 16-bit activations split into bytes, `Σ = 256 · high + low`.
 #[inline(always)]
-unsafe fn q5_isum16<const T: usize>(
+unsafe fn small_isum16<const FIVE: bool, const T: usize>(
     p: *const u8,
     q: *const u8,
     o: usize,
@@ -377,7 +271,7 @@ unsafe fn q5_isum16<const T: usize>(
     let mut low = [_mm512_setzero_si512(); T];
     let mut high = [_mm512_setzero_si512(); T];
     for k in 0..4 {
-        let (wl, wh) = q5_quants(p, q, o, k);
+        let (wl, wh) = small_quants::<FIVE>(p, q, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
@@ -388,6 +282,44 @@ unsafe fn q5_isum16<const T: usize>(
         }
     }
     std::array::from_fn(|t| _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]))
+}
+
+/// [`small_isum`] or [`small_isum16`] by activation type (see `dot_tiles_avx2::SmallSums`).
+trait SmallSums: TileAct + Sized {
+    /// The integer sums of both tiles, whose quant part starts at byte `o`.
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T];
+}
+
+impl SmallSums for ActBlock {
+    #[inline(always)]
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        small_isum::<FIVE, T>(p, q, o, x, i)
+    }
+}
+
+impl SmallSums for ActSplit16 {
+    #[inline(always)]
+    unsafe fn sums<const FIVE: bool, const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        o: usize,
+        x: &[&[Self]; T],
+        i: usize,
+    ) -> [__m512i; T] {
+        small_isum16::<FIVE, T>(p, q, o, x, i)
+    }
 }
 
 impl<A: SmallSums> TilesZmm<A> for Q50 {
@@ -401,7 +333,7 @@ impl<A: SmallSums> TilesZmm<A> for Q50 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = A::q5(p, q, 16, x, i);
+        let s = A::sums::<true, T>(p, q, 16, x, i);
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
@@ -421,7 +353,7 @@ impl<A: SmallSums> TilesZmm<A> for Q51 {
         i: usize,
         acc: &mut [__m512; T],
     ) {
-        let s = A::q5(p, q, 32, x, i);
+        let s = A::sums::<true, T>(p, q, 32, x, i);
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
