@@ -20,11 +20,26 @@ pub struct Loaded {
 pub fn load(model: Option<&str>) -> Result<Loaded> {
     let arg = model.unwrap_or(registry::DEFAULT_MODEL);
     let path = registry::resolve(arg, false)?;
+    let spinner = loading_spinner(&path);
     let mut model = Model::load(&path)?;
+    spinner.finish_and_clear();
     model.set_act_policy(ACT_POLICY.get().copied().unwrap_or_default());
     let tokenizer = Tokenizer::from_gguf(model.gguf())
         .with_context(|| format!("{}: tokenizer", path.display()))?;
     Ok(Loaded { model, tokenizer })
+}
+
+/// A spinner while the weights are mapped and repacked into tiles (seconds for a 1 GB model).
+fn loading_spinner(path: &std::path::Path) -> indicatif::ProgressBar {
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    crate::progress::spinner(format!(
+        "loading {name} ({:.0} MB): mapping and repacking the weights for this CPU",
+        size as f64 / 1e6
+    ))
 }
 
 /// Loads only the tokenizer (for `tokenize`, which needs no weights bound).

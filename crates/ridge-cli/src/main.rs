@@ -6,6 +6,7 @@
 
 mod commands;
 mod load;
+mod progress;
 mod spec_args;
 
 use clap::{Parser, Subcommand};

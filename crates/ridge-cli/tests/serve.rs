@@ -504,15 +504,71 @@ fn sigterm_drains_streams_in_flight_and_exits_zero() {
 fn the_official_openai_python_sdk_works_unchanged() {
     let s = Server::start(&[]);
     let script = common::repo().join("tools/tests/openai_sdk_check.py");
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(common::test_python())
         .arg(&script)
         .arg(&s.base)
         .output()
-        .expect("python3");
+        .expect("run the test Python");
     assert!(
         out.status.success(),
-        "{}\n{}\n(install the SDK with: python3 -m pip install -r tools/requirements-test.txt)",
+        "{}\n{}\n(the test needs the openai package: run the tests with scripts/test)",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn latency_metrics_count_clients_that_hang_up() {
+    // 48 concurrent streams, 16 of which hang up after 5 tokens: every one had a first token,
+    // so the TTFT histogram counts 48 (a UI whose users press stop must not flatter TTFT).
+    let s = Server::start(&[]);
+    let threads: Vec<_> = (0..48)
+        .map(|i| {
+            let url = s.url("/v1/completions");
+            std::thread::spawn(move || {
+                let hang_up = i % 3 == 0;
+                let body = json!({
+                    "prompt": format!("Story number {i}: once upon a time"),
+                    "max_tokens": if hang_up { 400 } else { 12 },
+                    "ignore_eos": true,
+                    "stream": true,
+                });
+                let r = Server::client().post(url).json(&body).send().unwrap();
+                assert_eq!(r.status(), 200);
+                if !hang_up {
+                    let (chunks, done) = sse(r);
+                    assert!(done && !chunks.is_empty());
+                    return;
+                }
+                let mut seen = 0;
+                for line in std::io::BufRead::lines(std::io::BufReader::new(r)) {
+                    if line.unwrap().starts_with("data: ") {
+                        seen += 1;
+                        if seen == 5 {
+                            break; // dropping the response closes the connection
+                        }
+                    }
+                }
+                assert_eq!(seen, 5);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(
+        s.drained(),
+        "requests still held after every client finished"
+    );
+    let count = |h: &str| s.metric(&format!("ridge:{h}_count"));
+    assert_eq!(count("time_to_first_token_seconds"), 48.0);
+    assert_eq!(count("e2e_request_latency_seconds"), 48.0);
+    assert_eq!(count("request_time_per_output_token_seconds"), 48.0);
+    assert_eq!(count("request_queue_time_seconds"), 48.0);
+    // Every token but each choice's first is one inter-token gap, hung-up streams included.
+    let tokens = s.metric("ridge:generation_tokens_total");
+    assert_eq!(count("inter_token_latency_seconds"), tokens - 48.0);
+    let abort = s.metric("ridge:request_success_total{finished_reason=\"abort\"}");
+    let length = s.metric("ridge:request_success_total{finished_reason=\"length\"}");
+    assert_eq!((abort, length), (16.0, 32.0));
 }

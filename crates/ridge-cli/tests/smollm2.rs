@@ -109,6 +109,7 @@ fn greedy_capital_of_france_is_paris_from_an_empty_cache() {
         .env("RIDGE_HOME", home.path())
         .args([
             "run",
+            "--raw",
             "--temperature",
             "0",
             "--max-tokens",
@@ -154,4 +155,43 @@ fn chat_keeps_the_conversation_through_the_template() {
     assert!(first.contains("Paris"), "{text:?}");
     // "And of Germany?" only makes sense with the first turn in context.
     assert!(second.contains("Berlin"), "{text:?}");
+}
+
+/// The stats line's `prompt tokens: N`.
+fn prompt_tokens(stats: &str) -> usize {
+    let rest = stats
+        .split("prompt tokens: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no prompt tokens in {stats}"));
+    rest.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn run_answers_a_bare_question_through_the_chat_template() {
+    // The README's first command: no flags. Given the bare question, the instruct model ends
+    // at once; through its chat template it answers. `--raw` gives the text as typed.
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let q = "Why is the sky blue?";
+    let greedy = ["--temperature", "0", "--max-tokens", "40"];
+    let o = run(&[&["run", "--model", m][..], &greedy, &[q]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("scattering"), "{text:?}");
+    let templated = prompt_tokens(&stderr(&o));
+    let raw = run(&[&["run", "--raw", "--model", m][..], &greedy, &[q]].concat());
+    assert!(raw.status.success(), "{}", stderr(&raw));
+    assert_eq!(
+        stdout(&raw).trim(),
+        "",
+        "the bare question now gets an answer"
+    );
+    let plain = prompt_tokens(&stderr(&raw));
+    let tokenized = run(&["tokenize", "--model", m, q]);
+    let ids: Value = serde_json::from_str(stdout(&tokenized).trim()).unwrap();
+    assert_eq!(plain, ids.as_array().unwrap().len());
+    // SmolLM2's template adds its default system message and the role markers.
+    assert!(templated > plain + 10, "{templated} vs {plain}");
+    // --raw and --chat together make no sense: one line, exit 1.
+    assert_clean_failure(&run(&["run", "--raw", "--chat", "--model", m, q]), "--raw");
 }

@@ -21,9 +21,7 @@ fn greedy_run(model: &str, extra: &[&str], chat: bool, prompt: &str) -> (String,
         "--max-tokens",
         "40",
     ];
-    if chat {
-        args.push("--chat");
-    }
+    args.push(if chat { "--chat" } else { "--raw" });
     args.extend_from_slice(extra);
     args.push(prompt);
     let o = run(&args);

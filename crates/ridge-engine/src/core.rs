@@ -439,6 +439,7 @@ impl EngineCore {
         }
         EngineStats::add(&self.stats.steps, 1);
         EngineStats::add(&self.stats.step_tokens, self.batch.len());
+        EngineStats::set(&self.stats.last_step_tokens, self.batch.len());
         let EngineCore {
             model,
             tokenizer,
@@ -768,6 +769,7 @@ fn emit_token(
         text: out.emit,
         logprobs: lp,
         at: now,
+        arrival: s.timings.arrival,
     }));
     if !alive {
         Some((FinishReason::Aborted, String::new()))

@@ -158,6 +158,8 @@ pub struct TokenEvent {
     pub logprobs: Option<TokenLogprobs>,
     /// When the token was sampled.
     pub at: Instant,
+    /// When the request arrived (so a consumer can observe TTFT at the first token).
+    pub arrival: Instant,
 }
 
 /// The end of one choice.

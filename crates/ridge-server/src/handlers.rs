@@ -330,6 +330,50 @@ pub async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
     }))
 }
 
+/// `GET /`: the chat page (one self-contained file: no external scripts, styles or fonts).
+pub async fn page() -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page may talk only to this server and load nothing from elsewhere.
+            (
+                axum::http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("page/chat.html"),
+    )
+        .into_response()
+}
+
+/// `GET /state`: the engine's live state as JSON (what the chat page's panel shows; the same
+/// numbers as `/metrics`, in one object).
+pub async fn state(State(st): State<Arc<AppState>>) -> Json<Value> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = st.engine.stats();
+    let info = st.engine.info();
+    let running = s.running.load(Relaxed);
+    Json(json!({
+        "model": st.model_name,
+        "ctx_len": info.ctx_len,
+        "max_seqs": info.config.max_seqs,
+        "max_batch_tokens": info.config.max_batch_tokens,
+        "running": running,
+        "waiting": s.waiting.load(Relaxed),
+        "kv_cache_usage": s.kv_usage(),
+        "kv_total_blocks": info.kv_total_blocks,
+        "kv_used_blocks": s.kv_used_blocks.load(Relaxed),
+        "kv_cached_blocks": s.kv_cached_blocks.load(Relaxed),
+        "last_step_tokens": if running > 0 { s.last_step_tokens.load(Relaxed) } else { 0 },
+        "steps": s.steps.load(Relaxed),
+        "prompt_tokens": s.prompt_tokens.load(Relaxed),
+        "generation_tokens": s.generation_tokens.load(Relaxed),
+        "bandwidth_gbs": info.config.bandwidth_gbs,
+        "speculative": info.speculative,
+    }))
+}
+
 /// `GET /health`.
 pub async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))

@@ -9,7 +9,11 @@
 //! drain on SIGTERM/SIGINT.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
-//! `GET /metrics`, `POST /tokenize`, `POST /detokenize`. Unknown paths get a 404 error object.
+//! `GET /metrics`, `POST /tokenize`, `POST /detokenize`, and for people `GET /` (a chat page
+//! embedded in the binary, which shows each answer's TTFT, TPOT and roofline efficiency) with
+//! `GET /state` (the engine's live state as JSON). Unknown paths get a 404 error object. The
+//! page and `/state`, like `/metrics`, need no API key; everything the page asks of the model
+//! goes through the API routes with the key the user enters.
 
 #![warn(missing_docs)]
 
@@ -49,6 +53,8 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
             auth::require_key,
         ));
     Router::new()
+        .route("/", get(handlers::page))
+        .route("/state", get(handlers::state))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .merge(api)

@@ -13,7 +13,9 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use ridge_engine::{ChoiceTimings, EngineStats};
+use std::time::Instant;
+
+use ridge_engine::{ChoiceTimings, EngineStats, Event};
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -94,17 +96,20 @@ impl Metrics {
         }
     }
 
+    /// Records a choice's first token, `secs` after its request arrived.
+    pub fn first_token(&self, secs: f64) {
+        self.ttft.record(secs);
+    }
+
     /// Records one gap between consecutive tokens of a choice, seconds.
     pub fn inter_token(&self, secs: f64) {
         self.itl.record(secs);
     }
 
     /// Records the latencies of a finished choice (outcome counts come from the engine, which
-    /// also sees choices whose client is gone).
+    /// also sees choices whose client is gone). TTFT is not among them: [`Observer`] records it
+    /// when the first token is sampled.
     pub fn finished(&self, t: &ChoiceTimings) {
-        if let Some(v) = t.ttft_ms() {
-            self.ttft.record(v / 1e3);
-        }
         if let Some(v) = t.tpot_ms() {
             self.tpot.record(v / 1e3);
         }
@@ -141,6 +146,54 @@ impl Metrics {
             .absolute(s.finished_abort.load(Relaxed) + s.finished_error.load(Relaxed));
         let _ = &self.recorder;
         self.handle.render()
+    }
+}
+
+/// Observes one engine request's latencies on the engine thread, as its events are produced:
+/// TTFT at each choice's first token, ITL at every later one, the rest at its end. Observing
+/// here rather than where the response is written means a client that hangs up early is still
+/// counted (vLLM observes TTFT at the first token too).
+pub struct Observer {
+    state: std::sync::Arc<crate::state::AppState>,
+    /// When each choice's latest token was sampled (`None`: none yet).
+    last: std::sync::Mutex<Vec<Option<Instant>>>,
+}
+
+impl Observer {
+    /// An observer for a request of `n` choices.
+    pub fn new(state: std::sync::Arc<crate::state::AppState>, n: usize) -> Self {
+        Observer {
+            state,
+            last: std::sync::Mutex::new(vec![None; n]),
+        }
+    }
+
+    /// Records what `ev` completes.
+    pub fn observe(&self, ev: &Event) {
+        let m = &self.state.metrics;
+        // Only this request's events touch the lock, one at a time on the engine thread; a
+        // poisoned lock (a panic elsewhere while held) still holds valid times.
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match ev {
+            Event::Token(t) => {
+                let Some(slot) = last.get_mut(t.index) else {
+                    return;
+                };
+                match slot.replace(t.at) {
+                    Some(prev) => m.inter_token(t.at.saturating_duration_since(prev).as_secs_f64()),
+                    None => m.first_token(t.at.saturating_duration_since(t.arrival).as_secs_f64()),
+                }
+            }
+            Event::Finish(f) => {
+                // A choice whose only token was a stop token streamed no token event.
+                if last.get(f.index).is_some_and(Option::is_none) {
+                    if let Some(v) = f.timings.ttft_ms() {
+                        m.first_token(v / 1e3);
+                    }
+                }
+                m.finished(&f.timings);
+            }
+        }
     }
 }
 

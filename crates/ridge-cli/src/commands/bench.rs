@@ -111,7 +111,7 @@ pub fn main(a: Args) -> Result<()> {
             "efficiency"
         );
     }
-    let print = |r: &BenchResult| {
+    let print_result = |r: &BenchResult| {
         if a.json {
             println!(
                 "{}",
@@ -157,11 +157,27 @@ pub fn main(a: Args) -> Result<()> {
             );
         }
     };
+    // Each batch size takes reps × (prefill + decode): say which one is being measured.
+    let what = |b: usize| {
+        format!(
+            "measuring batch {b}: {} prompt + {} generated tokens per sequence, {} reps",
+            cfg.prompt_tokens, cfg.gen_tokens, cfg.reps
+        )
+    };
+    let spinner = crate::progress::spinner(what(cfg.batch_sizes.first().copied().unwrap_or(1)));
+    let print = |r: &BenchResult| {
+        spinner.suspend(|| print_result(r));
+        let next = cfg.batch_sizes.iter().skip_while(|&&b| b != r.batch).nth(1);
+        if let Some(&b) = next {
+            spinner.set_message(what(b));
+        }
+    };
     if a.direct {
         ridge_bench::run(model, &cfg, bw, print)?;
     } else {
         run_scheduler(loaded, &cfg, bw, print)?;
     }
+    spinner.finish_and_clear();
     Ok(())
 }
 

@@ -1,12 +1,13 @@
 //! `ridge run [--model M] [options] PROMPT`: streams generated text to stdout, then one stats
-//! line on stderr.
+//! line on stderr. The prompt goes through the model's chat template when it has one (`--raw`
+//! completes the text as given).
 
 use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::Result;
 use ridge_engine::{EngineConfig, EngineCore, GenerateParams, Generation, SamplingParams};
-use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, Tokenizer};
+use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, Tokenizer, TokenizerError};
 
 use crate::load::Loaded;
 
@@ -56,9 +57,16 @@ pub struct Args {
     /// Model path or known name (default: smollm2-135m, pulled on first use).
     #[arg(long, short)]
     model: Option<String>,
-    /// Wrap the prompt as a user message in the model's chat template.
+    /// Complete the prompt text as given, without the model's chat template.
+    #[arg(long, conflicts_with_all = ["chat", "system"])]
+    raw: bool,
+    /// Require the chat template (an error for a model without one). Without `--raw` the
+    /// template is already applied whenever the model has one.
     #[arg(long)]
     chat: bool,
+    /// A system message to put before the prompt (chat models only).
+    #[arg(long)]
+    system: Option<String>,
     #[command(flatten)]
     gen: GenArgs,
     #[command(flatten)]
@@ -161,9 +169,37 @@ pub fn stats_line(g: &Generation) -> String {
     )
 }
 
-/// Renders one user message through the template.
+/// The prompt's token ids: the messages rendered through the model's chat template when it has
+/// one (as ollama and `llama-cli` do: an instruct model given a bare question often ends at
+/// once), else the text as given. `--raw` always takes the text as given; `--chat` makes a
+/// missing template an error.
+fn prompt_ids(l: &Loaded, a: &Args) -> Result<Vec<u32>> {
+    if a.raw {
+        return Ok(l.tokenizer.encode(&a.prompt, true, true)?);
+    }
+    let tmpl = match ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer) {
+        Ok(t) => t,
+        Err(TokenizerError::MissingChatTemplate) if !a.chat && a.system.is_none() => {
+            return Ok(l.tokenizer.encode(&a.prompt, true, true)?)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut messages: Vec<ChatMessage> = a
+        .system
+        .iter()
+        .map(|s| ChatMessage::new("system", s.clone()))
+        .collect();
+    messages.push(ChatMessage::new("user", a.prompt.clone()));
+    render(l, &tmpl, &messages)
+}
+
+/// Renders messages through the model's chat template (an error when it has none).
 pub fn chat_prompt(l: &Loaded, messages: &[ChatMessage]) -> Result<Vec<u32>> {
     let tmpl = ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer)?;
+    render(l, &tmpl, messages)
+}
+
+fn render(l: &Loaded, tmpl: &ChatTemplate, messages: &[ChatMessage]) -> Result<Vec<u32>> {
     let text = tmpl.render(messages, true)?;
     Ok(l.tokenizer.encode_chat_prompt(&text)?)
 }
@@ -171,11 +207,7 @@ pub fn chat_prompt(l: &Loaded, messages: &[ChatMessage]) -> Result<Vec<u32>> {
 /// Runs `run`.
 pub fn main(a: Args) -> Result<()> {
     let l = crate::load::load(a.model.as_deref())?;
-    let prompt = if a.chat {
-        chat_prompt(&l, &[ChatMessage::new("user", a.prompt.clone())])?
-    } else {
-        l.tokenizer.encode(&a.prompt, true, true)?
-    };
+    let prompt = prompt_ids(&l, &a)?;
     if a.spec.speculative.is_some() {
         let line = stream_speculative(l, &prompt, &a)?;
         println!();

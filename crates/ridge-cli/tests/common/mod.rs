@@ -52,6 +52,13 @@ pub fn gemma3() -> PathBuf {
         .expect("pull gemma3-270m (needs python3 -m pip and the package index)")
 }
 
+/// The Python that has the test packages (`tools/requirements-test.txt`): `scripts/test`
+/// installs them into a virtual environment and names its interpreter in `RIDGE_TEST_PYTHON`;
+/// without it, `python3`.
+pub fn test_python() -> PathBuf {
+    std::env::var_os("RIDGE_TEST_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from)
+}
+
 /// stderr as a string.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -1,0 +1,80 @@
+//! The chat page `ridge serve` shows at `/`: served without the API key, self-contained (no
+//! address outside the server), and driven end to end in headless Chromium (Debian's, through
+//! Selenium; `scripts/test` installs both): a question streams an answer whose TTFT, TPOT and
+//! roofline efficiency appear, beside the live server panel fed by `/state`.
+
+mod common;
+
+use common::server::Server;
+use serde_json::Value;
+
+const KEY: &str = "page-test-key";
+
+#[test]
+fn the_page_is_self_contained_and_state_is_live_json() {
+    let s = Server::start(&["--api-key", KEY]);
+    let r = Server::client().get(s.url("/")).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ct.starts_with("text/html"), "{ct}");
+    let csp = r.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"));
+    let html = r.text().unwrap();
+    for external in ["http://", "https://", "//cdn", "@import", "url("] {
+        assert!(!html.contains(external), "page refers outside: {external}");
+    }
+    let (code, body) = s.get("/state");
+    assert_eq!(code, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    for k in [
+        "running",
+        "waiting",
+        "kv_cache_usage",
+        "last_step_tokens",
+        "generation_tokens",
+    ] {
+        assert!(v[k].is_number(), "{k} in {v}");
+    }
+    let models: Value = Server::client()
+        .get(s.url("/v1/models"))
+        .bearer_auth(KEY)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["model"], models["data"][0]["id"]);
+    // The API itself still wants the key.
+    let (code, _) = s.post("/v1/chat/completions", &serde_json::json!({"messages": []}));
+    assert_eq!(code, 401);
+}
+
+#[test]
+fn chromium_streams_an_answer_with_its_speed_on_the_page() {
+    let s = Server::start(&["--api-key", KEY]);
+    let shot = common::repo().join("target/chat-page.png");
+    let out = std::process::Command::new(common::test_python())
+        .arg(common::repo().join("tools/tests/chat_page_check.py"))
+        .arg(&s.base)
+        .arg(KEY)
+        .arg(&shot)
+        .output()
+        .expect("run the test Python");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n(the browser test needs Selenium and Chromium: run the tests with scripts/test)",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(summary["answer"].as_str().unwrap().contains("Paris"));
+    // A real screenshot: a PNG of the 1280×880 window.
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let (w, h) = (
+        u32::from_be_bytes(png[16..20].try_into().unwrap()),
+        u32::from_be_bytes(png[20..24].try_into().unwrap()),
+    );
+    assert!(w >= 1200 && h >= 700, "{w}x{h}");
+    let log = s.stderr.lock().unwrap().join("\n");
+    assert!(!log.contains("panicked"), "{log}");
+}
