@@ -34,6 +34,7 @@ use std::time::Instant;
 use ridge_model::{Batch, KvCache, KvDtype, Model, SeqId, Workspace, KV_BLOCK_SIZE};
 use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
+use crate::constraint::{sample_constrained, Constraint, GrammarError};
 use crate::request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
@@ -110,6 +111,10 @@ struct Seq {
     spec: SpecState,
     /// This step's draft tokens (verified after the forward pass).
     draft: Vec<u32>,
+    /// The grammar its output must match, if any.
+    constraint: Option<Constraint>,
+    /// A masked copy of the logits row (constrained sequences only).
+    masked: Vec<f32>,
 }
 
 impl Seq {
@@ -336,6 +341,8 @@ impl EngineCore {
                 stop: StopMatcher::new(&req.stop),
                 timings: ChoiceTimings::new(arrival),
                 done: false,
+                constraint: req.constraint.clone(),
+                masked: Vec::new(),
             });
         }
         self.publish_gauges();
@@ -454,7 +461,25 @@ impl EngineCore {
             ..
         } = self;
         let vocab = model.config().vocab;
-        match model.forward(batch, kv, ws) {
+        let mut grammars: Vec<&mut Constraint> = running
+            .iter_mut()
+            .filter_map(|s| s.constraint.as_mut())
+            .collect();
+        let forward = if grammars.is_empty() {
+            model.forward(batch, kv, ws)
+        } else {
+            // The next masks depend only on tokens already committed: compute them while the
+            // forward pass runs (an error resurfaces, and is reported, when the mask is used).
+            std::thread::scope(|scope| {
+                scope.spawn(move || {
+                    for c in grammars.iter_mut() {
+                        let _ = c.prepare();
+                    }
+                });
+                model.forward(batch, kv, ws)
+            })
+        };
+        match forward {
             Ok(logits) => {
                 let mut row = 0;
                 for p in plan.iter() {
@@ -470,9 +495,26 @@ impl EngineCore {
                     if s.computed == s.tokens.len() {
                         let l = &logits[row * vocab..(row + 1) * vocab];
                         row += 1;
-                        let tok = s.sampler.sample_with(l, Some(&s.history));
-                        if let Some((reason, text)) = emit_token(s, tok, l, tokenizer, eog, stats) {
-                            finish_seq(s, kv, stats, *roof, reason, text, None);
+                        match sample_seq(s, l, None) {
+                            Ok(tok) => {
+                                if let Some((reason, text)) =
+                                    emit_token(s, tok, l, tokenizer, eog, stats)
+                                {
+                                    finish_seq(s, kv, stats, *roof, reason, text, None);
+                                }
+                            }
+                            Err(e) => {
+                                let msg = Some(e.to_string());
+                                finish_seq(
+                                    s,
+                                    kv,
+                                    stats,
+                                    *roof,
+                                    FinishReason::Aborted,
+                                    String::new(),
+                                    msg,
+                                );
+                            }
                         }
                     }
                     if let Some(seq) = s.kv {
@@ -738,6 +780,19 @@ struct Roof {
     bandwidth: f64,
 }
 
+/// Samples `s`'s next token from its logits row `l` (verifying `draft` when given), through its
+/// grammar when it has one.
+fn sample_seq(s: &mut Seq, l: &[f32], draft: Option<u32>) -> Result<u32, GrammarError> {
+    sample_constrained(
+        &mut s.sampler,
+        Some(&s.history),
+        s.constraint.as_mut(),
+        &mut s.masked,
+        l,
+        draft,
+    )
+}
+
 /// Streams token `tok` (chosen from `logits`) of `s`, and says whether the choice ends (with
 /// the text released at the end).
 fn emit_token(
@@ -775,6 +830,9 @@ fn emit_token(
         Some((FinishReason::Aborted, String::new()))
     } else if out.stopped {
         Some((FinishReason::Stop, String::new()))
+    } else if s.constraint.as_ref().is_some_and(Constraint::is_complete) {
+        // The grammar admits nothing more: the output is whole.
+        Some((FinishReason::Stop, drain_text(s)))
     } else if s.generated() >= s.req.max_new {
         Some((FinishReason::Length, drain_text(s)))
     } else {
@@ -801,9 +859,21 @@ fn verify(
     let mut accepted = 0;
     for (j, l) in logits.chunks_exact(vocab).enumerate() {
         let guess = draft.get(j).copied();
-        let tok = match guess {
-            Some(g) => s.sampler.verify_draft(l, Some(&s.history), g),
-            None => s.sampler.sample_with(l, Some(&s.history)),
+        let tok = match sample_seq(s, l, guess) {
+            Ok(t) => t,
+            Err(e) => {
+                let msg = Some(e.to_string());
+                finish_seq(
+                    s,
+                    kv,
+                    stats,
+                    roof,
+                    FinishReason::Aborted,
+                    String::new(),
+                    msg,
+                );
+                break;
+            }
         };
         let ended = emit_token(s, tok, l, tokenizer, eog, stats);
         if guess == Some(tok) {

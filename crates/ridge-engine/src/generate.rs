@@ -6,9 +6,10 @@ use ridge_model::{Batch, KvCache, Model, Workspace};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::constraint::sample_constrained;
 use crate::{
-    EngineCore, EngineError, Event, EventSink, FinishEvent, Request, RequestTimings, Sampler,
-    SamplingParams,
+    Constraint, EngineCore, EngineError, Event, EventSink, FinishEvent, Request, RequestTimings,
+    Sampler, SamplingParams,
 };
 
 /// Largest number of prompt tokens per forward pass (bounds the activation buffers).
@@ -34,6 +35,8 @@ pub struct GenerateParams {
     pub sampling: SamplingParams,
     /// Tokens that end generation (not passed to the callback).
     pub stop_tokens: Vec<u32>,
+    /// A grammar the output must match.
+    pub constraint: Option<crate::Constraint>,
 }
 
 /// The outcome of a generation.
@@ -78,6 +81,19 @@ pub fn generate(
     let mut batch = Batch::new();
     let mut sampler = Sampler::new(params.sampling.clone());
     let mut tokens = Vec::with_capacity(max_new);
+    let mut constraint = params.constraint.clone();
+    let mut scratch = Vec::new();
+    let mut pick = |logits: &[f32], constraint: &mut Option<Constraint>| {
+        sample_constrained(
+            &mut sampler,
+            None,
+            constraint.as_mut(),
+            &mut scratch,
+            logits,
+            None,
+        )
+        .map_err(|e| EngineError::InvalidParam(e.to_string()))
+    };
 
     let mut next = 0u32;
     for (ci, chunk) in prompt.chunks(PREFILL_CHUNK).enumerate() {
@@ -86,7 +102,7 @@ pub fn generate(
         batch.push_seq(chunk, ci * PREFILL_CHUNK, seq, last);
         let logits = model.forward(&batch, &mut kv, &mut ws)?;
         if last {
-            next = sampler.sample(logits);
+            next = pick(logits, &mut constraint)?;
         }
     }
     let mut finish = FinishReason::Length;
@@ -105,10 +121,14 @@ pub fn generate(
         if tokens.len() == max_new {
             break;
         }
+        if constraint.as_ref().is_some_and(Constraint::is_complete) {
+            finish = FinishReason::Stop;
+            break;
+        }
         batch.clear();
         batch.push(next, prompt.len() + tokens.len() - 1, seq, true);
         let logits = model.forward(&batch, &mut kv, &mut ws)?;
-        next = sampler.sample(logits);
+        next = pick(logits, &mut constraint)?;
         // Nothing is rewound here: the windowed layers' old blocks can go.
         let len = kv.seq_len(seq);
         kv.release_behind_window(seq, len);
@@ -135,6 +155,7 @@ pub fn generate_in(
     req.sampling = params.sampling.clone();
     req.ignore_eos = params.stop_tokens.is_empty();
     req.stop_token_ids = params.stop_tokens.clone();
+    req.constraint = params.constraint.clone();
     let events: Arc<Mutex<Vec<Event>>> = Arc::default();
     let log = events.clone();
     let sink: EventSink = Arc::new(move |e| log.lock().map(|mut l| l.push(e)).is_ok());

@@ -11,6 +11,7 @@
 //! benchmarks) reports the same numbers with vLLM's definitions: TTFT = arrival → first token;
 //! TPOT = (t_last − t_first) / (n − 1).
 
+mod constraint;
 mod core;
 mod engine;
 mod generate;
@@ -24,6 +25,7 @@ mod throughput;
 mod timing;
 
 pub use crate::core::{check_request, EngineConfig, EngineCore};
+pub use constraint::{Constraint, GrammarError, GrammarSpec, Grammars, COMPILE_LIMITS};
 pub use engine::{Engine, EngineInfo};
 pub use generate::{generate, generate_in, FinishReason, GenerateParams, Generation};
 pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};

@@ -33,6 +33,9 @@ pub struct Request {
     /// Allow speculative decoding for this request when the engine has it (default: yes; the
     /// output is the same either way, only the speed differs).
     pub speculative: bool,
+    /// A grammar the output must match (compiled by [`crate::Grammars::compile`]); each choice
+    /// gets its own copy.
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl Request {
@@ -49,6 +52,7 @@ impl Request {
             logprobs: None,
             render_special: false,
             speculative: true,
+            constraint: None,
         }
     }
 }

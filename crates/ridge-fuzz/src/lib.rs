@@ -83,6 +83,7 @@ pub fn gguf(data: &[u8]) {
             max_tokens: 2,
             sampling: ridge_engine::SamplingParams::greedy(),
             stop_tokens: Vec::new(),
+            constraint: None,
         };
         let _ = ridge_engine::generate(&model, &[0], &params, |_| true);
     }

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +20,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use ridge_engine::{
-    ChoiceTimings, EngineError, Event, EventSink, FinishReason, RequestId, TokenLogprobs, Usage,
+    ChoiceTimings, Constraint, EngineError, Event, EventSink, FinishReason, RequestId,
+    TokenLogprobs, Usage,
 };
 
 use crate::error::ApiError;
@@ -49,6 +50,8 @@ pub struct Job {
     pub default_max: Option<usize>,
     /// Alternatives per token when logprobs are asked for.
     pub logprobs: Option<usize>,
+    /// A grammar the output must match (compiled at submission).
+    pub structured: Option<crate::structured::Structured>,
 }
 
 /// Aborts the engine requests it holds when dropped, unless disarmed.
@@ -111,6 +114,8 @@ struct Answer {
     choices: Vec<Choice>,
     finished: usize,
     error: Option<String>,
+    /// Time spent compiling the request's grammar, ms.
+    compile_ms: Option<f64>,
 }
 
 impl Answer {
@@ -132,6 +137,7 @@ impl Answer {
             choices: (0..prompts * n).map(|_| Choice::default()).collect(),
             finished: 0,
             error: None,
+            compile_ms: None,
         }
     }
 
@@ -220,6 +226,7 @@ impl Answer {
             "roofline_efficiency": t.roofline_efficiency(),
             "draft_n": t.draft_tokens,
             "draft_accepted_n": t.accepted_tokens,
+            "grammar_compile_ms": self.compile_ms,
         })
     }
 
@@ -369,18 +376,38 @@ impl Answer {
     }
 }
 
+/// Compiles the job's grammar on a blocking thread (a large schema takes milliseconds to
+/// seconds); returns the constraint and the compile time in ms. A schema or grammar that
+/// cannot be compiled, or exceeds the compile limits, is a 400 naming the field.
+async fn compile(
+    state: &Arc<AppState>,
+    s: &crate::structured::Structured,
+) -> Result<(Constraint, f64), ApiError> {
+    let st = state.clone();
+    let spec = s.spec.clone();
+    let started = Instant::now();
+    let compiled = tokio::task::spawn_blocking(move || st.grammars()?.compile(&spec))
+        .await
+        .map_err(|e| {
+            ApiError::invalid(s.param, format!("`{}` could not be compiled: {e}", s.param))
+        })?;
+    let c = compiled
+        .map_err(|e| ApiError::invalid(s.param, format!("`{}` cannot be used: {e}", s.param)))?;
+    Ok((c, started.elapsed().as_secs_f64() * 1e3))
+}
+
 /// Submits the job and answers it, streaming or not.
 pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let ctx = state.engine.info().ctx_len;
+    let compiled = match &job.structured {
+        Some(s) => Some(compile(&state, s).await?),
+        None => None,
+    };
     let mut reqs = Vec::with_capacity(job.prompts.len());
     for p in job.prompts {
-        reqs.push(engine_request(
-            p,
-            &job.common,
-            job.default_max,
-            job.logprobs,
-            ctx,
-        )?);
+        let mut r = engine_request(p, &job.common, job.default_max, job.logprobs, ctx)?;
+        r.constraint = compiled.as_ref().map(|(c, _)| c.clone());
+        reqs.push(r);
     }
     let (tx, rx) = unbounded_channel::<(usize, Event)>();
     let mut guard = AbortGuard {
@@ -400,7 +427,8 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
         guard.ids.push(id);
     }
     drop(tx);
-    let answer = Answer::new(state, job.kind, n_prompts, job.common.n);
+    let mut answer = Answer::new(state, job.kind, n_prompts, job.common.n);
+    answer.compile_ms = compiled.map(|(_, ms)| ms);
     if job.common.stream {
         Ok(stream_response(answer, rx, guard, job.common.include_usage).into_response())
     } else {

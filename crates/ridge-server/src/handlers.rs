@@ -128,6 +128,7 @@ impl<'a> Validator<'a> {
             common,
             default_max: Some(16),
             logprobs,
+            structured: crate::structured::read(&f)?,
         })
     }
 
@@ -155,6 +156,7 @@ impl<'a> Validator<'a> {
             common,
             default_max: None,
             logprobs,
+            structured: crate::structured::read(&f)?,
         })
     }
 

@@ -24,6 +24,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod params;
 pub mod state;
+pub mod structured;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -351,6 +351,7 @@ pub fn engine_request(
         logprobs,
         render_special: c.render_special,
         speculative: c.speculative,
+        constraint: None,
     })
 }
 

@@ -1,9 +1,9 @@
 //! What every handler shares.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use ridge_engine::Engine;
+use ridge_engine::{Engine, GrammarError, Grammars};
 use ridge_tokenizer::{ChatTemplate, Tokenizer};
 
 use crate::metrics::Metrics;
@@ -24,6 +24,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// The grammar compiler for this vocabulary, built on the first constrained request.
+    grammars: OnceLock<Result<Arc<Grammars>, String>>,
     next_id: AtomicU64,
 }
 
@@ -47,8 +49,21 @@ impl AppState {
             created,
             api_key,
             metrics: Metrics::new(),
+            grammars: OnceLock::new(),
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// The grammar compiler (its token trie is built once, on first use: tens of ms).
+    pub fn grammars(&self) -> Result<Arc<Grammars>, GrammarError> {
+        self.grammars
+            .get_or_init(|| {
+                Grammars::new(self.tokenizer.clone())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(GrammarError)
     }
 
     /// A fresh id for a response (unique within this server's life, random-looking across).

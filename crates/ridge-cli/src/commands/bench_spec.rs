@@ -73,6 +73,7 @@ pub fn main(a: Args) -> Result<()> {
         max_tokens: a.gen,
         sampling: SamplingParams::greedy(),
         stop_tokens: l.tokenizer.eog_ids(),
+        constraint: None,
     };
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     let kv_tokens = longest + a.gen + 64;

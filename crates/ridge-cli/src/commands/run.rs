@@ -47,6 +47,7 @@ impl GenArgs {
                 ..SamplingParams::default()
             },
             stop_tokens: if self.ignore_eos { Vec::new() } else { eog },
+            constraint: None,
         }
     }
 }

@@ -110,6 +110,7 @@ pub fn alone(fx: &Fixture, p: &[u32], max_tokens: usize) -> Vec<u32> {
             max_tokens,
             sampling: SamplingParams::greedy(),
             stop_tokens: vec![],
+            constraint: None,
         },
         |_| true,
     )

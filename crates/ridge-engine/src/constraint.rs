@@ -1,0 +1,271 @@
+//! Constrained decoding: a grammar as a mask over the vocabulary at every step.
+//!
+//! A request may ask for output that matches a JSON Schema, any JSON object, a regular
+//! expression, one of a list of strings, or a Lark grammar. ridge does not parse any of these
+//! itself: llguidance (the Earley-based engine llama.cpp, vLLM and SGLang integrate) compiles
+//! the grammar against ridge's own vocabulary and, at each step, says which tokens may come
+//! next. The engine sets every other token's logit to −∞ before sampling and feeds the chosen
+//! token back, so the sampler, penalties, speculative verification and stop handling all work
+//! unchanged on the masked distribution.
+//!
+//! Where the cost goes: [`Grammars::new`] builds the vocabulary's token trie once per model
+//! (tens of milliseconds for 150 000 tokens); [`Grammars::compile`] turns one request's grammar
+//! into a [`Constraint`] (bounded by [`COMPILE_LIMITS`]); [`Constraint::prepare`] computes the
+//! next mask (tens to hundreds of microseconds) and is called for every constrained sequence on
+//! a helper thread while the forward pass runs, so at batch 1 the mask is ready when the logits
+//! are. Unconstrained sequences never touch any of this.
+
+use std::sync::Arc;
+
+use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use ridge_tokenizer::Tokenizer;
+
+/// What a request's output must match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GrammarSpec {
+    /// A JSON document valid against this JSON Schema.
+    JsonSchema(serde_json::Value),
+    /// Any JSON object.
+    JsonObject,
+    /// Text matching this regular expression, whole.
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// A Lark grammar (llguidance's dialect: `start` rule, `%json {…}` for embedded schemas).
+    Lark(String),
+}
+
+/// Limits on compiling one grammar, documented in the README: a schema or grammar beyond
+/// them is refused (400) rather than allowed to stall the server. They bound work, not time,
+/// so the outcome does not depend on the machine's load.
+pub const COMPILE_LIMITS: ParserLimits = ParserLimits {
+    max_items_in_row: 2000,
+    initial_lexer_fuel: 1_000_000,
+    step_lexer_fuel: 200_000,
+    step_max_items: 50_000,
+    max_lexer_states: 250_000,
+    max_grammar_size: 500_000,
+    precompute_large_lexemes: true,
+    verbose_errors: false,
+};
+
+/// A grammar or vocabulary that cannot be used, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct GrammarError(pub String);
+
+/// ridge's vocabulary as llguidance sees it: each token's bytes in a trie, control tokens
+/// marked (llguidance's `0xFF` prefix) so that grammar text never matches them.
+struct Vocab {
+    trie: TokTrie,
+    tokenizer: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for Vocab {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        match std::str::from_utf8(s) {
+            Ok(text) => self
+                .tokenizer
+                .encode(text, false, false)
+                .unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
+            Err(_) => self.trie.greedy_tokenize(s),
+        }
+    }
+}
+
+/// Compiles grammars for one model's vocabulary (build once, share).
+pub struct Grammars {
+    factory: ParserFactory,
+    eog: Arc<[u32]>,
+}
+
+impl Grammars {
+    /// Builds the token trie and the grammar factory for `tokenizer`'s vocabulary.
+    pub fn new(tokenizer: Arc<Tokenizer>) -> Result<Self, GrammarError> {
+        let n = tokenizer.vocab_size();
+        let eog: Arc<[u32]> = tokenizer.eog_ids().into();
+        let eos = tokenizer
+            .eos_id()
+            .or_else(|| tokenizer.eot_id())
+            .or_else(|| eog.first().copied())
+            .ok_or_else(|| GrammarError("the vocabulary has no end-of-generation token".into()))?;
+        let words: Vec<Vec<u8>> = (0..n as u32)
+            .map(|id| {
+                if tokenizer.is_control(id) {
+                    let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+                    w.extend_from_slice(tokenizer.token_str(id).unwrap_or("").as_bytes());
+                    w
+                } else {
+                    tokenizer.token_to_piece(id, false).to_vec()
+                }
+            })
+            .collect();
+        let mut info = TokRxInfo::new(n as u32, eos);
+        info.tok_bos = tokenizer.bos_id();
+        info.tok_end_of_turn = tokenizer.eot_id();
+        let trie = TokTrie::from(&info, &words);
+        let env: TokEnv = Arc::new(Vocab { trie, tokenizer });
+        let mut factory =
+            ParserFactory::new_simple(&env).map_err(|e| GrammarError(e.to_string()))?;
+        factory.quiet();
+        *factory.limits_mut() = COMPILE_LIMITS;
+        Ok(Grammars { factory, eog })
+    }
+
+    /// Compiles `spec` into a fresh constraint; an unusable schema or grammar is an error
+    /// naming the problem.
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Constraint, GrammarError> {
+        let grammar = match spec {
+            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
+            GrammarSpec::JsonObject => {
+                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            }
+            GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            GrammarSpec::Choice(options) => {
+                if options.is_empty() {
+                    return Err(GrammarError("the list of choices is empty".into()));
+                }
+                let alternatives: Vec<String> = options.iter().map(|o| lark_string(o)).collect();
+                TopLevelGrammar::from_lark(format!("start: {}", alternatives.join(" | ")))
+            }
+            GrammarSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        };
+        let parser = llguidance::panic_utils::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.factory.create_parser(grammar)
+        }));
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(GrammarError(e));
+        }
+        Ok(Constraint {
+            matcher,
+            mask: None,
+            eog: self.eog.clone(),
+        })
+    }
+}
+
+/// A Lark string literal for `s`.
+fn lark_string(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// One sequence's grammar state: where in the grammar its output stands, and the mask for
+/// its next token once computed.
+pub struct Constraint {
+    matcher: Matcher,
+    mask: Option<SimpleVob>,
+    eog: Arc<[u32]>,
+}
+
+impl Clone for Constraint {
+    /// An independent copy (for the `n` choices of one request).
+    fn clone(&self) -> Self {
+        Constraint {
+            matcher: self.matcher.deep_clone(),
+            mask: self.mask.clone(),
+            eog: self.eog.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .field("mask_ready", &self.mask.is_some())
+            .finish()
+    }
+}
+
+impl Constraint {
+    /// Computes the mask for the next token, if not done yet (the expensive part; the engine
+    /// calls it while the forward pass runs).
+    pub fn prepare(&mut self) -> Result<(), GrammarError> {
+        if self.mask.is_none() {
+            let mut m = self
+                .matcher
+                .compute_mask_or_eos()
+                .map_err(|e| GrammarError(e.to_string()))?;
+            // The grammar allows ending where it allows EOS: every end-of-generation token.
+            if self.eog.iter().any(|&t| m.is_allowed(t)) {
+                for &t in self.eog.iter() {
+                    m.allow_token(t);
+                }
+            }
+            self.mask = Some(m);
+        }
+        Ok(())
+    }
+
+    /// Sets the logits of every token the grammar forbids next to −∞.
+    pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), GrammarError> {
+        self.prepare()?;
+        if let Some(m) = &self.mask {
+            for (i, l) in logits.iter_mut().enumerate() {
+                if !m.is_allowed(i as TokenId) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances past `token` (end-of-generation tokens end the output and are not fed).
+    pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {
+        self.mask = None;
+        if self.eog.contains(&token) {
+            return Ok(());
+        }
+        self.matcher
+            .consume_token(token)
+            .map_err(|e| GrammarError(e.to_string()))
+    }
+
+    /// True when the grammar admits no further token: the output is complete.
+    pub fn is_complete(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
+    /// True when the grammar would accept the output as it stands.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+}
+
+/// Samples the next token from one row of `logits` (or verifies `draft` against it) through
+/// `constraint` when there is one: the row is copied into `scratch`, masked, sampled, and the
+/// chosen token is fed to the grammar. Without a constraint this is the sampler alone.
+pub(crate) fn sample_constrained(
+    sampler: &mut crate::Sampler,
+    history: Option<&crate::TokenHistory>,
+    constraint: Option<&mut Constraint>,
+    scratch: &mut Vec<f32>,
+    logits: &[f32],
+    draft: Option<u32>,
+) -> Result<u32, GrammarError> {
+    let pick = |sampler: &mut crate::Sampler, l: &[f32]| match draft {
+        Some(d) => sampler.verify_draft(l, history, d),
+        None => sampler.sample_with(l, history),
+    };
+    let Some(c) = constraint else {
+        return Ok(pick(sampler, logits));
+    };
+    scratch.clear();
+    scratch.extend_from_slice(logits);
+    c.apply(scratch)?;
+    if scratch.iter().all(|l| *l == f32::NEG_INFINITY) {
+        return Err(GrammarError(
+            "the grammar allows no token of this model's vocabulary here".into(),
+        ));
+    }
+    let tok = pick(sampler, scratch);
+    c.commit(tok)?;
+    Ok(tok)
+}
