@@ -26,6 +26,7 @@ use ridge_engine::{
 
 use crate::error::ApiError;
 use crate::metrics::Observer;
+use crate::tools::{Call, CallParser, Piece, ToolFormat};
 use crate::params::{engine_request, Common};
 use crate::state::AppState;
 
@@ -52,6 +53,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// A grammar the output must match (compiled at submission).
     pub structured: Option<crate::structured::Structured>,
+    /// Tools the model may call (chat only): its output is parsed for calls.
+    pub tools: Option<crate::tools::Tools>,
 }
 
 /// Aborts the engine requests it holds when dropped, unless disarmed.
@@ -102,6 +105,10 @@ struct Choice {
     /// (token, logprobs, text offset) of tokens not yet sent (streaming) or all (non-streaming).
     logprobs: Vec<(u32, TokenLogprobs, usize)>,
     sent_role: bool,
+    /// Splits the streamed text into content and tool calls (requests with tools).
+    parser: Option<CallParser>,
+    /// Tool calls streamed so far.
+    calls: usize,
 }
 
 /// The state of one response while events arrive.
@@ -116,6 +123,8 @@ struct Answer {
     error: Option<String>,
     /// Time spent compiling the request's grammar, ms.
     compile_ms: Option<f64>,
+    /// How the model writes tool calls, when the request has tools.
+    tool_format: Option<&'static ToolFormat>,
 }
 
 impl Answer {
@@ -138,6 +147,7 @@ impl Answer {
             finished: 0,
             error: None,
             compile_ms: None,
+            tool_format: None,
         }
     }
 
@@ -303,12 +313,30 @@ impl Answer {
                         "index": i, "text": c.text, "logprobs": lp,
                         "finish_reason": Self::finish_str(c.finish),
                     }),
-                    Kind::Chat => json!({
-                        "index": i,
-                        "message": {"role": "assistant", "content": c.text},
-                        "logprobs": lp,
-                        "finish_reason": Self::finish_str(c.finish),
-                    }),
+                    Kind::Chat => {
+                        let (content, calls) = self.split_calls(&c.text);
+                        let mut message = json!({"role": "assistant", "content": content});
+                        let mut finish = Self::finish_str(c.finish);
+                        if !calls.is_empty() {
+                            if content.is_empty() {
+                                message["content"] = Value::Null;
+                            }
+                            message["tool_calls"] = calls
+                                .iter()
+                                .map(|call| self.call_json(call))
+                                .collect::<Vec<_>>()
+                                .into();
+                            if c.finish == Some(FinishReason::Stop) {
+                                finish = json!("tool_calls");
+                            }
+                        }
+                        json!({
+                            "index": i,
+                            "message": message,
+                            "logprobs": lp,
+                            "finish_reason": finish,
+                        })
+                    }
                 }
             })
             .collect();
@@ -321,6 +349,117 @@ impl Answer {
             "model": self.state.model_name, "choices": choices,
             "usage": self.usage(), "timings": self.timings(),
         })
+    }
+
+    /// A whole output's content and tool calls (no calls without tools).
+    fn split_calls(&self, text: &str) -> (String, Vec<Call>) {
+        let Some(format) = self.tool_format else {
+            return (text.to_string(), Vec::new());
+        };
+        let mut p = CallParser::new(format);
+        let mut pieces = p.push(text);
+        pieces.extend(p.finish());
+        let mut content = String::new();
+        let mut calls = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Content(t) => content.push_str(&t),
+                Piece::Call(c) => calls.push(c),
+            }
+        }
+        (content.trim().to_string(), calls)
+    }
+
+    /// One call as OpenAI's `tool_calls` entry, with a fresh id.
+    fn call_json(&self, call: &Call) -> Value {
+        json!({
+            "id": format!("call_{}", self.state.next_response_id()),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        })
+    }
+
+    /// The streaming chunks of choice `ci` for new `text` when the request has tools: content
+    /// as usual, each call as OpenAI streams it (id and name, then the arguments), and the
+    /// finish reason (`tool_calls` when it made any) once the choice ends.
+    fn tool_chunks(&mut self, ci: usize, text: String, with_timings: bool) -> Vec<Value> {
+        let finished = self.choices[ci].finish.is_some();
+        let Some(parser) = self.choices[ci].parser.as_mut() else {
+            return vec![self.chunk(ci, text, with_timings)];
+        };
+        let mut pieces = parser.push(&text);
+        if finished {
+            pieces.extend(parser.finish());
+        }
+        let mut out = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Content(t) => {
+                    let delta = self.role_delta(ci, Some(t));
+                    out.push(self.delta_chunk(ci, delta, Value::Null, false));
+                }
+                Piece::Call(call) => {
+                    let index = self.choices[ci].calls;
+                    self.choices[ci].calls += 1;
+                    let mut head = self.call_json(&call);
+                    head["index"] = json!(index);
+                    head["function"]["arguments"] = json!("");
+                    let mut delta = self.role_delta(ci, None);
+                    delta.insert("tool_calls".into(), json!([head]));
+                    out.push(self.delta_chunk(ci, delta, Value::Null, false));
+                    let mut delta = serde_json::Map::new();
+                    delta.insert(
+                        "tool_calls".into(),
+                        json!([{"index": index, "function": {"arguments": call.arguments}}]),
+                    );
+                    out.push(self.delta_chunk(ci, delta, Value::Null, false));
+                }
+            }
+        }
+        if finished {
+            let c = &self.choices[ci];
+            let finish = if c.calls > 0 && c.finish == Some(FinishReason::Stop) {
+                json!("tool_calls")
+            } else {
+                Self::finish_str(c.finish)
+            };
+            let delta = self.role_delta(ci, None);
+            out.push(self.delta_chunk(ci, delta, finish, with_timings));
+        }
+        out
+    }
+
+    /// A chat delta, with the role on the choice's first chunk.
+    fn role_delta(&mut self, ci: usize, content: Option<String>) -> serde_json::Map<String, Value> {
+        let mut delta = serde_json::Map::new();
+        let c = &mut self.choices[ci];
+        if !c.sent_role {
+            c.sent_role = true;
+            delta.insert("role".into(), json!("assistant"));
+        }
+        if let Some(t) = content {
+            delta.insert("content".into(), json!(t));
+        }
+        delta
+    }
+
+    /// A `chat.completion.chunk` of choice `ci` with `delta`.
+    fn delta_chunk(
+        &self,
+        ci: usize,
+        delta: serde_json::Map<String, Value>,
+        finish: Value,
+        with_timings: bool,
+    ) -> Value {
+        let mut v = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.state.model_name,
+            "choices": [{"index": ci, "delta": delta, "logprobs": Value::Null, "finish_reason": finish}],
+        });
+        if with_timings {
+            v["timings"] = self.timings();
+        }
+        v
     }
 
     /// One streaming chunk for choice `ci` carrying `text` (and its finish reason if ended).
@@ -429,6 +568,12 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     drop(tx);
     let mut answer = Answer::new(state, job.kind, n_prompts, job.common.n);
     answer.compile_ms = compiled.map(|(_, ms)| ms);
+    if let Some(t) = &job.tools {
+        answer.tool_format = Some(t.format);
+        for c in &mut answer.choices {
+            c.parser = Some(CallParser::new(t.format));
+        }
+    }
     if job.common.stream {
         Ok(stream_response(answer, rx, guard, job.common.include_usage).into_response())
     } else {
@@ -504,8 +649,14 @@ fn stream_response(
                         let finished = st.answer.choices[ci].finish.is_some();
                         if !text.is_empty() || finished {
                             let last = st.answer.done() && !st.include_usage;
-                            let chunk = st.answer.chunk(ci, text, last);
-                            st.out.push_back(chunk.to_string());
+                            if st.answer.tool_format.is_some() {
+                                for chunk in st.answer.tool_chunks(ci, text, last) {
+                                    st.out.push_back(chunk.to_string());
+                                }
+                            } else {
+                                let chunk = st.answer.chunk(ci, text, last);
+                                st.out.push_back(chunk.to_string());
+                            }
                         }
                     }
                     if let Some(e) = st.answer.error.clone() {

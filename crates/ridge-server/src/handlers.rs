@@ -18,6 +18,8 @@ use crate::error::ApiError;
 use crate::generate::{self, Job, Kind};
 use crate::params::{self, Fields, MAX_LOGPROBS, MAX_MESSAGES, MAX_PROMPTS};
 use crate::state::AppState;
+use crate::structured::Structured;
+use crate::tools::Tools;
 
 type Body = Result<Bytes, BytesRejection>;
 
@@ -129,6 +131,7 @@ impl<'a> Validator<'a> {
             default_max: Some(16),
             logprobs,
             structured: crate::structured::read(&f)?,
+            tools: None,
         })
     }
 
@@ -149,14 +152,29 @@ impl<'a> Validator<'a> {
         } else {
             None
         };
-        let prompt = self.render_chat(&f)?;
+        let tools = crate::tools::read(&f, self.template)?;
+        let mut structured = crate::structured::read(&f)?;
+        if let Some(spec) = tools.as_ref().and_then(Tools::grammar) {
+            if let Some(s) = &structured {
+                return Err(ApiError::invalid(
+                    s.param,
+                    format!("`{}` cannot be combined with a tool_choice that forces a call", s.param),
+                ));
+            }
+            structured = Some(Structured {
+                spec,
+                param: "tools",
+            });
+        }
+        let prompt = self.render_chat(&f, tools.as_ref())?;
         Ok(Job {
             kind: Kind::Chat,
             prompts: vec![prompt],
             common,
             default_max: None,
             logprobs,
-            structured: crate::structured::read(&f)?,
+            structured,
+            tools,
         })
     }
 
@@ -166,7 +184,8 @@ impl<'a> Validator<'a> {
         let f = Fields(&m);
         params::check_model(&f, self.model_name)?;
         if f.get("messages").is_some() {
-            self.render_chat(&f)
+            let tools = crate::tools::read(&f, self.template)?;
+            self.render_chat(&f, tools.as_ref())
         } else {
             let text = f.str("prompt")?.ok_or_else(|| {
                 ApiError::invalid("prompt", "`prompt` (a string) or `messages` is required")
@@ -192,7 +211,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    fn render_chat(&self, f: &Fields) -> Result<Vec<u32>, ApiError> {
+    fn render_chat(&self, f: &Fields, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
         let msgs = messages(f)?;
         let Some(template) = self.template else {
             return Err(ApiError::bad_request(
@@ -200,8 +219,12 @@ impl<'a> Validator<'a> {
             ));
         };
         let add_gen = f.bool("add_generation_prompt", true)?;
+        let mut extra = serde_json::Map::new();
+        if let Some(t) = tools.and_then(Tools::template_var) {
+            extra.insert("tools".into(), t);
+        }
         let text = template
-            .render(&msgs, add_gen)
+            .render_with(&msgs, add_gen, &extra)
             .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
         self.tokenizer
             .encode_chat_prompt(&text)
@@ -260,12 +283,12 @@ fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
             };
             let mf = Fields(m);
             let role = match mf.str("role")? {
-                Some(r @ ("system" | "user" | "assistant")) => r,
+                Some(r @ ("system" | "user" | "assistant" | "tool")) => r,
                 Some("developer") => "system",
                 Some(other) => {
                     return Err(ApiError::invalid(
                         "messages",
-                        format!("messages[{i}].role {other:?} is not one of system, user, assistant, developer"),
+                        format!("messages[{i}].role {other:?} is not one of system, user, assistant, tool, developer"),
                     ))
                 }
                 None => {
@@ -300,7 +323,17 @@ fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     ))
                 }
             };
-            Ok(ChatMessage::new(role, content))
+            let mut msg = ChatMessage::new(role, content);
+            if role == "assistant" {
+                if let Some(calls) = mf.get("tool_calls") {
+                    msg.tool_calls = Some(crate::tools::calls_for_template(calls, i)?);
+                }
+            }
+            if role == "tool" {
+                msg.tool_call_id = mf.str("tool_call_id")?.map(str::to_string);
+                msg.name = mf.str("name")?.map(str::to_string);
+            }
+            Ok(msg)
         })
         .collect()
 }

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod params;
 pub mod state;
 pub mod structured;
+pub mod tools;
 
 use std::future::Future;
 use std::net::SocketAddr;
