@@ -11,6 +11,27 @@ pub enum Architecture {
     /// Gemma 3 (text): scaled embeddings, Q/K norms, sandwich norms, GeGLU, and
     /// sliding-window attention on five layers of every six.
     Gemma3,
+    /// Qwen2 / Qwen2.5 (and the models built on them): llama's layer with biases on the
+    /// Q/K/V projections and RoPE in the NEOX (halves) layout.
+    Qwen2,
+}
+
+impl Architecture {
+    /// The `general.architecture` value naming it.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Gemma3 => "gemma3",
+            Architecture::Qwen2 => "qwen2",
+        }
+    }
+
+    /// Every supported architecture, in the order error messages list them.
+    pub const ALL: [Architecture; 3] = [
+        Architecture::Llama,
+        Architecture::Gemma3,
+        Architecture::Qwen2,
+    ];
 }
 
 /// Gemma 3 layer `i` is global (full causal attention, `rope.freq_base`) when
@@ -49,6 +70,9 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// Number of rotated dimensions per head.
     pub rope_dim: usize,
+    /// RoPE pairs element `i` with `i + rope_dim/2` (the NEOX layout: gemma3, qwen2) rather
+    /// than with `i + 1` (llama, whose converter permutes Q and K rows to that layout).
+    pub rope_neox: bool,
     /// RMSNorm epsilon.
     pub norm_eps: f32,
     /// Attention-score scale (`1/√head_dim` for llama and for Gemma 3 at this size).
@@ -84,17 +108,18 @@ impl ModelConfig {
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
         let path = f.path().display().to_string();
         let arch_name = f.get_str("general.architecture")?;
-        let arch = match arch_name {
-            "llama" => Architecture::Llama,
-            "gemma3" => Architecture::Gemma3,
-            other => {
-                return Err(ModelError::Unsupported {
-                    path,
-                    message: format!(
-                        "architecture `{other}` is not supported (supported: llama, gemma3)"
-                    ),
-                })
-            }
+        let Some(arch) = Architecture::ALL
+            .into_iter()
+            .find(|a| a.gguf_name() == arch_name)
+        else {
+            let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.gguf_name()).collect();
+            return Err(ModelError::Unsupported {
+                path,
+                message: format!(
+                    "architecture `{arch_name}` is not supported (supported: {})",
+                    names.join(", ")
+                ),
+            });
         };
         let k = |s: &str| format!("{arch_name}.{s}");
         let n_layers = f.get_usize_in(&k("block_count"), 1..=1024)?;
@@ -143,6 +168,23 @@ impl ModelConfig {
         if vocab == 0 || vocab > 1 << 24 {
             return Err(bad(format!("vocabulary size {vocab} out of range")));
         }
+        // Position scaling (linear, YaRN, Llama 3's `rope_freqs`) is not implemented for any
+        // architecture, so refuse it rather than run with wrong positions.
+        for key in ["rope.scaling.type", "rope.scaling.factor"] {
+            if let Some(v) = f.get(&k(key)) {
+                let identity =
+                    v.as_str() == Some("none") || f.get_f64(&k(key)).is_ok_and(|x| x == 1.0);
+                if !identity {
+                    return Err(bad(format!("`{}` is not supported", k(key))));
+                }
+            }
+        }
+        if f.has_tensor("rope_freqs.weight") {
+            return Err(bad(
+                "per-dimension RoPE frequency factors (`rope_freqs.weight`) are not supported"
+                    .into(),
+            ));
+        }
         let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
         if arch == Architecture::Gemma3 {
             embd_scale = (d_model as f32).sqrt();
@@ -151,17 +193,6 @@ impl ModelConfig {
                 return Err(bad(format!(
                     "gemma3 rotates whole heads; rope.dimension_count {rope_dim} != head dimension {head_dim}"
                 )));
-            }
-            // Larger Gemma 3 models scale the global layers' positions; not implemented, so
-            // refuse rather than run with wrong positions.
-            for key in ["rope.scaling.type", "rope.scaling.factor"] {
-                if let Some(v) = f.get(&k(key)) {
-                    let identity =
-                        v.as_str() == Some("none") || f.get_f64(&k(key)).is_ok_and(|x| x == 1.0);
-                    if !identity {
-                        return Err(bad(format!("gemma3 `{}` is not supported", k(key))));
-                    }
-                }
             }
             if f.get(&k("final_logit_softcapping")).is_some() {
                 let cap = f.get_f64(&k("final_logit_softcapping"))? as f32;
@@ -188,6 +219,7 @@ impl ModelConfig {
             ctx_len,
             rope_base,
             rope_dim,
+            rope_neox: arch != Architecture::Llama,
             norm_eps,
             attn_scale: if arch == Architecture::Gemma3 && n_layers == 62 {
                 // Gemma 3 27B (the only 62-layer size) scales by d_model / n_heads

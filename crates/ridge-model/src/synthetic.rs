@@ -1,4 +1,4 @@
-//! Tiny random GGUF files of the supported architectures (llama, gemma3), for tests and
+//! Tiny random GGUF files of the supported architectures (llama, gemma3, qwen2), for tests and
 //! examples: real files through the real loader, small enough to check against a naive
 //! reference in milliseconds.
 //!
@@ -112,10 +112,12 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
 ///
 /// A gemma3 model gets the extra per-layer norms (`attn_q_norm`, `attn_k_norm`,
 /// `post_attention_norm`, `post_ffw_norm`), `attention.key_length`, `attention.sliding_window`
-/// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head.
+/// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head. A qwen2 model
+/// gets random Q/K/V biases (`blk.N.attn_{q,k,v}.bias`, f32) and RoPE base 1 000 000.
 pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let gemma = spec.arch == Architecture::Gemma3;
+    let qwen2 = spec.arch == Architecture::Qwen2;
     let head_dim = spec.head_dim.unwrap_or(spec.d_model / spec.n_heads);
     let (d, q, kv, ffn) = (
         spec.d_model,
@@ -123,7 +125,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         spec.n_kv_heads * head_dim,
         spec.ffn_dim,
     );
-    let arch = if gemma { "gemma3" } else { "llama" };
+    let arch = spec.arch.gguf_name();
     let mut w = GgufWriter::new();
     let s = |v: &str| MetadataValue::String(v.into());
     let u = |v: usize| MetadataValue::U32(v as u32);
@@ -138,7 +140,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("attention.head_count_kv"), u(spec.n_kv_heads))
         .meta(
             &k("rope.freq_base"),
-            MetadataValue::F32(if gemma { 1e6 } else { 10000.0 }),
+            MetadataValue::F32(if gemma || qwen2 { 1e6 } else { 10000.0 }),
         )
         .meta(
             &k("attention.layer_norm_rms_epsilon"),
@@ -234,6 +236,19 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     }
     if spec.separate_output && !gemma {
         mat(&mut w, "output.weight", SYNTHETIC_VOCAB, d, spec.dtype, ws);
+    }
+    if qwen2 {
+        for i in 0..spec.n_layers {
+            for (name, n) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                let vals: Vec<f32> = (0..n).map(|_| rng.next() * 0.5).collect();
+                w.tensor(
+                    &format!("blk.{i}.{name}.bias"),
+                    &[n as u64],
+                    GgmlType::F32,
+                    blocks::quantize_row(DType::F32, &vals),
+                );
+            }
+        }
     }
     w.to_bytes()
 }

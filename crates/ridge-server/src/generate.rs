@@ -26,9 +26,9 @@ use ridge_engine::{
 
 use crate::error::ApiError;
 use crate::metrics::Observer;
-use crate::tools::{Call, CallParser, Piece, ToolFormat};
 use crate::params::{engine_request, Common};
 use crate::state::AppState;
+use crate::tools::{Call, CallParser, Piece, ToolFormat};
 
 /// Which API shape to answer in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

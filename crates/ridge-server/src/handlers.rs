@@ -158,7 +158,10 @@ impl<'a> Validator<'a> {
             if let Some(s) = &structured {
                 return Err(ApiError::invalid(
                     s.param,
-                    format!("`{}` cannot be combined with a tool_choice that forces a call", s.param),
+                    format!(
+                        "`{}` cannot be combined with a tool_choice that forces a call",
+                        s.param
+                    ),
                 ));
             }
             structured = Some(Structured {

@@ -100,18 +100,25 @@ pub fn read(f: &Fields, template: Option<&ChatTemplate>) -> Result<Option<Tools>
         }
         Some(Value::Array(a)) if a.is_empty() => return Ok(None),
         Some(Value::Array(a)) if a.len() <= MAX_TOOLS => a.clone(),
-        Some(_) => return Err(bad(format!("`tools` must be an array of at most {MAX_TOOLS} tools"))),
+        Some(_) => {
+            return Err(bad(format!(
+                "`tools` must be an array of at most {MAX_TOOLS} tools"
+            )))
+        }
     };
     for (i, d) in defs.iter().enumerate() {
-        if d.get("type").and_then(Value::as_str) != Some("function") || function_name(d).is_none()
-        {
+        if d.get("type").and_then(Value::as_str) != Some("function") || function_name(d).is_none() {
             return Err(bad(format!(
                 "tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": …}}}}"
             )));
         }
         match d["function"].get("parameters") {
             None | Some(Value::Object(_)) => {}
-            Some(_) => return Err(bad(format!("tools[{i}].function.parameters must be a JSON Schema object"))),
+            Some(_) => {
+                return Err(bad(format!(
+                    "tools[{i}].function.parameters must be a JSON Schema object"
+                )))
+            }
         }
     }
     let choice = match f.get("tool_choice") {
@@ -230,7 +237,10 @@ pub fn calls_for_template(calls: &Value, i: usize) -> Result<Vec<Value>, ApiErro
     };
     list.iter()
         .map(|c| {
-            let func = c.get("function").and_then(Value::as_object).ok_or_else(bad)?;
+            let func = c
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(bad)?;
             let name = func.get("name").and_then(Value::as_str).ok_or_else(bad)?;
             let args = match func.get("arguments") {
                 Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
@@ -243,7 +253,8 @@ pub fn calls_for_template(calls: &Value, i: usize) -> Result<Vec<Value>, ApiErro
                 None => Value::Object(Map::new()),
                 Some(_) => return Err(bad()),
             };
-            let mut out = json!({"type": "function", "function": {"name": name, "arguments": args}});
+            let mut out =
+                json!({"type": "function", "function": {"name": name, "arguments": args}});
             if let Some(id) = c.get("id") {
                 out["id"] = id.clone();
             }
@@ -443,7 +454,10 @@ mod tests {
             panic!("no grammar");
         };
         assert!(g.starts_with("start: call\n"), "{g}");
-        assert!(g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"), "{g}");
+        assert!(
+            g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),
+            "{g}"
+        );
         let named = Tools {
             choice: ToolChoice::Named("b".into()),
             ..t

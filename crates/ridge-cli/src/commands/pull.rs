@@ -16,8 +16,19 @@ pub struct Args {
 /// Runs `pull`.
 pub fn main(a: Args) -> Result<()> {
     if a.list {
+        println!(
+            "{:<20} {:>7} {:>9} {:<8} ABOUT",
+            "NAME", "PARAMS", "SIZE", "ARCH"
+        );
         for m in registry::KNOWN_MODELS {
-            println!("{:<14} {}", m.name, m.about);
+            println!(
+                "{:<20} {:>7} {:>6.0} MB {:<8} {}",
+                m.name,
+                m.params,
+                m.size as f64 / 1e6,
+                m.arch,
+                m.about
+            );
         }
         return Ok(());
     }
