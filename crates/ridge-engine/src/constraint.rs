@@ -122,10 +122,12 @@ impl Grammars {
     /// naming the problem.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Constraint, GrammarError> {
         let grammar = match spec {
-            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
-            GrammarSpec::JsonObject => {
-                TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"}))
+            GrammarSpec::JsonSchema(schema) => {
+                TopLevelGrammar::from_json_schema(bounded_whitespace(schema.clone()))
             }
+            GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(bounded_whitespace(
+                serde_json::json!({"type": "object"}),
+            )),
             GrammarSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             GrammarSpec::Choice(options) => {
                 if options.is_empty() {
@@ -149,6 +151,20 @@ impl Grammars {
             eog: self.eog.clone(),
         })
     }
+}
+
+/// Whitespace allowed between JSON tokens: any layout a pretty-printer writes, but bounded, so
+/// that a model that drifts into emitting blank space cannot do so until `max_tokens` (the
+/// default is unbounded). A schema's own `x-guidance` settings take precedence.
+const JSON_WHITESPACE: &str = r"[ \t\n\r]{1,64}";
+
+fn bounded_whitespace(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(obj) = schema.as_object_mut() {
+        obj.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({"whitespace_flexible": false, "whitespace_pattern": JSON_WHITESPACE})
+        });
+    }
+    schema
 }
 
 /// A Lark string literal for `s`.

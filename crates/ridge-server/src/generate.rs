@@ -394,6 +394,8 @@ impl Answer {
         let mut out = Vec::new();
         for piece in pieces {
             match piece {
+                // Whitespace between calls is layout, not an answer.
+                Piece::Content(t) if t.trim().is_empty() && self.choices[ci].calls > 0 => {}
                 Piece::Content(t) => {
                     let delta = self.role_delta(ci, Some(t));
                     out.push(self.delta_chunk(ci, delta, Value::Null, false));

@@ -152,7 +152,13 @@ impl<'a> Validator<'a> {
         } else {
             None
         };
-        let tools = crate::tools::read(&f, self.template)?;
+        let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
+        let mut common = common;
+        if tools.as_ref().is_some_and(|t| t.template_var().is_some()) {
+            // The call tags are special tokens in some vocabularies: keep them in the text the
+            // call parser reads (vLLM's Hermes parser does the same).
+            common.render_special = true;
+        }
         let mut structured = crate::structured::read(&f)?;
         if let Some(spec) = tools.as_ref().and_then(Tools::grammar) {
             if let Some(s) = &structured {
@@ -187,7 +193,7 @@ impl<'a> Validator<'a> {
         let f = Fields(&m);
         params::check_model(&f, self.model_name)?;
         if f.get("messages").is_some() {
-            let tools = crate::tools::read(&f, self.template)?;
+            let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
             self.render_chat(&f, tools.as_ref())
         } else {
             let text = f.str("prompt")?.ok_or_else(|| {

@@ -17,7 +17,7 @@
 use serde_json::{json, Map, Value};
 
 use ridge_engine::GrammarSpec;
-use ridge_tokenizer::ChatTemplate;
+use ridge_tokenizer::{ChatTemplate, Tokenizer};
 
 use crate::error::ApiError;
 use crate::params::Fields;
@@ -75,6 +75,9 @@ pub struct Tools {
     pub parallel: bool,
     /// How the model writes calls.
     pub format: &'static ToolFormat,
+    /// The format's tags in the grammar: a token reference (`<[id]>`) where the vocabulary
+    /// has the tag as one token (the model was trained to write that token), else the text.
+    pub tags: (String, String),
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -87,7 +90,11 @@ fn function_name(def: &Value) -> Option<&str> {
 }
 
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` when the request has no tools.
-pub fn read(f: &Fields, template: Option<&ChatTemplate>) -> Result<Option<Tools>, ApiError> {
+pub fn read(
+    f: &Fields,
+    template: Option<&ChatTemplate>,
+    tokenizer: &Tokenizer,
+) -> Result<Option<Tools>, ApiError> {
     let defs = match f.get("tools") {
         None => {
             return match f.get("tool_choice") {
@@ -160,11 +167,16 @@ pub fn read(f: &Fields, template: Option<&ChatTemplate>) -> Result<Option<Tools>
             "this model's chat template has no tool-call format ridge knows (known: tags <tool_call>…</tool_call>)",
         ));
     };
+    let tag = |t: &str| match tokenizer.token_id(t) {
+        Some(id) => format!("<[{id}]>"),
+        None => lark_str(t),
+    };
     Ok(Some(Tools {
         defs,
         choice,
         parallel,
         format,
+        tags: (tag(format.start), tag(format.end)),
     }))
 }
 
@@ -206,14 +218,14 @@ impl Tools {
         let schema = json!({"anyOf": bodies});
         let call = format!(
             "call: {} \"\\n\" %json {} \"\\n\" {}",
-            lark_str(self.format.start),
-            schema,
-            lark_str(self.format.end)
+            self.tags.0, schema, self.tags.1
         );
+        // A newline may follow the last call (models write one before deciding whether
+        // another call comes), so ending there must stay possible.
         let start = if self.parallel {
-            "start: call (\"\\n\" call)*"
+            "start: call (\"\\n\" call)* \"\\n\"?"
         } else {
-            "start: call"
+            "start: call \"\\n\"?"
         };
         Some(GrammarSpec::Lark(format!("{start}\n{call}\n")))
     }
@@ -449,11 +461,13 @@ mod tests {
             choice: ToolChoice::Required,
             parallel: false,
             format: &FORMATS[0],
+            tags: ("<[7]>".into(), "\"</tool_call>\"".into()),
         };
         let Some(GrammarSpec::Lark(g)) = t.grammar() else {
             panic!("no grammar");
         };
-        assert!(g.starts_with("start: call\n"), "{g}");
+        assert!(g.starts_with("start: call \"\\n\"?\ncall: <[7]> \"\\n\" %json {"), "{g}");
+        assert!(g.trim_end().ends_with("\"\\n\" \"</tool_call>\""), "{g}");
         assert!(
             g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),
             "{g}"

@@ -5,8 +5,11 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::Result;
-use ridge_engine::{EngineConfig, EngineCore, GenerateParams, Generation, SamplingParams};
+use anyhow::{Context, Result};
+use ridge_engine::{
+    Constraint, EngineConfig, EngineCore, GenerateParams, Generation, GrammarSpec, Grammars,
+    SamplingParams,
+};
 use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, Tokenizer, TokenizerError};
 
 use crate::load::Loaded;
@@ -72,13 +75,23 @@ pub struct Args {
     gen: GenArgs,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
+    /// Constrain the output to JSON valid against the JSON Schema in this file.
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    json_schema: Option<std::path::PathBuf>,
+    /// Constrain the output to the Lark grammar in this file (llguidance's dialect).
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<std::path::PathBuf>,
     /// The prompt.
     prompt: String,
 }
 
 /// Generates from `prompt` ids, printing text as it arrives; returns the generation.
 pub fn stream(l: &Loaded, prompt: &[u32], gen: &GenArgs) -> Result<Generation> {
-    let params = gen.params(l.tokenizer.eog_ids());
+    stream_with(l, prompt, gen.params(l.tokenizer.eog_ids()))
+}
+
+/// As [`stream`], with the parameters given.
+fn stream_with(l: &Loaded, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
     let mut p = Printer::new(&l.tokenizer);
     let g = ridge_engine::generate(&l.model, prompt, &params, |id| p.token(id))?;
     p.finish();
@@ -122,7 +135,8 @@ impl<'a> Printer<'a> {
 /// Generates through an engine core with speculative decoding; prints like [`stream`] and
 /// adds the draft acceptance to the stats line.
 fn stream_speculative(l: Loaded, prompt: &[u32], a: &Args) -> Result<String> {
-    let params = a.gen.params(l.tokenizer.eog_ids());
+    let mut params = a.gen.params(l.tokenizer.eog_ids());
+    params.constraint = constraint(&l, a)?;
     let kv_tokens = (prompt.len() + a.gen.max_tokens + 64).min(l.model.config().ctx_len + 64);
     let spec = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
     let tok = Arc::new(l.tokenizer);
@@ -205,6 +219,30 @@ fn render(l: &Loaded, tmpl: &ChatTemplate, messages: &[ChatMessage]) -> Result<V
     Ok(l.tokenizer.encode_chat_prompt(&text)?)
 }
 
+/// The `--json-schema` / `--grammar` constraint, compiled for the model's vocabulary.
+fn constraint(l: &Loaded, a: &Args) -> Result<Option<Constraint>> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+    };
+    let spec = match (&a.json_schema, &a.grammar) {
+        (Some(p), _) => {
+            let schema = serde_json::from_str(&read(p)?)
+                .with_context(|| format!("{}: not valid JSON", p.display()))?;
+            GrammarSpec::JsonSchema(schema)
+        }
+        (None, Some(p)) => GrammarSpec::Lark(read(p)?),
+        (None, None) => return Ok(None),
+    };
+    let file = a.json_schema.as_ref().or(a.grammar.as_ref()).map(|p| p.display().to_string());
+    // The grammar compiler keeps a tokenizer of its own (the engine path shares one Arc).
+    let tok = Tokenizer::from_gguf(l.model.gguf())?;
+    let grammars = Grammars::new(Arc::new(tok))?;
+    let c = grammars
+        .compile(&spec)
+        .with_context(|| format!("{}: cannot be used", file.unwrap_or_default()))?;
+    Ok(Some(c))
+}
+
 /// Runs `run`.
 pub fn main(a: Args) -> Result<()> {
     let l = crate::load::load(a.model.as_deref())?;
@@ -215,7 +253,9 @@ pub fn main(a: Args) -> Result<()> {
         eprintln!("{line}");
         return Ok(());
     }
-    let g = stream(&l, &prompt, &a.gen)?;
+    let mut params = a.gen.params(l.tokenizer.eog_ids());
+    params.constraint = constraint(&l, &a)?;
+    let g = stream_with(&l, &prompt, params)?;
     println!();
     eprintln!("{}", stats_line(&g));
     Ok(())
