@@ -466,7 +466,10 @@ mod tests {
         let Some(GrammarSpec::Lark(g)) = t.grammar() else {
             panic!("no grammar");
         };
-        assert!(g.starts_with("start: call \"\\n\"?\ncall: <[7]> \"\\n\" %json {"), "{g}");
+        assert!(
+            g.starts_with("start: call \"\\n\"?\ncall: <[7]> \"\\n\" %json {"),
+            "{g}"
+        );
         assert!(g.trim_end().ends_with("\"\\n\" \"</tool_call>\""), "{g}");
         assert!(
             g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),

