@@ -52,20 +52,11 @@ fn the_page_is_self_contained_and_state_is_live_json() {
 fn chromium_streams_an_answer_with_its_speed_on_the_page() {
     let s = Server::start(&["--api-key", KEY]);
     let shot = common::repo().join("target/chat-page.png");
-    let out = std::process::Command::new(common::test_python())
-        .arg(common::repo().join("tools/tests/chat_page_check.py"))
-        .arg(&s.base)
-        .arg(KEY)
-        .arg(&shot)
-        .output()
-        .expect("run the test Python");
-    assert!(
-        out.status.success(),
-        "{}\n{}\n(the browser test needs Selenium and Chromium: run the tests with scripts/test)",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::python_check(
+        "chat_page_check.py",
+        &[s.base.as_ref(), KEY.as_ref(), shot.as_os_str()],
     );
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(&out).unwrap();
     assert!(summary["answer"].as_str().unwrap().contains("Paris"));
     // A real screenshot: a PNG of the 1280×880 window.
     let png = std::fs::read(&shot).unwrap();

@@ -503,18 +503,7 @@ fn sigterm_drains_streams_in_flight_and_exits_zero() {
 #[test]
 fn the_official_openai_python_sdk_works_unchanged() {
     let s = Server::start(&[]);
-    let script = common::repo().join("tools/tests/openai_sdk_check.py");
-    let out = std::process::Command::new(common::test_python())
-        .arg(&script)
-        .arg(&s.base)
-        .output()
-        .expect("run the test Python");
-    assert!(
-        out.status.success(),
-        "{}\n{}\n(the test needs the openai package: run the tests with scripts/test)",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::python_check("openai_sdk_check.py", &[s.base.as_ref()]);
 }
 
 #[test]

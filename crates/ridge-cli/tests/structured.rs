@@ -13,20 +13,12 @@ use serde_json::{json, Value};
 #[test]
 fn schemas_parse_and_tools_get_called_through_the_openai_sdk() {
     let s = Server::start_model(&qwen2_1_5b(), &[]);
-    let out = std::process::Command::new(test_python())
-        .arg(repo().join("tools/tests/structured_check.py"))
-        .arg(&s.base)
-        .arg(repo().join("tests/data/structured_schemas.json"))
-        .arg("2")
-        .output()
-        .expect("run the test Python");
-    assert!(
-        out.status.success(),
-        "{}\n{}\n(the test needs openai, jsonschema: run the tests with scripts/test)",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let schemas = repo().join("tests/data/structured_schemas.json");
+    let out = python_check(
+        "structured_check.py",
+        &[s.base.as_ref(), schemas.as_os_str(), "2".as_ref()],
     );
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["answers"], 8);
     assert_eq!(summary["valid"], 8);
 }

@@ -59,6 +59,23 @@ pub fn test_python() -> PathBuf {
     std::env::var_os("RIDGE_TEST_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from)
 }
 
+/// Runs `tools/tests/<script>` with the test Python and `args`; asserts it succeeded and
+/// returns its stdout (the scripts print a JSON summary there).
+pub fn python_check(script: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(test_python())
+        .arg(repo().join("tools/tests").join(script))
+        .args(args)
+        .output()
+        .expect("run the test Python");
+    assert!(
+        out.status.success(),
+        "{script}:\n{}\n{}\n(the Python test packages come with scripts/test)",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Path of Qwen2.5 Coder 0.5B Instruct (Q5_0), pulled into the shared cache on first use.
 pub fn qwen2_0_5b() -> PathBuf {
     let m = ridge_model::registry::find("qwen2.5-coder-0.5b").expect("known model");
