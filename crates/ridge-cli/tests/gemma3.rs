@@ -7,42 +7,8 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn fixture(name: &str) -> Value {
-    let p = repo().join("tests/data").join(name);
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-}
-
-/// `ridge perplexity` of the prose fixture at ctx 512 over `chunks` chunks; returns the
-/// perplexity and its relative distance to the float64 reference after as many chunks.
 fn perplexity(activations: &str, chunks: usize) -> (f64, f64) {
-    let model = gemma3();
-    let r = fixture("gemma3_reference.json");
-    let o = run(&[
-        "--activations",
-        activations,
-        "perplexity",
-        "--model",
-        model.to_str().unwrap(),
-        "--file",
-        repo().join("tests/data/prose.txt").to_str().unwrap(),
-        "--ctx",
-        "512",
-        "--chunks",
-        &chunks.to_string(),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let got: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(got["chunks"], chunks);
-    assert_eq!(got["tokens_scored"], 255 * chunks);
-    let ppl = got["perplexity"].as_f64().unwrap();
-    let want = r["perplexity_f64_running"][chunks - 1].as_f64().unwrap();
-    let rel = (ppl - want).abs() / want;
-    eprintln!(
-        "{activations}, {chunks} chunks: perplexity {ppl} vs f64 reference {want}: {:.4}%",
-        rel * 100.0
-    );
-    (ppl, rel)
+    perplexity_vs_reference(&gemma3(), "gemma3_reference.json", activations, chunks, &[])
 }
 
 #[test]

@@ -13,11 +13,8 @@ use common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 
-fn fixture(size: &str) -> Value {
-    let p = repo()
-        .join("tests/data")
-        .join(format!("qwen2_{size}_reference.json"));
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+fn qwen_fixture(size: &str) -> Value {
+    fixture(&format!("qwen2_{size}_reference.json"))
 }
 
 fn model(size: &str) -> PathBuf {
@@ -27,38 +24,9 @@ fn model(size: &str) -> PathBuf {
     }
 }
 
-/// `ridge perplexity` of the prose fixture at ctx 512 over `chunks` chunks; returns the
-/// perplexity and its relative distance to the float64 reference after as many chunks.
 fn perplexity(size: &str, activations: &str, chunks: usize) -> (f64, f64) {
-    let m = model(size);
-    let r = fixture(size);
-    assert_eq!(r["ctx"], 512);
-    let o = run(&[
-        "--activations",
-        activations,
-        "perplexity",
-        "--model",
-        m.to_str().unwrap(),
-        "--file",
-        repo().join("tests/data/prose.txt").to_str().unwrap(),
-        "--ctx",
-        "512",
-        "--chunks",
-        &chunks.to_string(),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let got: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(got["chunks"], chunks);
-    assert_eq!(got["tokens_scored"], 255 * chunks);
-    let ppl = got["perplexity"].as_f64().unwrap();
-    let want = r["perplexity_f64_running"][chunks - 1].as_f64().unwrap();
-    let rel = (ppl - want).abs() / want;
-    eprintln!(
-        "{size} {activations}, {chunks} chunks: perplexity {ppl} vs f64 reference {want}: {:.4}%",
-        rel * 100.0
-    );
-    (ppl, rel)
+    let reference = format!("qwen2_{size}_reference.json");
+    perplexity_vs_reference(&model(size), &reference, activations, chunks, &[])
 }
 
 #[test]
@@ -99,7 +67,7 @@ fn f32_activations_reproduce_the_f64_reference() {
 fn chat_prompt_ids_and_greedy_start_match_the_reference() {
     for size in ["0.5b", "1.5b"] {
         let m = model(size);
-        let r = fixture(size);
+        let r = qwen_fixture(size);
         let question = r["chat_question"].as_str().unwrap();
         // The template's rendering (default system prompt, one user turn), tokenized by
         // `tokenize`, is llama-tokenize's ids of the same text.

@@ -5,11 +5,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn fixture(name: &str) -> Value {
-    let p = repo().join("tests/data").join(name);
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-}
-
 #[test]
 fn tokenize_matches_llama_cpp_on_prose() {
     let model = smollm2();
@@ -30,36 +25,8 @@ fn perplexity(activations: &str) -> (f64, f64) {
 }
 
 fn perplexity_with(activations: &str, kv: &str) -> (f64, f64) {
-    let model = smollm2();
-    let r = fixture("smollm2_reference.json");
-    let o = run(&[
-        "--activations",
-        activations,
-        "perplexity",
-        "--model",
-        model.to_str().unwrap(),
-        "--file",
-        repo().join("tests/data/prose.txt").to_str().unwrap(),
-        "--ctx",
-        "512",
-        "--chunks",
-        "4",
-        "--json",
-        "--kv-cache-dtype",
-        kv,
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let got: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(got["chunks"], 4);
-    assert_eq!(got["tokens_scored"], r["tokens_scored"]);
-    let ppl = got["perplexity"].as_f64().unwrap();
-    let want = r["perplexity_f64"].as_f64().unwrap();
-    let rel = (ppl - want).abs() / want;
-    eprintln!(
-        "{activations}: perplexity {ppl} vs f64 reference {want}: {:.4}%",
-        rel * 100.0
-    );
-    (ppl, rel)
+    let extra = ["--kv-cache-dtype", kv];
+    perplexity_vs_reference(&smollm2(), "smollm2_reference.json", activations, 4, &extra)
 }
 
 #[test]

@@ -76,6 +76,66 @@ pub fn python_check(script: &str, args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A fixture under `tests/data`, parsed.
+pub fn fixture(name: &str) -> serde_json::Value {
+    let p = repo().join("tests/data").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// `ridge perplexity` of `tests/data/prose.txt` on `model` at ctx 512 over `chunks` chunks
+/// (`extra`: more flags), against the float64 reference in the fixture `reference`: its
+/// running perplexity after as many chunks (or its whole-text figure when it has no running
+/// one). Returns ridge's perplexity and the relative distance.
+pub fn perplexity_vs_reference(
+    model: &Path,
+    reference: &str,
+    activations: &str,
+    chunks: usize,
+    extra: &[&str],
+) -> (f64, f64) {
+    let r = fixture(reference);
+    assert_eq!(r["ctx"], 512);
+    let chunks_s = chunks.to_string();
+    let prose = repo().join("tests/data/prose.txt");
+    let mut args = vec![
+        "--activations",
+        activations,
+        "perplexity",
+        "--model",
+        model.to_str().unwrap(),
+        "--file",
+        prose.to_str().unwrap(),
+        "--ctx",
+        "512",
+        "--chunks",
+        &chunks_s,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(got["chunks"], chunks);
+    assert_eq!(got["tokens_scored"], 255 * chunks);
+    let ppl = got["perplexity"].as_f64().unwrap();
+    let want = match r.get("perplexity_f64_running") {
+        Some(running) => running[chunks - 1].as_f64().unwrap(),
+        None => {
+            assert_eq!(
+                r["chunks"], chunks,
+                "{reference} has the whole-text figure only"
+            );
+            r["perplexity_f64"].as_f64().unwrap()
+        }
+    };
+    let rel = (ppl - want).abs() / want;
+    eprintln!(
+        "{reference} {activations} {extra:?}, {chunks} chunks: perplexity {ppl} vs f64 reference {want}: {:.4}%",
+        rel * 100.0
+    );
+    (ppl, rel)
+}
+
 /// Path of Qwen2.5 Coder 0.5B Instruct (Q5_0), pulled into the shared cache on first use.
 pub fn qwen2_0_5b() -> PathBuf {
     let m = ridge_model::registry::find("qwen2.5-coder-0.5b").expect("known model");
