@@ -1,6 +1,6 @@
 """Structured outputs and tool calling against a running ridge, with the official OpenAI SDK.
 
-Usage: structured_check.py BASE_URL SCHEMAS.json SAMPLES
+Usage: structured_check.py BASE_URL SCHEMAS.json SAMPLES [--schemas-only]
 
 1. Every JSON Schema in SCHEMAS.json ({"name": schema, ...}) is asked for SAMPLES times at
    temperature 0.8 through `response_format: json_schema`; every answer must parse and
@@ -54,6 +54,9 @@ def main():
                 raise SystemExit(f"structured check failed: {name}#{k}: {e}\n{text}")
             summary["valid"] += 1
             summary["compile_ms"][name] = r.model_extra["timings"]["grammar_compile_ms"]
+    if "--schemas-only" in sys.argv:
+        print(json.dumps(summary))
+        return
 
     # 2. The SDK's parse helper with a Pydantic model.
     class Book(BaseModel):
