@@ -14,6 +14,10 @@ pub enum Architecture {
     /// Qwen2 / Qwen2.5 (and the models built on them): llama's layer with biases on the
     /// Q/K/V projections and RoPE in the NEOX (halves) layout.
     Qwen2,
+    /// Qwen3 (dense): qwen2's layer without the Q/K/V biases and with a per-head RMSNorm on
+    /// queries and keys before RoPE (as Gemma 3 has); the head dimension may be set apart from
+    /// `d_model / n_heads` by `attention.key_length`.
+    Qwen3,
 }
 
 impl Architecture {
@@ -23,15 +27,22 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Gemma3 => "gemma3",
             Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 3] = [
+    pub const ALL: [Architecture; 4] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
+        Architecture::Qwen3,
     ];
+
+    /// Whether the layers carry a per-head RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Architecture::Gemma3 | Architecture::Qwen3)
+    }
 }
 
 /// Gemma 3 layer `i` is global (full causal attention, `rope.freq_base`) when
@@ -70,7 +81,7 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// Number of rotated dimensions per head.
     pub rope_dim: usize,
-    /// RoPE pairs element `i` with `i + rope_dim/2` (the NEOX layout: gemma3, qwen2) rather
+    /// RoPE pairs element `i` with `i + rope_dim/2` (NEOX layout: gemma3, qwen2, qwen3) rather
     /// than with `i + 1` (llama, whose converter permutes Q and K rows to that layout).
     pub rope_neox: bool,
     /// RMSNorm epsilon.
@@ -168,8 +179,10 @@ impl ModelConfig {
         if vocab == 0 || vocab > 1 << 24 {
             return Err(bad(format!("vocabulary size {vocab} out of range")));
         }
-        // Position scaling (linear, YaRN, Llama 3's `rope_freqs`) is not implemented for any
-        // architecture, so refuse it rather than run with wrong positions.
+        // Position scaling by metadata (linear, YaRN, LongRoPE) is not implemented, so refuse it
+        // rather than run with wrong positions. Llama 3's scaling has no metadata key (its
+        // converter writes only the `rope_freqs.weight` factors; llama.cpp rejects any
+        // `rope.scaling.type` it does not know, `llama3` included), and is bound in `model.rs`.
         for key in ["rope.scaling.type", "rope.scaling.factor"] {
             if let Some(v) = f.get(&k(key)) {
                 let identity =
@@ -179,11 +192,10 @@ impl ModelConfig {
                 }
             }
         }
-        if f.has_tensor("rope_freqs.weight") {
-            return Err(bad(
-                "per-dimension RoPE frequency factors (`rope_freqs.weight`) are not supported"
-                    .into(),
-            ));
+        if f.has_tensor("rope_freqs.weight") && arch != Architecture::Llama {
+            return Err(bad(format!(
+                "per-dimension RoPE frequency factors (`rope_freqs.weight`) are supported for llama, not {arch_name}"
+            )));
         }
         let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
         if arch == Architecture::Gemma3 {

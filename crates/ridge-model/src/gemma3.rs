@@ -28,10 +28,9 @@ use crate::model::{Model, RopeTable};
 use crate::weights::vector;
 use crate::{Batch, KvCache, ModelError, Workspace};
 
-/// The norms a Gemma 3 layer has beyond llama's `attn_norm` and `ffn_norm`.
+/// The norms a Gemma 3 layer has beyond llama's `attn_norm` and `ffn_norm` (its per-head Q/K
+/// norms are bound with the layer, as qwen3 has them too).
 pub(crate) struct LayerNorms {
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
     post_attn: Vec<f32>,
     post_ffn: Vec<f32>,
 }
@@ -41,8 +40,6 @@ impl LayerNorms {
     pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Self, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         Ok(LayerNorms {
-            q_norm: vector(f, &n("attn_q_norm"), cfg.head_dim)?,
-            k_norm: vector(f, &n("attn_k_norm"), cfg.head_dim)?,
             post_attn: vector(f, &n("post_attention_norm"), cfg.d_model)?,
             post_ffn: vector(f, &n("post_ffw_norm"), cfg.d_model)?,
         })
@@ -50,7 +47,7 @@ impl LayerNorms {
 
     /// Bytes read per decode step (f32 weights).
     pub(crate) fn bytes(&self) -> usize {
-        4 * (self.q_norm.len() + self.k_norm.len() + self.post_attn.len() + self.post_ffn.len())
+        4 * (self.post_attn.len() + self.post_ffn.len())
     }
 }
 
@@ -78,8 +75,7 @@ pub(crate) fn layers(
         // Attention block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
-        ops::rms_norm_rows_inplace(m.isa, &mut ws.q, &g.q_norm, eps);
-        ops::rms_norm_rows_inplace(m.isa, &mut ws.k, &g.k_norm, eps);
+        m.qk_norm(l, n, ws);
         m.rope_and_store(li, batch, kv, ws, table, true);
         m.attention(li, batch, kv, ws, window);
         m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);

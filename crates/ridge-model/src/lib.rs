@@ -8,7 +8,8 @@
 //!   sequence, attends causally, and returns logits for the tokens that asked for them. Decode,
 //!   prefill, chunked prefill and batched decode are all this one call.
 //! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`,
-//!   which also runs qwen2, and `gemma3.rs`; the parts they share are in `model.rs`).
+//!   which also runs qwen2, qwen3 and Llama 3's RoPE scaling, and `gemma3.rs`; the parts they
+//!   share are in `model.rs`).
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;

@@ -8,6 +8,13 @@
 //! `model.rs` and added by `Model::qkv`), and its RoPE pairs each element with the one half a
 //! head away (`cfg.rope_neox`, the layout its converter leaves Q and K in).
 //!
+//! Qwen3 (dense) drops the biases and adds a per-head RMSNorm on queries and keys before RoPE
+//! (`attn_q_norm`, `attn_k_norm`, bound in `model.rs` as Gemma 3's are and applied by
+//! `Model::qk_norm`); its head dimension may differ from `d_model / n_heads`.
+//!
+//! Llama 3.1's RoPE scaling is data too: `rope_freqs.weight` divides each pair's frequency,
+//! folded into the RoPE tables once per batch (`Model::embed`).
+//!
 //! The layer stack reads top to bottom like the math; embeddings, the output head and every
 //! heavy loop are shared with the other architectures (`model.rs`, the kernels).
 
@@ -33,6 +40,7 @@ pub(crate) fn layers(
         // Attention block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
+        m.qk_norm(l, n, ws); // qwen3 only
         m.rope_and_store(li, batch, kv, ws, RopeTable::Global, m.cfg.rope_neox);
         m.attention(li, batch, kv, ws, None);
         m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);

@@ -4,10 +4,11 @@
 //! and [`Model::forward`] is the same for every architecture at its two ends: validate the
 //! batch and reserve KV blocks, embed the tokens, … , write back the sequence lengths, norm the
 //! rows that want logits and run the output head. Only the layer stack differs, and it lives in
-//! one file per architecture (`llama.rs`, which qwen2 shares, and `gemma3.rs`) built from the
-//! helpers here — the Q/K/V products (with their biases where a model has them), RoPE plus
-//! the KV write, paged attention (optionally windowed), the
-//! gate/up products — so each architecture's file reads top to bottom like its math.
+//! one file per architecture (`llama.rs`, which qwen2 and qwen3 share, and `gemma3.rs`) built
+//! from the helpers here — the Q/K/V products (with their biases where a model has them), the
+//! per-head Q/K norms (gemma3, qwen3), RoPE plus the KV write, paged attention (optionally
+//! windowed), the gate/up products — so each architecture's file reads top to bottom like its
+//! math.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,6 +39,33 @@ pub(crate) struct Layer {
     pub w_down: MatRef,
     /// Biases added to the Q, K and V projections (qwen2; `None` where the file has none).
     pub qkv_bias: Option<QkvBias>,
+    /// Per-head RMSNorm weights for queries and keys, applied before RoPE (gemma3, qwen3).
+    pub qk_norm: Option<QkNorm>,
+}
+
+/// The per-head RMSNorm weights of a layer's queries and keys (one head wide each).
+pub(crate) struct QkNorm {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+}
+
+impl QkNorm {
+    /// Binds layer `i`'s `attn_q_norm` and `attn_k_norm` where the architecture has them.
+    fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
+        if !cfg.arch.has_qk_norm() {
+            return Ok(None);
+        }
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(Some(QkNorm {
+            q: vector(f, &n("attn_q_norm"), cfg.head_dim)?,
+            k: vector(f, &n("attn_k_norm"), cfg.head_dim)?,
+        }))
+    }
+
+    /// Bytes read per decode step (f32).
+    fn bytes(&self) -> usize {
+        4 * (self.q.len() + self.k.len())
+    }
 }
 
 /// The biases of a layer's Q, K and V projections.
@@ -95,6 +123,9 @@ pub struct Model {
     pub(crate) layers: Vec<Layer>,
     /// Gemma 3's extra per-layer norms (empty for llama).
     pub(crate) gemma: Vec<gemma3::LayerNorms>,
+    /// Llama 3's per-dimension RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2`
+    /// of them), where the file has them.
+    rope_freqs: Option<Vec<f32>>,
     pub(crate) act: ActPlan,
     /// Tiled copies of the layer matrices that have a tile layout (see
     /// `ridge_kernels::packed`), made at load on CPUs with tile kernels.
@@ -184,12 +215,27 @@ impl Model {
                 w_up: matrix(f, &n("ffn_up"), ffn, d)?,
                 w_down: matrix(f, &n("ffn_down"), d, ffn)?,
                 qkv_bias: QkvBias::bind(f, &cfg, i)?,
+                qk_norm: QkNorm::bind(f, &cfg, i)?,
             });
             if cfg.arch == Architecture::Gemma3 {
                 gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
             }
         }
         let output_norm = vector(f, "output_norm.weight", d)?;
+        // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair
+        // (`config.rs` lets only llama files carry them).
+        let rope_freqs = if f.has_tensor("rope_freqs.weight") {
+            let ff = vector(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
+            if let Some(bad) = ff.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                return Err(ModelError::Unsupported {
+                    path: f.path().display().to_string(),
+                    message: format!("rope_freqs.weight holds {bad}; expected positive factors"),
+                });
+            }
+            Some(ff)
+        } else {
+            None
+        };
         let act = ActPlan::new(ActPolicy::default());
         let isa = Isa::detect();
         let mut output = output;
@@ -207,6 +253,7 @@ impl Model {
             output_norm,
             layers,
             gemma,
+            rope_freqs,
             act,
             tiles,
         })
@@ -276,6 +323,7 @@ impl Model {
                     .sum::<usize>()
                     + 8 * self.cfg.d_model
                     + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
+                    + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
             })
             .sum();
         let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
@@ -383,7 +431,9 @@ impl Model {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
         match self.cfg.arch {
-            Architecture::Llama | Architecture::Qwen2 => llama::layers(self, batch, kv, ws, skip),
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
+                llama::layers(self, batch, kv, ws, skip)
+            }
             Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
@@ -420,13 +470,11 @@ impl Model {
         }
         for (t, &pos) in batch.positions.iter().enumerate() {
             let r = t * half..(t + 1) * half;
-            ops::rope_table(
-                pos,
-                cfg.rope_dim,
-                cfg.rope_base,
-                &mut ws.cos[r.clone()],
-                &mut ws.sin[r],
-            );
+            let (cos, sin) = (&mut ws.cos[r.clone()], &mut ws.sin[r]);
+            match &self.rope_freqs {
+                None => ops::rope_table(pos, cfg.rope_dim, cfg.rope_base, cos, sin),
+                Some(ff) => rope_table_scaled(pos, cfg.rope_dim, cfg.rope_base, ff, cos, sin),
+            }
         }
         if cfg.sliding_window.is_some() {
             fit(&mut ws.cos_swa, n * half);
@@ -472,6 +520,16 @@ impl Model {
                     ops::add_inplace(row, bias);
                 }
             }
+        }
+    }
+
+    /// Per-head RMSNorm of `ws.q` and `ws.k` (the first `n` tokens), where the layer has one.
+    pub(crate) fn qk_norm(&self, l: &Layer, n: usize, ws: &mut Workspace) {
+        if let Some(qk) = &l.qk_norm {
+            let eps = self.cfg.norm_eps;
+            let (qd, kvd) = (self.cfg.q_dim(), self.cfg.kv_dim());
+            ops::rms_norm_rows_inplace(self.isa, &mut ws.q[..n * qd], &qk.q, eps);
+            ops::rms_norm_rows_inplace(self.isa, &mut ws.k[..n * kvd], &qk.k, eps);
         }
     }
 
@@ -596,6 +654,24 @@ impl Model {
             ops::softcap_inplace(&mut ws.logits, cap);
         }
         &ws.logits[..m * cfg.vocab]
+    }
+}
+
+/// [`ops::rope_table`] with Llama 3's per-pair frequency divisors: pair `i` turns by
+/// `pos · base^(−2i/dim) / factors[i]`.
+fn rope_table_scaled(
+    pos: usize,
+    dim: usize,
+    base: f32,
+    factors: &[f32],
+    cos: &mut [f32],
+    sin: &mut [f32],
+) {
+    for (i, ((c, s), &ff)) in cos.iter_mut().zip(sin.iter_mut()).zip(factors).enumerate() {
+        let freq = (base as f64).powf(-2.0 * i as f64 / dim as f64) / ff as f64;
+        let a = pos as f64 * freq;
+        *c = a.cos() as f32;
+        *s = a.sin() as f32;
     }
 }
 

@@ -1,4 +1,4 @@
-//! Tiny random GGUF files of the supported architectures (llama, gemma3, qwen2), for tests and
+//! Tiny random GGUF files of the supported architectures (llama, gemma3, qwen2, qwen3), for tests and
 //! examples: real files through the real loader, small enough to check against a naive
 //! reference in milliseconds.
 //!
@@ -40,6 +40,11 @@ pub struct SyntheticSpec {
     pub separate_output: bool,
     /// RNG seed for the weights.
     pub seed: u64,
+    /// Write Llama 3's per-dimension RoPE frequency factors (`rope_freqs.weight`), computed as
+    /// Llama 3.1's converter does with factor 8, low/high frequency factors 1 and 4 and an
+    /// original context of `ctx_len` (so that on a tiny head some dimensions keep their
+    /// frequency, some are divided by 8 and some fall in the smoothed band between).
+    pub rope_freqs: bool,
 }
 
 impl Default for SyntheticSpec {
@@ -58,6 +63,7 @@ impl Default for SyntheticSpec {
             embd_dtype: DType::Q8_0,
             separate_output: false,
             seed: 1,
+            rope_freqs: false,
         }
     }
 }
@@ -113,11 +119,18 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
 /// A gemma3 model gets the extra per-layer norms (`attn_q_norm`, `attn_k_norm`,
 /// `post_attention_norm`, `post_ffw_norm`), `attention.key_length`, `attention.sliding_window`
 /// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head. A qwen2 model
-/// gets random Q/K/V biases (`blk.N.attn_{q,k,v}.bias`, f32) and RoPE base 1 000 000.
+/// gets random Q/K/V biases (`blk.N.attn_{q,k,v}.bias`, f32) and RoPE base 1 000 000; a qwen3
+/// model no biases, per-head `attn_q_norm`/`attn_k_norm` and RoPE base 1 000 000.
 pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let gemma = spec.arch == Architecture::Gemma3;
     let qwen2 = spec.arch == Architecture::Qwen2;
+    let qwen3 = spec.arch == Architecture::Qwen3;
+    let rope_base = if gemma || qwen2 || qwen3 {
+        1e6
+    } else {
+        10000.0
+    };
     let head_dim = spec.head_dim.unwrap_or(spec.d_model / spec.n_heads);
     let (d, q, kv, ffn) = (
         spec.d_model,
@@ -138,10 +151,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("feed_forward_length"), u(ffn))
         .meta(&k("attention.head_count"), u(spec.n_heads))
         .meta(&k("attention.head_count_kv"), u(spec.n_kv_heads))
-        .meta(
-            &k("rope.freq_base"),
-            MetadataValue::F32(if gemma || qwen2 { 1e6 } else { 10000.0 }),
-        )
+        .meta(&k("rope.freq_base"), MetadataValue::F32(rope_base as f32))
         .meta(
             &k("attention.layer_norm_rms_epsilon"),
             MetadataValue::F32(if gemma { 1e-6 } else { 1e-5 }),
@@ -154,7 +164,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         w.meta(&k("attention.sliding_window"), u(spec.sliding_window));
     }
     w.meta("tokenizer.ggml.model", s("gpt2"))
-        .meta("tokenizer.ggml.pre", s("gpt2"));
+        .meta("tokenizer.ggml.pre", s("gpt-2")); // the name llama.cpp knows
     let mut tokens: Vec<String> = (0..=255u8).map(|b| gpt2_byte_char(b).to_string()).collect();
     tokens.push("<|endoftext|>".into());
     let mut types = vec![1i32; 256];
@@ -225,14 +235,25 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         );
     }
     norm(&mut w, "output_norm.weight", d, 3);
-    if gemma {
+    if gemma || qwen3 {
         for i in 0..spec.n_layers {
             let n = |x: &str| format!("blk.{i}.{x}.weight");
             norm(&mut w, &n("attn_q_norm"), head_dim, i + 2);
             norm(&mut w, &n("attn_k_norm"), head_dim, i + 4);
-            norm(&mut w, &n("post_attention_norm"), d, i + 3);
-            norm(&mut w, &n("post_ffw_norm"), d, i + 1);
+            if gemma {
+                norm(&mut w, &n("post_attention_norm"), d, i + 3);
+                norm(&mut w, &n("post_ffw_norm"), d, i + 1);
+            }
         }
+    }
+    if spec.rope_freqs {
+        let f = llama3_rope_factors(head_dim, rope_base, spec.ctx_len as f64);
+        w.tensor(
+            "rope_freqs.weight",
+            &[f.len() as u64],
+            GgmlType::F32,
+            blocks::quantize_row(DType::F32, &f),
+        );
     }
     if spec.separate_output && !gemma {
         mat(&mut w, "output.weight", SYNTHETIC_VOCAB, d, spec.dtype, ws);
@@ -251,4 +272,25 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         }
     }
     w.to_bytes()
+}
+
+/// Llama 3.1's RoPE frequency factors for a head of `dim` rotated dimensions (the published
+/// recipe: factor 8, low/high frequency factors 1 and 4, here over an original context of
+/// `old_ctx`): 1 for wavelengths under `old_ctx / 4`, 8 above `old_ctx`, smoothly between.
+fn llama3_rope_factors(dim: usize, base: f64, old_ctx: f64) -> Vec<f32> {
+    let (factor, low, high) = (8.0f64, 1.0f64, 4.0f64);
+    (0..dim / 2)
+        .map(|i| {
+            let freq = base.powf(-2.0 * i as f64 / dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < old_ctx / high {
+                1.0
+            } else if wavelen > old_ctx / low {
+                factor as f32
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+            }
+        })
+        .collect()
 }

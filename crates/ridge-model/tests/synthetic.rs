@@ -348,6 +348,17 @@ fn batching_and_chunking_do_not_change_results() {
         n_kv_heads: 1,
         ..Default::default()
     });
+    // qwen3: per-head Q/K norms, a head dimension apart from d_model / n_heads; llama with
+    // Llama 3's RoPE factors.
+    batching_and_chunking(&SyntheticSpec {
+        arch: Architecture::Qwen3,
+        head_dim: Some(32),
+        ..Default::default()
+    });
+    batching_and_chunking(&SyntheticSpec {
+        rope_freqs: true,
+        ..Default::default()
+    });
 }
 
 fn batching_and_chunking(spec: &SyntheticSpec) {

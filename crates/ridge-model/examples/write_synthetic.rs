@@ -1,0 +1,21 @@
+//! Writes the synthetic models that are checked against llama.cpp into a folder, as
+//! `<name>.gguf`, printing the protocol and then `name path` lines (see `tools/reference/make_synthetic_llama_cpp_fixtures.sh`).
+//!
+//!     cargo run --release -p ridge-model --example write_synthetic -- DIR
+
+#[path = "../tests/common/llama_cpp.rs"]
+mod llama_cpp;
+
+fn main() -> std::io::Result<()> {
+    let dir = std::env::args()
+        .nth(1)
+        .ok_or_else(|| std::io::Error::other("usage: write_synthetic DIR"))?;
+    // First line: the perplexity protocol the fixtures use (llama-perplexity's -c and --chunks).
+    println!("{} {}", llama_cpp::CTX, llama_cpp::CHUNKS);
+    for (name, spec) in llama_cpp::specs() {
+        let path = std::path::Path::new(&dir).join(format!("{name}.gguf"));
+        std::fs::write(&path, ridge_model::synthetic::synthetic_model(&spec))?;
+        println!("{name} {}", path.display());
+    }
+    Ok(())
+}

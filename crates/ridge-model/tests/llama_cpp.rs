@@ -1,0 +1,150 @@
+//! Architectures with no real weights on this machine (qwen3, Llama 3's RoPE scaling), checked
+//! against llama.cpp itself: ridge's perplexity on tiny synthetic GGUF files must match
+//! `llama-perplexity`'s on the same files, recorded in `tests/data/llama_cpp_synthetic.json`
+//! by `tools/reference/make_synthetic_llama_cpp_fixtures.sh` (qwen2, verified elsewhere
+//! against a float64 reference, is the control).
+
+#[path = "common/llama_cpp.rs"]
+mod llama_cpp;
+
+use std::io::Write;
+
+use llama_cpp::{specs, CHUNKS, CTX};
+use ridge_model::synthetic::{synthetic_model, SyntheticSpec};
+use ridge_model::{ActPolicy, Batch, KvCache, Model, Workspace};
+use sha2::{Digest, Sha256};
+
+/// Largest relative difference allowed between ridge's and llama.cpp's running perplexity.
+/// Both run f32 weights and an f16 KV cache; llama.cpp also rounds Q (and the attention
+/// weights) to f16 inside attention, which ridge does not. The measured gap is under 2e-6; a
+/// wrong model is off by far more (RoPE factors ignored: 3e-3; qwen3 without its Q/K norms: 1.5e-2).
+const TOL: f64 = 1e-5;
+
+fn fixture() -> serde_json::Value {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/llama_cpp_synthetic.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn prose_tokens() -> Vec<u32> {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/prose.txt");
+    // The synthetic vocabulary has one token per byte (the fixture script checks that
+    // llama.cpp tokenizes this text so).
+    std::fs::read(p)
+        .unwrap()
+        .into_iter()
+        .map(u32::from)
+        .collect()
+}
+
+fn load(bytes: &[u8]) -> (tempfile::NamedTempFile, Model) {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+    let mut m = Model::load(f.path()).unwrap();
+    m.set_act_policy(ActPolicy::F32);
+    (f, m)
+}
+
+/// llama-perplexity's protocol: chunks of `CTX` tokens, each evaluated from an empty cache,
+/// scoring the predictions of its second half; the running perplexity after every chunk.
+fn running_perplexity(m: &Model, tokens: &[u32]) -> Vec<f64> {
+    let vocab = m.config().vocab;
+    let (mut nll, mut count, mut running) = (0f64, 0usize, Vec::new());
+    let mut ws = Workspace::new();
+    for chunk in tokens.chunks_exact(CTX).take(CHUNKS) {
+        let mut kv = KvCache::new(m.config(), CTX);
+        let s = kv.add_seq();
+        let mut b = Batch::new();
+        for (i, &t) in chunk.iter().enumerate() {
+            b.push(t, i, s, true);
+        }
+        let logits = m.forward(&b, &mut kv, &mut ws).unwrap();
+        for j in CTX / 2..CTX - 1 {
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            let max = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+            let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            nll += max + z.ln() - row[chunk[j + 1] as usize] as f64;
+            count += 1;
+        }
+        running.push((nll / count as f64).exp());
+    }
+    running
+}
+
+fn check(name: &str, spec: &SyntheticSpec) -> Vec<f64> {
+    let fx = fixture();
+    assert_eq!(fx["ctx"].as_u64(), Some(CTX as u64));
+    assert_eq!(fx["chunks"].as_u64(), Some(CHUNKS as u64));
+    let want = &fx["models"][name];
+    let bytes = synthetic_model(spec);
+    assert_eq!(
+        want["sha256"].as_str(),
+        Some(format!("{:x}", Sha256::digest(&bytes)).as_str()),
+        "{name}: the synthetic file changed; rerun tools/reference/make_synthetic_llama_cpp_fixtures.sh"
+    );
+    let (_f, m) = load(&bytes);
+    let got = running_perplexity(&m, &prose_tokens());
+    let lcpp: Vec<f64> = want["perplexity_llama_cpp_running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(got.len(), lcpp.len());
+    for (i, (g, l)) in got.iter().zip(&lcpp).enumerate() {
+        let rel = (g - l).abs() / l;
+        eprintln!(
+            "{name} [{}] ridge {g:.4} llama.cpp {l:.4} rel {rel:.2e}",
+            i + 1
+        );
+        assert!(
+            rel < TOL,
+            "{name} chunk {}: ridge {g} vs llama.cpp {l}",
+            i + 1
+        );
+    }
+    got
+}
+
+fn spec(name: &str) -> SyntheticSpec {
+    specs()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| s)
+        .unwrap()
+}
+
+#[test]
+fn qwen2_control_matches_llama_cpp() {
+    check("qwen2", &spec("qwen2"));
+}
+
+#[test]
+fn qwen3_matches_llama_cpp() {
+    let s = spec("qwen3");
+    check("qwen3", &s);
+    let (_f, m) = load(&synthetic_model(&s));
+    let c = m.config();
+    assert_eq!((c.head_dim, c.q_dim(), c.d_model), (32, 128, 64));
+}
+
+#[test]
+fn llama3_rope_freqs_match_llama_cpp() {
+    let s = spec("llama_rope_freqs");
+    let got = check("llama_rope_freqs", &s);
+    // The same weights without the factors: the fixture must tell them apart.
+    let (_f, m) = load(&synthetic_model(&SyntheticSpec {
+        rope_freqs: false,
+        ..s
+    }));
+    let plain = running_perplexity(&m, &prose_tokens());
+    let rel = (plain[CHUNKS - 1] - got[CHUNKS - 1]).abs() / got[CHUNKS - 1];
+    eprintln!(
+        "without rope_freqs: {:.4} (rel {rel:.2e})",
+        plain[CHUNKS - 1]
+    );
+    assert!(rel > 50.0 * TOL, "the factors change nothing measurable");
+}
