@@ -182,3 +182,62 @@ fn bench_refuses_bad_arguments_with_one_line() {
     );
     assert_clean_failure(&run(&["probe", "--buffer-mib", "0"]), "--buffer-mib");
 }
+
+#[test]
+fn the_floor_names_the_memory_level_the_working_set_fits() {
+    // The probe reports the last-level cache (Linux exposes its size) and its bandwidth, which
+    // is above DRAM's; `ridge bench` reads a tiny synthetic model's step (a few hundred KB)
+    // from that cache and says so.
+    let o = run(&[
+        "probe",
+        "--json",
+        "--no-compute",
+        "--buffer-mib",
+        "64",
+        "--passes",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let llc = num(&p, "llc_bytes");
+    assert!(llc >= (1 << 20) as f64, "{p}");
+    assert!(num(&p, "llc_read_bandwidth_gbs") > 0.0, "{p}");
+    let f = synthetic_file(&SyntheticSpec::default());
+    let o = run(&[
+        "bench",
+        "--model",
+        f.path().to_str().unwrap(),
+        "--prompt",
+        "8",
+        "--gen",
+        "4",
+        "--batch",
+        "1",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["memory_level"], "LLC", "{v}");
+    assert!(v["bandwidth_probed"].as_bool().unwrap());
+    // Given a bandwidth, the floor uses it as given.
+    let o = run(&[
+        "bench",
+        "--model",
+        f.path().to_str().unwrap(),
+        "--prompt",
+        "8",
+        "--gen",
+        "4",
+        "--batch",
+        "1",
+        "--reps",
+        "1",
+        "--json",
+        "--bandwidth-gbs",
+        "10",
+    ]);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["memory_level"], "given", "{v}");
+}

@@ -74,6 +74,77 @@ pub struct ProbeReport {
     pub isa: &'static str,
     /// Instruction set of the bandwidth and FMA probes: `"avx2"` or `"portable"`.
     pub probe_simd: &'static str,
+    /// The last-level cache and the read bandwidth of data resident in it (`None` where its
+    /// size is unknown).
+    pub llc: Option<CacheProbe>,
+}
+
+/// The last-level cache as the probe saw it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CacheProbe {
+    /// Size in bytes (as the OS reports it for the first CPU).
+    pub bytes: usize,
+    /// Read bandwidth of a buffer half its size, GB/s (all threads, best pass).
+    pub read_bandwidth_gbs: f64,
+}
+
+/// Share of the last-level cache a step's working set may fill and still be read from it:
+/// the rest holds activations, the KV being written, code and other processes' lines.
+pub const LLC_FIT: f64 = 0.75;
+
+/// Where one step's `working_set_bytes` (weights + K/V read) is read from: the last-level cache
+/// when it fits in [`LLC_FIT`] of it, else DRAM. Returns the level's name and its bandwidth
+/// (GB/s) — the bandwidth the step's floor must use, or a model that lives in a 300 MB L3 reads
+/// as "111% of roofline" against DRAM.
+pub fn memory_level(
+    working_set_bytes: f64,
+    dram_gbs: f64,
+    llc: Option<CacheProbe>,
+) -> (&'static str, f64) {
+    match llc {
+        Some(c) if working_set_bytes <= c.bytes as f64 * LLC_FIT => ("LLC", c.read_bandwidth_gbs),
+        _ => ("DRAM", dram_gbs),
+    }
+}
+
+/// Parses a sysfs cache size (`"32768K"`, `"1M"`, `"512"`) into bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 1 << 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// Size of the highest-level data or unified cache of CPU 0, from Linux's sysfs.
+pub fn llc_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let read = |f: &str| std::fs::read_to_string(e.path().join(f)).ok();
+            let kind = read("type")?;
+            if kind.trim() == "Instruction" {
+                return None;
+            }
+            let level: u32 = read("level")?.trim().parse().ok()?;
+            Some((level, parse_cache_size(&read("size")?)?))
+        })
+        .max()
+        .map(|(_, bytes)| bytes)
+}
+
+/// The last-level cache's read bandwidth: a buffer of half its size, shared by the threads,
+/// read many times (it stays resident after the first pass; the best pass counts).
+pub fn cache_probe(threads: usize) -> Option<CacheProbe> {
+    let bytes = llc_bytes()?;
+    Some(CacheProbe {
+        bytes,
+        read_bandwidth_gbs: read_bandwidth(threads, bytes / 2, 40),
+    })
 }
 
 /// Runs the probes `cfg` asks for.
@@ -96,6 +167,7 @@ pub fn run(cfg: &ProbeConfig) -> ProbeReport {
         q4_1_matmul_gflops: mm,
         isa: Isa::detect().name(),
         probe_simd: if has_avx2() { "avx2" } else { "portable" },
+        llc: cache_probe(cfg.threads),
     }
 }
 
@@ -444,6 +516,35 @@ pub fn q4_1_matmul_gflops(shape: MatmulShape, passes: usize) -> f64 {
         best = best.min(t0.elapsed().as_secs_f64());
     }
     2.0 * rows as f64 * cols as f64 * n as f64 * calls as f64 / best.max(1e-9) / 1e9
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size(""), None);
+    }
+
+    #[test]
+    fn a_working_set_that_fits_the_llc_is_read_from_it() {
+        let llc = Some(CacheProbe {
+            bytes: 300 << 20,
+            read_bandwidth_gbs: 400.0,
+        });
+        // SmolLM2's 97 MB in a 300 MB L3: the cache's bandwidth bounds the step.
+        assert_eq!(memory_level(97e6, 25.0, llc), ("LLC", 400.0));
+        // Qwen2.5 1.5B's 1.1 GB does not fit: DRAM.
+        assert_eq!(memory_level(1.1e9, 25.0, llc), ("DRAM", 25.0));
+        // Just past the usable share of the cache: DRAM.
+        assert_eq!(memory_level(0.76 * (300 << 20) as f64, 25.0, llc).0, "DRAM");
+        assert_eq!(memory_level(1e3, 25.0, None), ("DRAM", 25.0));
+    }
 }
 
 #[cfg(test)]

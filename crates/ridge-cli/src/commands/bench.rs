@@ -76,19 +76,25 @@ pub fn main(a: Args) -> Result<()> {
     cfg.validate_for(model.config())?;
 
     let threads = ridge_kernels::pool::threads();
-    let (bw, probed) = match a.bandwidth_gbs {
-        Some(bw) => (bw, false),
-        None => (
-            probe::run(&ProbeConfig::quick(threads)).read_bandwidth_gbs,
-            true,
-        ),
-    };
     let inputs = roofline_inputs(model);
+    // The working set of a batch-1 step at the longest context this bench reaches: weights +
+    // K/V read. When it fits the last-level cache, the floor is the cache's bandwidth.
+    let working_set = inputs.weight_bytes as f64
+        + inputs.kv_bytes_per_token_all_layers() as f64
+            * (cfg.prompt_tokens + cfg.gen_tokens) as f64;
+    let (level, bw, probed) = match a.bandwidth_gbs {
+        Some(bw) => ("given", bw, false),
+        None => {
+            let p = probe::run(&ProbeConfig::quick(threads));
+            let (level, bw) = probe::memory_level(working_set, p.read_bandwidth_gbs, p.llc);
+            (level, bw, true)
+        }
+    };
     let name = model.config().name.clone();
     let isa = model.isa().name();
     if !a.json {
         println!(
-            "{name}: {:.1} MB of weights read per step, {} B of KV cache per token{}; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({})",
+            "{name}: {:.1} MB of weights read per step, {} B of KV cache per token{}; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({}, {level})",
             inputs.weight_bytes as f64 / 1e6,
             inputs.kv_bytes_per_token_all_layers(),
             inputs.window.map_or(String::new(), |w| format!(
@@ -136,6 +142,7 @@ pub fn main(a: Args) -> Result<()> {
                     "window_positions": inputs.window.map(|w| w.positions),
                     "read_bandwidth_gbs": bw,
                     "bandwidth_probed": probed,
+                    "memory_level": level,
                     "threads": threads,
                     "isa": isa,
                     "model": name,

@@ -53,6 +53,8 @@ pub fn main(a: Args) -> Result<()> {
                 "q4_1_matmul_shape": [shape.batch, shape.rows, shape.cols],
                 "isa": r.isa,
                 "probe_simd": r.probe_simd,
+                "llc_bytes": r.llc.map(|c| c.bytes),
+                "llc_read_bandwidth_gbs": r.llc.map(|c| c.read_bandwidth_gbs),
             })
         );
     } else {
@@ -60,6 +62,14 @@ pub fn main(a: Args) -> Result<()> {
             "read bandwidth: {:.1} GB/s ({} threads, {} MiB buffer, best of {} passes, {} loads)",
             r.read_bandwidth_gbs, r.threads, a.buffer_mib, r.passes, r.probe_simd
         );
+        if let Some(c) = r.llc {
+            println!(
+                "last-level cache: {} MiB, read {:.1} GB/s (a step whose weights + K/V fit in {:.0} MiB reads from it)",
+                c.bytes >> 20,
+                c.read_bandwidth_gbs,
+                c.bytes as f64 * probe::LLC_FIT / (1 << 20) as f64
+            );
+        }
         if let Some(f) = r.fma_gflops {
             println!(
                 "f32 FMA peak:   {f:.1} GFLOP/s ({} threads, {})",
