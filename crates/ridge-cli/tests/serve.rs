@@ -69,6 +69,8 @@ fn openai_shapes_streaming_and_tools() {
         assert!(t[k].is_number(), "timings.{k}: {t}");
     }
     assert_eq!(t["predicted_n"], 8);
+    // The test server is given its bandwidth: the floor says so rather than naming a level.
+    assert_eq!(t["roofline_memory_level"], "given", "{t}");
 
     // Token-id prompts and several prompts: choices indexed prompt·n + i.
     let ids = s

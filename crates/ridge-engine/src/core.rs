@@ -59,6 +59,9 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Measured memory read bandwidth, GB/s, for per-request roofline figures.
     pub bandwidth_gbs: Option<f64>,
+    /// The memory level that bandwidth is of (`"DRAM"`, `"LLC"`, `"given"`), reported beside
+    /// the roofline figures.
+    pub memory_level: &'static str,
     /// Element type of the KV cache.
     pub kv_dtype: KvDtype,
 }
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             max_queue: 1024,
             bandwidth_gbs: None,
+            memory_level: "DRAM",
             kv_dtype: KvDtype::F16,
         }
     }

@@ -120,6 +120,9 @@ pub struct OperatingPoint {
     pub ridge_point: f64,
     /// Which roof binds.
     pub bound: Bound,
+    /// Where the step's bytes are read from: `"LLC"` when they fit the measured last-level
+    /// cache, else `"DRAM"` (the memory a datasheet's bandwidth is of).
+    pub memory_level: &'static str,
     /// `step_bytes / BW`, ms.
     pub memory_time_ms: f64,
     /// `step_flops / peak`, ms.
@@ -211,7 +214,14 @@ impl Setup {
         let kv_bytes = b * attended * kv_per_layer_pos;
         let step_bytes = w + kv_bytes;
         let step_flops = b * (2.0 * m.params as f64 + attn_per_layer_pos * attended);
-        let memory_s = step_bytes / bw;
+        let (memory_level, step_bw) = match self.hardware.llc {
+            Some(c) => {
+                let (level, gbs) = crate::probe::memory_level(step_bytes, bw / 1e9, Some(c));
+                (level, gbs * 1e9)
+            }
+            None => ("DRAM", bw),
+        };
+        let memory_s = step_bytes / step_bw;
         let compute_s = step_flops / peak;
         let (step_s, bound) = if compute_s > memory_s {
             (compute_s, Bound::Compute)
@@ -243,6 +253,7 @@ impl Setup {
             arithmetic_intensity: step_flops / step_bytes,
             ridge_point: peak / bw,
             bound,
+            memory_level,
             memory_time_ms: memory_s * 1e3,
             compute_time_ms: compute_s * 1e3,
             tpot_min_ms: step_s * 1e3,
@@ -422,5 +433,35 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("price"));
+    }
+
+    #[test]
+    fn a_model_that_fits_the_measured_cache_is_bounded_by_its_bandwidth() {
+        let mut hw = Hardware::local(25.0, 200.0, 2);
+        hw.llc = Some(crate::probe::CacheProbe {
+            bytes: 300 << 20,
+            read_bandwidth_gbs: 250.0,
+        });
+        let setup = |hw: &Hardware| Setup {
+            hardware: hw.clone(),
+            precision: Precision::Bf16,
+            kv_dtype: KvDtype::F16,
+            price_per_hour: None,
+        };
+        let m = smol(97_000_000);
+        let p = setup(&hw).point(&m, 1, 0, 1).unwrap();
+        assert_eq!(p.memory_level, "LLC");
+        assert!(
+            (p.memory_time_ms - 97e6 / 250e9 * 1e3).abs() < 1e-9,
+            "{p:?}"
+        );
+        // A 1.1 GB model does not fit: DRAM.
+        let big = smol(1_100_000_000);
+        let p = setup(&hw).point(&big, 1, 0, 1).unwrap();
+        assert_eq!(p.memory_level, "DRAM");
+        assert!(
+            (p.memory_time_ms - 1.1e9 / 25e9 * 1e3).abs() < 1e-9,
+            "{p:?}"
+        );
     }
 }

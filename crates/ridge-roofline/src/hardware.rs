@@ -65,6 +65,9 @@ pub struct Hardware {
     pub fp8_tflops: Option<f64>,
     /// Where the numbers come from.
     pub source: String,
+    /// The last-level cache and its read bandwidth, where measured (`local`): a step whose
+    /// working set fits in it is bounded by that bandwidth instead.
+    pub llc: Option<probe::CacheProbe>,
 }
 
 /// One row of the built-in table: name, description, GB/s, bf16 TFLOP/s, fp8 TFLOP/s, source.
@@ -146,6 +149,7 @@ impl Hardware {
             .iter()
             .find(|r| r.0 == name)
             .map(|&(n, d, gbs, bf16, fp8, src)| Hardware {
+                llc: None,
                 name: n.to_string(),
                 description: d.to_string(),
                 memory_bandwidth_gbs: gbs,
@@ -165,6 +169,7 @@ impl Hardware {
             bf16_tflops: fma_gflops / 1e3,
             fp8_tflops: None,
             source: "measured: ridge probe (quick bandwidth probe, f32 FMA peak)".to_string(),
+            llc: None,
         }
     }
 
@@ -173,7 +178,10 @@ impl Hardware {
     pub fn probe_local(threads: usize) -> Hardware {
         let r = probe::run(&probe::ProbeConfig::quick(threads));
         let fma = probe::fma_gflops(threads, probe::FMA_ITERS, 3);
-        Hardware::local(r.read_bandwidth_gbs, fma, r.threads)
+        Hardware {
+            llc: r.llc,
+            ..Hardware::local(r.read_bandwidth_gbs, fma, r.threads)
+        }
     }
 
     /// Peak rate at `p`, TFLOP/s; `None` where the hardware has no such path.
@@ -228,6 +236,7 @@ mod tests {
         assert!((r - 295.223_880_597).abs() < 1e-6, "{r}");
         // Local: 200 GFLOP/s over 20 GB/s = 10 FLOP/byte.
         let l = Hardware::local(20.0, 200.0, 2);
+        assert!(l.llc.is_none());
         assert!((l.ridge_point(Precision::Bf16).unwrap() - 10.0).abs() < 1e-12);
         assert_eq!(l.ridge_point(Precision::Fp8), None);
     }

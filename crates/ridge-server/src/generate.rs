@@ -234,6 +234,7 @@ impl Answer {
             "predicted_per_second": per_second,
             "roofline_tpot_ms": t.roofline_tpot_ms,
             "roofline_efficiency": t.roofline_efficiency(),
+            "roofline_memory_level": self.state.engine.info().config.memory_level,
             "draft_n": t.draft_tokens,
             "draft_accepted_n": t.accepted_tokens,
             "grammar_compile_ms": self.compile_ms,

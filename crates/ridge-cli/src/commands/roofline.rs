@@ -154,6 +154,7 @@ pub fn main(a: Args) -> Result<()> {
                     "arithmetic_intensity": p.arithmetic_intensity,
                     "ridge_point": p.ridge_point,
                     "bound": p.bound.name(),
+                    "memory_level": p.memory_level,
                     "prefill_bound": p.prefill_bound.name(),
                     "memory_time_ms": p.memory_time_ms,
                     "compute_time_ms": p.compute_time_ms,
@@ -234,7 +235,12 @@ fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
             p.step_bytes / 1e6,
             p.step_flops / 1e9,
             p.arithmetic_intensity,
-            p.bound.name(),
+            // Memory-bound from the last-level cache reads "LLC"; "memory" is DRAM.
+            if p.memory_level == "LLC" && p.bound.name() == "memory" {
+                "LLC"
+            } else {
+                p.bound.name()
+            },
             p.tpot_min_ms,
             p.tokens_per_s_per_user,
             p.tokens_per_s,

@@ -113,9 +113,15 @@ pub fn main(a: Args) -> Result<()> {
         bail!("the KV cache must hold at least {KV_BLOCK_SIZE} tokens");
     }
     let threads = ridge_kernels::pool::threads();
-    let bw = match a.bandwidth_gbs {
-        Some(b) => b,
-        None => probe::run(&ProbeConfig::quick(threads)).read_bandwidth_gbs,
+    // A decode step reads the weights (and its sequences' K/V): when they fit the last-level
+    // cache, the floor is the cache's bandwidth, not DRAM's.
+    let (level, bw) = match a.bandwidth_gbs {
+        Some(b) => ("given", b),
+        None => {
+            let p = probe::run(&ProbeConfig::quick(threads));
+            let weights = l.model.weight_bytes_per_token() as f64;
+            probe::memory_level(weights, p.read_bandwidth_gbs, p.llc)
+        }
     };
     let speculator = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
     let tokenizer = Arc::new(l.tokenizer);
@@ -129,6 +135,7 @@ pub fn main(a: Args) -> Result<()> {
             prefix_caching: !a.no_prefix_caching,
             max_queue: a.max_queue,
             bandwidth_gbs: Some(bw),
+            memory_level: level,
             kv_dtype: a.kv_cache_dtype,
         },
     )?;
@@ -156,7 +163,7 @@ pub fn main(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s, speculative decoding: {}",
+            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s ({level}), speculative decoding: {}",
             state.model_name,
             info.kv_total_blocks,
             info.kv_total_blocks * KV_BLOCK_SIZE,
