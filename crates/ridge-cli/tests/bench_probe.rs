@@ -203,41 +203,23 @@ fn the_floor_names_the_memory_level_the_working_set_fits() {
     assert!(llc >= (1 << 20) as f64, "{p}");
     assert!(num(&p, "llc_read_bandwidth_gbs") > 0.0, "{p}");
     let f = synthetic_file(&SyntheticSpec::default());
-    let o = run(&[
-        "bench",
-        "--model",
-        f.path().to_str().unwrap(),
-        "--prompt",
-        "8",
-        "--gen",
-        "4",
-        "--batch",
-        "1",
-        "--reps",
-        "1",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let bench = |extra: &[&str]| -> Value {
+        let base = [
+            "bench",
+            "--model",
+            f.path().to_str().unwrap(),
+            "--prompt",
+            "8",
+        ];
+        let rest = ["--gen", "4", "--batch", "1", "--reps", "1", "--json"];
+        let o = run(&[&base[..], &rest, extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(stdout(&o).trim()).unwrap()
+    };
+    let v = bench(&[]);
     assert_eq!(v["memory_level"], "LLC", "{v}");
     assert!(v["bandwidth_probed"].as_bool().unwrap());
     // Given a bandwidth, the floor uses it as given.
-    let o = run(&[
-        "bench",
-        "--model",
-        f.path().to_str().unwrap(),
-        "--prompt",
-        "8",
-        "--gen",
-        "4",
-        "--batch",
-        "1",
-        "--reps",
-        "1",
-        "--json",
-        "--bandwidth-gbs",
-        "10",
-    ]);
-    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let v = bench(&["--bandwidth-gbs", "10"]);
     assert_eq!(v["memory_level"], "given", "{v}");
 }
