@@ -126,7 +126,7 @@ fn the_1_5b_writes_a_working_fibonacci_function() {
         "--temperature",
         "0",
         "--max-tokens",
-        "100",
+        "200",
         "Write a Python function fib(n) that returns the n-th Fibonacci number.",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -148,7 +148,12 @@ fn the_1_5b_writes_a_working_fibonacci_function() {
         String::from_utf8_lossy(&py.stderr)
     );
     assert_eq!(
-        String::from_utf8_lossy(&py.stdout).trim(),
+        // The last line: the model's own example calls may print before it.
+        String::from_utf8_lossy(&py.stdout)
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or(""),
         "[0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55]",
         "{code}"
     );

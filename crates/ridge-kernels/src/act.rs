@@ -18,6 +18,9 @@ pub struct ActBlock {
     pub d: f32,
     /// Sum of `qs`.
     pub isum: i32,
+    /// `−(d · Σq)` in f32, as the K-quant kernels' minimum term needs it per block and token
+    /// (computed once here instead of per weight tile; the same rounding as computing it there).
+    pub ndsum: f32,
 }
 
 /// One block of 32 values to integers of at most `qmax` in magnitude: `put(i, q_i)` for each,
@@ -40,6 +43,7 @@ pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
         // |q| <= 127 (clamped above), so the narrowing is exact.
         (o.d, o.isum) = quantize_block(b, 127.0, |i, q| o.qs[i] = q as i8);
+        o.ndsum = -(o.d * o.isum as f32);
     }
 }
 

@@ -37,6 +37,14 @@
 //! 22.3795 (−0.002%) under both variants. It costs prefill speed (Q6_K in f32: 1.43× → 1.29×
 //! llama.cpp in same-run comparisons an hour apart) and nothing measurable in decode.
 
+//! Qwen2.5 (session 11, 2026-12-01; prose, ctx 512, 4 chunks, float64 references 12.8420 for
+//! the 1.5B Q4_K_M and 33.2054 for the 0.5B): 8-bit everywhere measures 12.8534 (+0.088%) and
+//! 33.1937 (−0.035%), 16-bit into the attention output and FFN down 12.8543 (+0.095%) and
+//! 33.1960 (−0.028%) — no measurable difference (llama.cpp, which also rounds activations to 8
+//! bits, reads 12.8963, +0.42%) — while 8-bit prefill of 512 tokens on the 1.5B runs 150 tok/s
+//! against 121 (the 16-bit path does two byte products per weight). So `Mixed` is 8-bit
+//! everywhere for `qwen2`; qwen3 keeps llama's plan until a real model measures it.
+
 use std::str::FromStr;
 
 /// Activation precision policy for quantized weight matrices (float weights always use f32).

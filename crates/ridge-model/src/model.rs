@@ -143,7 +143,7 @@ pub(crate) struct ActPlan {
 }
 
 impl ActPlan {
-    fn new(policy: ActPolicy) -> Self {
+    fn new(policy: ActPolicy, arch: Architecture) -> Self {
         use ActPrecision::{Int16, Int8, F32};
         let all = |p| ActPlan {
             qkv: p,
@@ -155,6 +155,9 @@ impl ActPlan {
         match policy {
             ActPolicy::F32 => all(F32),
             ActPolicy::Int8 => all(Int8),
+            // Measured in act_policy.rs: on both Qwen2.5 models 8-bit blocks everywhere are as
+            // close to the exact perplexity as 16-bit ones, and prefill is ~25% faster.
+            ActPolicy::Mixed if arch == Architecture::Qwen2 => all(Int8),
             // Measured in act_policy.rs: both projections whose inputs 8-bit blocks round worst,
             // 16-bit blocks where the format has a 16-bit path, f32 otherwise (gemma3's Q6_K).
             ActPolicy::Mixed => ActPlan {
@@ -236,7 +239,7 @@ impl Model {
         } else {
             None
         };
-        let act = ActPlan::new(ActPolicy::default());
+        let act = ActPlan::new(ActPolicy::default(), cfg.arch);
         let isa = Isa::detect();
         let mut output = output;
         let tiles = if isa.avx2() {
@@ -295,7 +298,7 @@ impl Model {
     /// are integer kernels: f32 activations read the file's row layout (its pages fault back
     /// in), and leaving f32 makes the tiled copies again.
     pub fn set_act_policy(&mut self, policy: ActPolicy) {
-        self.act = ActPlan::new(policy);
+        self.act = ActPlan::new(policy, self.cfg.arch);
         if policy == ActPolicy::F32 {
             self.tiles.clear();
             for l in self.layers.iter_mut() {
