@@ -610,6 +610,55 @@ pub(crate) unsafe fn attend_group(
     scores: &mut [f32],
     slots: &mut [usize],
 ) {
+    attend_group_body::<false>(
+        kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores, slots,
+    )
+}
+
+/// [`attend_group`] compiled with AVX-512VL's 32 vector registers: the same operations in the
+/// same order (so the same bits), with more positions and dimensions per pass held in
+/// registers instead of spilled (six heads per KV head, as Qwen2.5 has, spilled at 16).
+///
+/// # Safety
+/// As [`attend_group`], with AVX-512 F/VL detected (an [`crate::Isa::Avx512`]).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub(crate) unsafe fn attend_group_zmm(
+    kv: &crate::attention::KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &crate::attention::AttnShape,
+    group: usize,
+    gs: usize,
+    q: &[f32],
+    out: &mut [f32],
+    ml: &mut [f32],
+    scores: &mut [f32],
+    slots: &mut [usize],
+) {
+    attend_group_body::<true>(
+        kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores, slots,
+    )
+}
+
+/// The body of [`attend_group`] and [`attend_group_zmm`]; `REGS32`: 32 vector registers.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn attend_group_body<const REGS32: bool>(
+    kv: &crate::attention::KvLayer<'_>,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    shape: &crate::attention::AttnShape,
+    group: usize,
+    gs: usize,
+    q: &[f32],
+    out: &mut [f32],
+    ml: &mut [f32],
+    scores: &mut [f32],
+    slots: &mut [usize],
+) {
     const MAXG: usize = crate::attention::MAX_GROUP;
     let hd = shape.head_dim;
     let len = n_ctx - first;
@@ -641,10 +690,14 @@ pub(crate) unsafe fn attend_group(
     }
     let rows = Rows16 { kp, vp, row: slots };
     match gs {
-        1 => return attend_f16::<1>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        2 => return attend_f16::<2>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        3 => return attend_f16::<3>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        4 => return attend_f16::<4>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        1 => return attend_f16::<1, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        2 => return attend_f16::<2, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        3 => return attend_f16::<3, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        4 => return attend_f16::<4, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        5 => return attend_f16::<5, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        6 => return attend_f16::<6, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        7 => return attend_f16::<7, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+        8 => return attend_f16::<8, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
         _ => {}
     }
     for j in 0..len {
@@ -701,7 +754,7 @@ struct Rows16<'t> {
 /// depend on `GS` (a head computed alone or with its group gives identical bits).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn attend_f16<const GS: usize>(
+unsafe fn attend_f16<const GS: usize, const REGS32: bool>(
     rows: &Rows16<'_>,
     len: usize,
     hd: usize,
@@ -711,22 +764,25 @@ unsafe fn attend_f16<const GS: usize>(
     ml: &mut [f32],
     scores: &mut [f32],
 ) {
-    // Four positions at a time while 4·GS accumulators fit in registers.
-    // The last few one at a time.
-    let j = if GS <= 3 {
+    // Four positions at a time while 4·GS accumulators fit in registers (at most 12 of 16, or
+    // 24 of 32), else two while 2·GS do, else one. The last few one at a time.
+    let j = if GS <= 3 || (REGS32 && GS <= 6) {
         attend_scores::<GS, 4>(rows, 0, len, hd, scale, q, scores)
-    } else {
+    } else if GS <= 4 || REGS32 {
         attend_scores::<GS, 2>(rows, 0, len, hd, scale, q, scores)
+    } else {
+        0
     };
     attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
     for h in 0..GS {
         let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
         (ml[h], ml[GS + h]) = (m, l);
     }
-    // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4 heads: ≤ 12 accumulators.
-    if hd.is_multiple_of(32) && GS <= 3 {
+    // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4, else 1: ≤ 12
+    // accumulators; with 32 registers 4 for up to 6 heads and 2 for up to 8 (≤ 24).
+    if hd.is_multiple_of(32) && (GS <= 3 || (REGS32 && GS <= 6)) {
         attend_values::<GS, 4>(rows, len, hd, out, scores);
-    } else if hd.is_multiple_of(16) {
+    } else if hd.is_multiple_of(16) && (GS <= 4 || REGS32) {
         attend_values::<GS, 2>(rows, len, hd, out, scores);
     } else {
         attend_values::<GS, 1>(rows, len, hd, out, scores);

@@ -492,8 +492,8 @@ fn paged_attention_matches_f64_reference() {
     }
 }
 
-/// Every group size and head width the kernels specialise (1–4 heads in registers, 8/16/32
-/// dimensions per chunk) and the general loop (5, 6 heads): a head computed inside its group
+/// Every group size and head width the kernels specialise (1–8 heads in registers, 8/16/32
+/// dimensions per chunk) and the general loop (9 heads): a head computed inside its group
 /// gives exactly the bits it gives alone (batch invariance: decode runs heads one at a time,
 /// prefill whole groups), and both match the per-head reference.
 #[test]
@@ -506,6 +506,10 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
         (2, 1, 48),
         (10, 2, 16),
         (12, 2, 8),
+        (12, 2, 128),
+        (14, 2, 64),
+        (8, 1, 32),
+        (9, 1, 32),
     ] {
         let shape = AttnShape {
             n_heads,
