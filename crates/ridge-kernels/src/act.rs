@@ -21,6 +21,24 @@ pub struct ActBlock {
     /// `−(d · Σq)` in f32, as the K-quant kernels' minimum term needs it per block and token
     /// (computed once here instead of per weight tile; the same rounding as computing it there).
     pub ndsum: f32,
+    /// `32 · Σq` over each half (elements 0..16, 16..32): the offset that unsigned Q6_K quants
+    /// (`q + 32`) add to a 16-element sub-block's integer sum.
+    pub off32: [i32; 2],
+}
+
+impl ActBlock {
+    /// Sets the sums derived from `qs`, `d` and `isum` ([`ActBlock::ndsum`], [`ActBlock::off32`]).
+    #[inline]
+    pub fn derive_sums(&mut self) {
+        self.ndsum = -(self.d * self.isum as f32);
+        let half = |h: usize| {
+            self.qs[16 * h..16 * h + 16]
+                .iter()
+                .map(|&q| q as i32)
+                .sum::<i32>()
+        };
+        self.off32 = [32 * half(0), 32 * half(1)];
+    }
 }
 
 /// One block of 32 values to integers of at most `qmax` in magnitude: `put(i, q_i)` for each,
@@ -43,7 +61,7 @@ pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
         // |q| <= 127 (clamped above), so the narrowing is exact.
         (o.d, o.isum) = quantize_block(b, 127.0, |i, q| o.qs[i] = q as i8);
-        o.ndsum = -(o.d * o.isum as f32);
+        o.derive_sums();
     }
 }
 

@@ -138,7 +138,7 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
         _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, fixed);
         o.d = d;
         o.isum = isum;
-        o.ndsum = -(d * isum as f32);
+        o.derive_sums();
     }
 }
 

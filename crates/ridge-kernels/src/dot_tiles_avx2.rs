@@ -656,6 +656,12 @@ impl Tiles<ActSplit16> for Q4K {
 /// the group loop carried a branch and a shift-count move per group, and ran ~1.5× slower).
 #[inline(always)]
 pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
+    _mm256_sub_epi8(q6_group_u::<C>(p, g), _mm256_set1_epi8(32))
+}
+
+/// [`q6_group`] before the −32: the unsigned 6-bit quants `0..=63`.
+#[inline(always)]
+pub(crate) unsafe fn q6_group_u<const C: usize>(p: *const u8, g: usize) -> __m256i {
     let n = _mm256_loadu_si256(p.add(Q6K_LOW + 32 * (g % 32)) as *const __m256i);
     let h = _mm256_loadu_si256(p.add(Q6K_HIGH + 32 * (g % 16)) as *const __m256i);
     let n = if C >= 2 { _mm256_srli_epi16::<4>(n) } else { n };
@@ -668,7 +674,7 @@ pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i
         _ => _mm256_srli_epi16::<2>(h),
     };
     let hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
-    _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32))
+    _mm256_or_si256(lo, hi)
 }
 
 /// The eight rows' scales of sub-block `s` times their `d`, as f32 lanes.

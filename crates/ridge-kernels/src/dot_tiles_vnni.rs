@@ -18,7 +18,8 @@
 use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::dot_tiles_avx2::{
     bcast4, bcast4w, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q5_quants,
-    q6_group, q6_scales, q8_rows, q8_words, scale_in, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    q6_group, q6_group_u, q6_scales, q8_rows, q8_words, scale_in, TileAct, Q40, Q41, Q4K, Q50, Q51,
+    Q6K, Q80,
 };
 use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE};
 use std::arch::x86_64::*;
@@ -368,8 +369,11 @@ impl TilesVnni<ActSplit16> for Q4K {
     }
 }
 
-/// Sub-blocks `4C..4C + 4` of the Q6_K tile at `p` against 8-bit activations: signed quants
-/// (`q − 32`) with their signs moved onto the activations, as on AVX2.
+/// Sub-blocks `4C..4C + 4` of the Q6_K tile at `p` against 8-bit activations: the unsigned
+/// quants (`q + 32`, `0..=63`) straight into `vpdpbusd`, then `32 · Σa` of the sub-block's
+/// activations ([`ActBlock::off32`]) taken off the exact integer sum — the same sum the AVX2
+/// kernels reach by moving the signs of `q` onto the activations, one instruction per token
+/// and group cheaper.
 #[inline(always)]
 unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
     p: *const u8,
@@ -381,17 +385,18 @@ unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
     for s in 4 * C..4 * C + 4 {
         let mut sum = [_mm256_setzero_si256(); T];
         for g in 4 * s..4 * s + 4 {
-            let w = q6_group::<C>(p, g);
-            let aw = _mm256_sign_epi8(w, w);
+            let w = q6_group_u::<C>(p, g);
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + g / 8).qs.as_ptr() as *const u8;
-                sum[t] = dp(sum[t], aw, _mm256_sign_epi8(bcast4(a.add(4 * (g % 8))), w));
+                sum[t] = dp(sum[t], w, bcast4(a.add(4 * (g % 8))));
             }
         }
         let dsc = q6_scales(p, d8, s);
         for t in 0..T {
-            let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + s / 2).d);
-            let isum = _mm256_cvtepi32_ps(sum[t]);
+            let a = x[t].get_unchecked(8 * sb + s / 2);
+            let da = _mm256_set1_ps(a.d);
+            let exact = _mm256_sub_epi32(sum[t], _mm256_set1_epi32(a.off32[s % 2]));
+            let isum = _mm256_cvtepi32_ps(exact);
             acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dsc, da), acc[t]);
         }
     }

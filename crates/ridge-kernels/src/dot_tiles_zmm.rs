@@ -468,6 +468,12 @@ impl TilesZmm<ActSplit16> for Q4K {
 /// `dot_tiles_avx2::q6_group`).
 #[inline(always)]
 unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
+    _mm512_sub_epi8(q6_group_u::<C>(p, q, g), _mm512_set1_epi8(32))
+}
+
+/// [`q6_group`] before the −32: both tiles' unsigned quants `0..=63`.
+#[inline(always)]
+unsafe fn q6_group_u<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
     let n = ld2(p, q, Q6K_LOW + 32 * (g % 32));
     let h = ld2(p, q, Q6K_HIGH + 32 * (g % 16));
     let n = if C >= 2 { _mm512_srli_epi16::<4>(n) } else { n };
@@ -479,7 +485,7 @@ unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m5
         _ => _mm512_srli_epi16::<2>(h),
     };
     let hi = _mm512_and_si512(hs, _mm512_set1_epi8(0x30));
-    _mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32))
+    _mm512_or_si512(lo, hi)
 }
 
 /// Both tiles' scales of sub-block `s` times their `d`.
@@ -489,7 +495,9 @@ unsafe fn q6_scales(p: *const u8, q: *const u8, d: __m512, s: usize) -> __m512 {
     _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc))
 }
 
-/// Sub-blocks `4C..4C + 4` of both Q6_K tiles against 8-bit activations.
+/// Sub-blocks `4C..4C + 4` of both Q6_K tiles against 8-bit activations: unsigned quants,
+/// then the activations' `32 · Σa` off the exact integer sum (see
+/// `dot_tiles_vnni::q6_quarter_i8`).
 #[inline(always)]
 unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
     p: *const u8,
@@ -502,22 +510,18 @@ unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
     for s in 4 * C..4 * C + 4 {
         let mut sum = [_mm512_setzero_si512(); T];
         for g in 4 * s..4 * s + 4 {
-            let w = q6_group::<C>(p, q, g);
-            let aw = _mm512_abs_epi8(w);
-            // The weights' signs onto the activations (`vpsignb` has no 512-bit form): negated
-            // where w < 0; where w == 0 the product is 0 through |w| anyway.
-            let neg = _mm512_movepi8_mask(w);
+            let w = q6_group_u::<C>(p, q, g);
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + g / 8).qs.as_ptr() as *const u8;
-                let av = bcast4(a.add(4 * (g % 8)));
-                let av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
-                sum[t] = dp(sum[t], aw, av);
+                sum[t] = dp(sum[t], w, bcast4(a.add(4 * (g % 8))));
             }
         }
         let dsc = q6_scales(p, q, d, s);
         for t in 0..T {
-            let da = _mm512_set1_ps(x[t].get_unchecked(8 * sb + s / 2).d);
-            let isum = _mm512_cvtepi32_ps(sum[t]);
+            let a = x[t].get_unchecked(8 * sb + s / 2);
+            let da = _mm512_set1_ps(a.d);
+            let exact = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(a.off32[s % 2]));
+            let isum = _mm512_cvtepi32_ps(exact);
             acc[t] = _mm512_fmadd_ps(isum, _mm512_mul_ps(dsc, da), acc[t]);
         }
     }
