@@ -425,6 +425,7 @@ impl EngineCore {
         }
         let started = Instant::now();
         self.draft();
+        let draft_ms = started.elapsed().as_secs_f64() * 1e3;
         // A lone decoding sequence's step time calibrates the draft sizing.
         let lone = match self.plan.as_slice() {
             [p] if p.n == 1 && self.running.len() == 1 => Some(1 + self.running[p.ri].draft.len()),
@@ -545,8 +546,10 @@ impl EngineCore {
         }
         if let Some(m) = lone {
             if self.speculator.is_some() {
+                // The forward pass and the proposer apart (see `StepCosts`).
                 let ms = started.elapsed().as_secs_f64() * 1e3;
-                self.step_costs.record(m, ms);
+                self.step_costs.record(m, ms - draft_ms);
+                self.step_costs.record_draft(m - 1, draft_ms);
             }
         }
         self.running.retain(|s| !s.done);

@@ -7,14 +7,23 @@
 //! refreshes both estimates. So speculation switches itself off where it does not pay: on text
 //! with nothing to copy, on a slow draft, on a machine where verification is expensive.
 
-/// Measured cost of single-sequence steps: the plain step time (moving average) and the
-/// marginal cost `β` of each extra verified token, so that an `m`-token step costs
-/// `1 + β (m − 1)` plain steps. One parameter learnt from every drafting step, so a transient
-/// slow step cannot freeze the estimate for one draft length.
+/// Measured cost of single-sequence steps: the plain step time (moving average), the marginal
+/// cost `β` of each extra verified token in the forward pass, and the proposer's cost `δ` per
+/// guess, so that a step verifying `m` tokens costs `1 + (β + δ)(m − 1)` plain steps. Each is
+/// one parameter learnt from every drafting step, so a transient slow step cannot freeze the
+/// estimate for one draft length.
+///
+/// `δ` is timed apart from the forward pass because a draft model's first call after a pause
+/// must first read every token generated meanwhile: timed together, that catch-up made the
+/// probe after a pause look several steps dear, the policy paused again, and the next probe
+/// paid the same catch-up — a draft model that pays with a fixed length (1.09–1.34× on the
+/// 1.5B) was switched off (0.95×). A guess's sample is capped at twice the current estimate.
 #[derive(Clone, Debug)]
 pub struct StepCosts {
     plain_ms: Option<f64>,
     beta: f64,
+    /// Proposer cost per guess, in plain steps (`None` until measured: then 0).
+    draft: Option<f64>,
     /// Plain (one-token) steps measured so far.
     plain_samples: u32,
 }
@@ -25,6 +34,7 @@ impl Default for StepCosts {
             plain_ms: None,
             // Prior: an extra verified token costs half a plain step.
             beta: 0.5,
+            draft: None,
             plain_samples: 0,
         }
     }
@@ -50,6 +60,21 @@ impl StepCosts {
         }
     }
 
+    /// Records the proposer's time `ms` for a step that drafted `k` guesses for one sequence.
+    pub fn record_draft(&mut self, k: usize, ms: f64) {
+        let Some(one) = self.plain_ms else {
+            return;
+        };
+        if k == 0 || !ms.is_finite() || ms < 0.0 {
+            return;
+        }
+        let x = ms / k as f64 / one;
+        self.draft = Some(match self.draft {
+            None => x.min(1.0),
+            Some(d) => 0.8 * d + 0.2 * x.min(2.0 * d.max(0.05)),
+        });
+    }
+
     /// Whether plain steps have been timed often enough to compare against.
     pub fn calibrated(&self) -> bool {
         self.plain_samples >= 3
@@ -58,7 +83,8 @@ impl StepCosts {
     /// Cost of an `m`-token step in plain decode steps (never below one: more tokens never
     /// cost less than one).
     pub fn relative(&self, m: usize) -> f64 {
-        (1.0 + self.beta * m.saturating_sub(1) as f64).max(1.0)
+        let per_guess = self.beta + self.draft.unwrap_or(0.0);
+        (1.0 + per_guess * m.saturating_sub(1) as f64).max(1.0)
     }
 }
 
@@ -195,6 +221,31 @@ mod tests {
         }
         assert!(s.alpha() > 0.95);
         assert_eq!(s.choose_k(8, &costs), 8);
+    }
+
+    #[test]
+    fn a_draft_models_catch_up_after_a_pause_does_not_switch_it_off() {
+        // Verifying costs 0.15 of a step per extra token, each guess of the draft model 0.3:
+        // with ~83% acceptance two guesses pay ~1.25x.
+        let mut costs = StepCosts::default();
+        for _ in 0..3 {
+            costs.record(1, 30.0);
+        }
+        for _ in 0..10 {
+            costs.record(4, 30.0 * (1.0 + 0.15 * 3.0));
+            costs.record_draft(3, 3.0 * 0.3 * 30.0);
+        }
+        let mut s = SpecState::with_prior(0.85);
+        for _ in 0..10 {
+            s.record(3, 3);
+            s.record(3, 2);
+        }
+        assert!(s.choose_k(5, &costs) >= 2);
+        // A catch-up of 64 tokens after a pause: one slow draft call (a prefill of the draft
+        // model, ~5 plain steps) must not take drafting away.
+        costs.record_draft(2, 5.0 * 30.0);
+        assert!(costs.relative(4) < 1.0 + 3.0 * 0.8, "{}", costs.relative(4));
+        assert!(s.choose_k(5, &costs) >= 2);
     }
 
     #[test]
