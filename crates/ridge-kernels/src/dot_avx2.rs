@@ -588,148 +588,127 @@ pub(crate) unsafe fn dot_rows_f32_xt<const FMT: u8, const R: usize, const T: usi
     }
 }
 
-/// Grouped attention over one chunk of positions `first..n_ctx` (see `attention::attend_chunk`):
-/// the positions loop runs inside one AVX2 function, converting each K/V row from f16 in
-/// registers, 8 elements at a time, and applying it to all `gs` heads. Leaves the chunk's
-/// unnormalised partial: `out[h]` = `Σ_j e^(s_j − m_h) · V_j`, `ml[h]` = `m_h` (the chunk's
-/// highest score), `ml[gs + h]` = `Σ_j e^(s_j − m_h)`. `scores` has room for
-/// `gs · (n_ctx − first)` values and `slots` for `n_ctx − first`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn attend_group(
-    kv: &crate::attention::KvLayer<'_>,
-    table: &[u32],
-    first: usize,
-    n_ctx: usize,
-    shape: &crate::attention::AttnShape,
-    group: usize,
-    gs: usize,
-    q: &[f32],
-    out: &mut [f32],
-    ml: &mut [f32],
-    scores: &mut [f32],
-    slots: &mut [usize],
-) {
-    attend_group_body::<false>(
-        kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores, slots,
-    )
-}
-
-/// [`attend_group`] compiled with AVX-512VL's 32 vector registers: the same operations in the
-/// same order (so the same bits), with more positions and dimensions per pass held in
-/// registers instead of spilled (six heads per KV head, as Qwen2.5 has, spilled at 16).
-///
-/// # Safety
-/// As [`attend_group`], with AVX-512 F/VL detected (an [`crate::Isa::Avx512`]).
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-pub(crate) unsafe fn attend_group_zmm(
-    kv: &crate::attention::KvLayer<'_>,
-    table: &[u32],
-    first: usize,
-    n_ctx: usize,
-    shape: &crate::attention::AttnShape,
-    group: usize,
-    gs: usize,
-    q: &[f32],
-    out: &mut [f32],
-    ml: &mut [f32],
-    scores: &mut [f32],
-    slots: &mut [usize],
-) {
-    attend_group_body::<true>(
-        kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores, slots,
-    )
-}
-
-/// The body of [`attend_group`] and [`attend_group_zmm`]; `REGS32`: 32 vector registers.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn attend_group_body<const REGS32: bool>(
-    kv: &crate::attention::KvLayer<'_>,
-    table: &[u32],
-    first: usize,
-    n_ctx: usize,
-    shape: &crate::attention::AttnShape,
-    group: usize,
-    gs: usize,
-    q: &[f32],
-    out: &mut [f32],
-    ml: &mut [f32],
-    scores: &mut [f32],
-    slots: &mut [usize],
-) {
-    const MAXG: usize = crate::attention::MAX_GROUP;
-    let hd = shape.head_dim;
-    let len = n_ctx - first;
-    let bs = kv.block_size;
-    let (kp, vp, q8) = match kv.data {
-        crate::attention::KvData::F16 { k, v } => {
-            (k.as_ptr() as *const u8, v.as_ptr() as *const u8, false)
+/// Defines the grouped attention loop compiled with `$features` (`$regs32`: 32 vector
+/// registers), once per instruction set, from one body.
+macro_rules! attend_entry {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $regs32:literal) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(
+            kv: &crate::attention::KvLayer<'_>,
+            table: &[u32],
+            first: usize,
+            n_ctx: usize,
+            shape: &crate::attention::AttnShape,
+            group: usize,
+            gs: usize,
+            q: &[f32],
+            out: &mut [f32],
+            ml: &mut [f32],
+            scores: &mut [f32],
+            slots: &mut [usize],
+        ) {
+            // `REGS32`: the build has 32 vector registers.
+            const REGS32: bool = $regs32;
+            const MAXG: usize = crate::attention::MAX_GROUP;
+            let hd = shape.head_dim;
+            let len = n_ctx - first;
+            let bs = kv.block_size;
+            let (kp, vp, q8) = match kv.data {
+                crate::attention::KvData::F16 { k, v } => {
+                    (k.as_ptr() as *const u8, v.as_ptr() as *const u8, false)
+                }
+                crate::attention::KvData::Q8_0 { k, v } => (k.as_ptr(), v.as_ptr(), true),
+            };
+            if q8 {
+                return attend_group_q8(
+                    kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores,
+                );
+            }
+            // Each position's row, walking the block table once (no division per position): the
+            // head's rows of a block are consecutive (`attention::head_row`).
+            let n_kv = kv.kv_dim / hd;
+            let mut pos = first;
+            while pos < n_ctx {
+                let (b, i0) = (pos / bs, pos % bs);
+                let end = n_ctx.min((b + 1) * bs);
+                let slot = table[b] as usize * bs + i0;
+                let mut r = crate::attention::head_row(slot, group, n_kv, bs) * hd;
+                for s in &mut slots[pos - first..end - first] {
+                    *s = r;
+                    r += hd;
+                }
+                pos = end;
+            }
+            let rows = Rows16 { kp, vp, row: slots };
+            match gs {
+                1 => return attend_f16::<1, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                2 => return attend_f16::<2, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                3 => return attend_f16::<3, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                4 => return attend_f16::<4, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                5 => return attend_f16::<5, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                6 => return attend_f16::<6, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                7 => return attend_f16::<7, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                8 => return attend_f16::<8, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                _ => {}
+            }
+            for j in 0..len {
+                let r = slots[j];
+                let mut acc = [_mm256_setzero_ps(); MAXG];
+                for c in (0..hd).step_by(8) {
+                    let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)) as *const __m128i));
+                    for h in 0..gs {
+                        acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(q.as_ptr().add(h * hd + c)), acc[h]);
+                    }
+                }
+                for h in 0..gs {
+                    scores[h * len + j] = hsum(acc[h]) * shape.scale;
+                }
+            }
+            for h in 0..gs {
+                let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
+                (ml[h], ml[gs + h]) = (m, l);
+            }
+            out[..gs * hd].fill(0.0);
+            let op = out.as_mut_ptr();
+            for (j, &r) in slots.iter().enumerate() {
+                for c in (0..hd).step_by(8) {
+                    let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)) as *const __m128i));
+                    for h in 0..gs {
+                        let o = op.add(h * hd + c);
+                        let p = _mm256_set1_ps(scores[h * len + j]);
+                        _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
+                    }
+                }
+            }
         }
-        crate::attention::KvData::Q8_0 { k, v } => (k.as_ptr(), v.as_ptr(), true),
     };
-    if q8 {
-        return attend_group_q8(
-            kp, vp, kv, table, first, n_ctx, shape, group, gs, q, out, ml, scores,
-        );
-    }
-    // Each position's row, walking the block table once (no division per position): the
-    // head's rows of a block are consecutive (`attention::head_row`).
-    let n_kv = kv.kv_dim / hd;
-    let mut pos = first;
-    while pos < n_ctx {
-        let (b, i0) = (pos / bs, pos % bs);
-        let end = n_ctx.min((b + 1) * bs);
-        let mut r = crate::attention::head_row(table[b] as usize * bs + i0, group, n_kv, bs) * hd;
-        for s in &mut slots[pos - first..end - first] {
-            *s = r;
-            r += hd;
-        }
-        pos = end;
-    }
-    let rows = Rows16 { kp, vp, row: slots };
-    match gs {
-        1 => return attend_f16::<1, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        2 => return attend_f16::<2, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        3 => return attend_f16::<3, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        4 => return attend_f16::<4, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        5 => return attend_f16::<5, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        6 => return attend_f16::<6, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        7 => return attend_f16::<7, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        8 => return attend_f16::<8, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-        _ => {}
-    }
-    for j in 0..len {
-        let r = slots[j];
-        let mut acc = [_mm256_setzero_ps(); MAXG];
-        for c in (0..hd).step_by(8) {
-            let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)) as *const __m128i));
-            for h in 0..gs {
-                acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(q.as_ptr().add(h * hd + c)), acc[h]);
-            }
-        }
-        for h in 0..gs {
-            scores[h * len + j] = hsum(acc[h]) * shape.scale;
-        }
-    }
-    for h in 0..gs {
-        let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
-        (ml[h], ml[gs + h]) = (m, l);
-    }
-    out[..gs * hd].fill(0.0);
-    let op = out.as_mut_ptr();
-    for (j, &r) in slots.iter().enumerate() {
-        for c in (0..hd).step_by(8) {
-            let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)) as *const __m128i));
-            for h in 0..gs {
-                let o = op.add(h * hd + c);
-                let p = _mm256_set1_ps(scores[h * len + j]);
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(p, v8, _mm256_loadu_ps(o)));
-            }
-        }
-    }
 }
+
+attend_entry!(
+    /// Grouped attention over one chunk of positions `first..n_ctx` (see
+    /// `attention::attend_chunk`): the positions loop runs inside one AVX2 function, converting
+    /// each K/V row from f16 in registers, 8 elements at a time, and applying it to all `gs`
+    /// heads. Leaves the chunk's unnormalised partial: `out[h]` = `Σ_j e^(s_j − m_h) · V_j`,
+    /// `ml[h]` = `m_h` (the chunk's highest score), `ml[gs + h]` = `Σ_j e^(s_j − m_h)`.
+    /// `scores` has room for `gs · (n_ctx − first)` values and `slots` for `n_ctx − first`.
+    attend_group,
+    "avx2,fma,f16c",
+    false
+);
+
+attend_entry!(
+    /// [`attend_group`] compiled with AVX-512VL's 32 vector registers: the same operations in
+    /// the same order (so the same bits), with more positions and dimensions per pass held in
+    /// registers instead of spilled (six heads per KV head, as Qwen2.5 has, spilled at 16).
+    ///
+    /// # Safety
+    /// As [`attend_group`], with AVX-512 F/VL detected (an [`crate::Isa::Avx512`]).
+    attend_group_zmm,
+    "avx2,fma,f16c,avx512f,avx512vl",
+    true
+);
 
 /// Positions ahead that the attention loops prefetch K/V rows: a sequence's rows are spread
 /// over its blocks (and a head's part of a row is a fraction of it), which the hardware
