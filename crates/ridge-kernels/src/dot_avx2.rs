@@ -641,25 +641,26 @@ macro_rules! attend_entry {
                 }
                 pos = end;
             }
-            let rows = Rows16 { kp, vp, row: slots };
+            let (rows, sc) = (Rows16 { kp, vp, row: slots }, shape.scale);
             match gs {
-                1 => return attend_f16::<1, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                2 => return attend_f16::<2, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                3 => return attend_f16::<3, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                4 => return attend_f16::<4, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                5 => return attend_f16::<5, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                6 => return attend_f16::<6, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                7 => return attend_f16::<7, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
-                8 => return attend_f16::<8, REGS32>(&rows, len, hd, shape.scale, q, out, ml, scores),
+                1 => return attend_f16::<1, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                2 => return attend_f16::<2, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                3 => return attend_f16::<3, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                4 => return attend_f16::<4, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                5 => return attend_f16::<5, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                6 => return attend_f16::<6, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                7 => return attend_f16::<7, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                8 => return attend_f16::<8, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
                 _ => {}
             }
             for j in 0..len {
                 let r = slots[j];
                 let mut acc = [_mm256_setzero_ps(); MAXG];
                 for c in (0..hd).step_by(8) {
-                    let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)) as *const __m128i));
+                    let k8 = _mm256_cvtph_ps(_mm_loadu_si128(kp.add(2 * (r + c)).cast()));
                     for h in 0..gs {
-                        acc[h] = _mm256_fmadd_ps(k8, _mm256_loadu_ps(q.as_ptr().add(h * hd + c)), acc[h]);
+                        let qh = _mm256_loadu_ps(q.as_ptr().add(h * hd + c));
+                        acc[h] = _mm256_fmadd_ps(k8, qh, acc[h]);
                     }
                 }
                 for h in 0..gs {
@@ -667,14 +668,14 @@ macro_rules! attend_entry {
                 }
             }
             for h in 0..gs {
-                let (m, l) = crate::elementwise_avx2::softmax_partial(&mut scores[h * len..(h + 1) * len]);
-                (ml[h], ml[gs + h]) = (m, l);
+                let sh = &mut scores[h * len..(h + 1) * len];
+                (ml[h], ml[gs + h]) = crate::elementwise_avx2::softmax_partial(sh);
             }
             out[..gs * hd].fill(0.0);
             let op = out.as_mut_ptr();
             for (j, &r) in slots.iter().enumerate() {
                 for c in (0..hd).step_by(8) {
-                    let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)) as *const __m128i));
+                    let v8 = _mm256_cvtph_ps(_mm_loadu_si128(vp.add(2 * (r + c)).cast()));
                     for h in 0..gs {
                         let o = op.add(h * hd + c);
                         let p = _mm256_set1_ps(scores[h * len + j]);
