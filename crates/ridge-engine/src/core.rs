@@ -549,7 +549,10 @@ impl EngineCore {
                 // The forward pass and the proposer apart (see `StepCosts`).
                 let ms = started.elapsed().as_secs_f64() * 1e3;
                 self.step_costs.record(m, ms - draft_ms);
-                self.step_costs.record_draft(m - 1, draft_ms);
+                match self.speculator.as_ref().and_then(|s| s.proposer.guess_ms()) {
+                    Some(g) if m > 2 => self.step_costs.record_guess(g),
+                    _ => self.step_costs.record_draft(m - 1, draft_ms),
+                }
             }
         }
         self.running.retain(|s| !s.done);

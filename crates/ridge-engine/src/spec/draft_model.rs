@@ -30,6 +30,8 @@ pub struct DraftModelProposer {
     picks: Vec<u32>,
     /// Per round, the slot indices in the batch.
     active: Vec<usize>,
+    /// Mean time of the last call's rounds after the first (single-token steps), ms.
+    round_ms: Option<f64>,
 }
 
 impl DraftModelProposer {
@@ -51,6 +53,7 @@ impl DraftModelProposer {
             seqs: HashMap::new(),
             picks: Vec::new(),
             active: Vec::new(),
+            round_ms: None,
         })
     }
 
@@ -128,13 +131,21 @@ impl Proposer for DraftModelProposer {
         }
         let vocab = self.model.config().vocab;
         let mut round = 0;
+        // Rounds after the first are one token per slot: their time is what a guess costs
+        // (the first also reads whatever the draft missed, e.g. a whole pause's tokens).
+        let (mut later, mut later_rounds) = (0.0f64, 0usize);
         while !self.active.is_empty() {
+            let t0 = std::time::Instant::now();
             let logits = self
                 .model
                 .forward(&self.batch, &mut self.kv, &mut self.ws)?;
             argmax_rows(logits, vocab, &mut self.picks);
             for (row, &i) in self.active.iter().enumerate() {
                 slots[i].out.push(self.picks[row]);
+            }
+            if round > 0 {
+                later += t0.elapsed().as_secs_f64() * 1e3;
+                later_rounds += 1;
             }
             round += 1;
             self.active.retain(|&i| slots[i].out.len() < slots[i].k);
@@ -149,6 +160,7 @@ impl Proposer for DraftModelProposer {
                 }
             }
         }
+        self.round_ms = (later_rounds > 0).then(|| later / later_rounds as f64);
         // The draft now holds every slot's tokens (and `fed` past them).
         for s in slots.iter() {
             if let Some(d) = self.seqs.get_mut(&s.key) {
@@ -159,6 +171,10 @@ impl Proposer for DraftModelProposer {
             }
         }
         Ok(())
+    }
+
+    fn guess_ms(&self) -> Option<f64> {
+        self.round_ms
     }
 
     fn retain(&mut self, live: &dyn Fn(u64) -> bool) {

@@ -99,6 +99,14 @@ pub trait Proposer: Send {
         slots: &mut [DraftSlot<'_>],
     ) -> Result<(), ModelError>;
 
+    /// The time one more guess cost in the last [`Proposer::propose`] call, in milliseconds,
+    /// when the proposer can tell it apart from its catch-up work (a draft model's rounds
+    /// after the first are single-token steps); `None` lets the engine divide the whole call
+    /// by the guesses.
+    fn guess_ms(&self) -> Option<f64> {
+        None
+    }
+
     /// How often a guess is expected to hold before any is measured (the adaptive policy's
     /// prior): prompt lookup is usually right when it finds a match.
     fn prior_acceptance(&self) -> f64 {
