@@ -11,7 +11,25 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// `ridge [global] run --model m --chat --temperature 0 --max-tokens n question`.
+fn greedy_chat(m: &Path, global: &[&str], n: usize, question: &str) -> std::process::Output {
+    let n = n.to_string();
+    let mut args = global.to_vec();
+    args.extend([
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        &n,
+        question,
+    ]);
+    run(&args)
+}
 
 fn qwen_fixture(size: &str) -> Value {
     fixture(&format!("qwen2_{size}_reference.json"))
@@ -82,22 +100,11 @@ fn chat_prompt_ids_and_greedy_start_match_the_reference() {
         assert_eq!(ids, r["chat_prompt_ids"], "{size}");
         let n_prompt = ids.as_array().map_or(0, Vec::len);
         // With f32 activations (exact up to f32 rounding): the 1.5B's top two logits after the
-        // prompt differ by 0.035 in the reference ("Certainly" over "```"), too close for the
-        // 8-bit-rounded default, which opens with the code block instead.
+        // prompt differ by 0.035 in the reference ("Certainly" over "```"), too close to hold
+        // 8-bit-rounded activations to.
         let greedy = r["greedy_text"].as_str().unwrap();
-        let o = run(&[
-            "--activations",
-            "f32",
-            "run",
-            "--model",
-            m.to_str().unwrap(),
-            "--chat",
-            "--temperature",
-            "0",
-            "--max-tokens",
-            &r["greedy"].as_array().unwrap().len().to_string(),
-            question,
-        ]);
+        let n = r["greedy"].as_array().unwrap().len();
+        let o = greedy_chat(&m, &["--activations", "f32"], n, question);
         assert!(o.status.success(), "{}", stderr(&o));
         // `run --chat` renders the same prompt.
         assert!(
@@ -118,17 +125,8 @@ fn chat_prompt_ids_and_greedy_start_match_the_reference() {
 #[test]
 fn the_1_5b_writes_a_working_fibonacci_function() {
     let m = qwen2_1_5b();
-    let o = run(&[
-        "run",
-        "--model",
-        m.to_str().unwrap(),
-        "--chat",
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "200",
-        "Write a Python function fib(n) that returns the n-th Fibonacci number.",
-    ]);
+    let question = "Write a Python function fib(n) that returns the n-th Fibonacci number.";
+    let o = greedy_chat(&m, &[], 200, question);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     let code = text

@@ -550,8 +550,8 @@ impl EngineCore {
                 let ms = started.elapsed().as_secs_f64() * 1e3;
                 self.step_costs.record(m, ms - draft_ms);
                 match self.speculator.as_ref().and_then(|s| s.proposer.guess_ms()) {
-                    Some(g) if m > 2 => self.step_costs.record_guess(g),
-                    _ => self.step_costs.record_draft(m - 1, draft_ms),
+                    Some(g) => self.step_costs.record_draft(1, g),
+                    None => self.step_costs.record_draft(m - 1, draft_ms),
                 }
             }
         }

@@ -18,19 +18,15 @@ pub struct ActBlock {
     pub d: f32,
     /// Sum of `qs`.
     pub isum: i32,
-    /// `−(d · Σq)` in f32, as the K-quant kernels' minimum term needs it per block and token
-    /// (computed once here instead of per weight tile; the same rounding as computing it there).
-    pub ndsum: f32,
     /// `32 · Σq` over each half (elements 0..16, 16..32): the offset that unsigned Q6_K quants
     /// (`q + 32`) add to a 16-element sub-block's integer sum.
     pub off32: [i32; 2],
 }
 
 impl ActBlock {
-    /// Sets the sums derived from `qs`, `d` and `isum` ([`ActBlock::ndsum`], [`ActBlock::off32`]).
+    /// Sets [`ActBlock::off32`] from `qs`.
     #[inline]
     pub fn derive_sums(&mut self) {
-        self.ndsum = -(self.d * self.isum as f32);
         let half = |h: usize| {
             self.qs[16 * h..16 * h + 16]
                 .iter()

@@ -415,13 +415,10 @@ impl TilesZmm<ActBlock> for Q4K {
                     sum[t] = dp(sum[t], w, bcast4(a.add(4 * k)));
                 }
             }
-            let (dsc, dm) = q4k_scales(p, q, d, dmin, s);
+            let sc = q4k_scales(p, q, d, dmin, s);
             for t in 0..T {
-                // q4k_in with the block's −d·Σq precomputed (the same bits).
                 let a = x[t].get_unchecked(8 * sb + s);
-                let f = _mm512_mul_ps(dsc, _mm512_set1_ps(a.d));
-                let acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), f, acc[t]);
-                acc[t] = _mm512_fmadd_ps(dm, _mm512_set1_ps(a.ndsum), acc1);
+                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.isum);
             }
         }
     }

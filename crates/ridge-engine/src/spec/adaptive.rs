@@ -75,12 +75,6 @@ impl StepCosts {
         });
     }
 
-    /// Records what one guess cost, `ms`, as the proposer timed it (see
-    /// `Proposer::guess_ms`).
-    pub fn record_guess(&mut self, ms: f64) {
-        self.record_draft(1, ms);
-    }
-
     /// Whether plain steps have been timed often enough to compare against.
     pub fn calibrated(&self) -> bool {
         self.plain_samples >= 3
