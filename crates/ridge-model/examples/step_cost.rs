@@ -45,6 +45,11 @@ fn main() {
     for (t, v) in ms.iter_mut().enumerate() {
         v.sort_by(f64::total_cmp);
         let med = v[v.len() / 2];
-        println!("T={} {:7.2} ms  ({:5.2} ms per token)", t + 1, med, med / (t + 1) as f64);
+        println!(
+            "T={} {:7.2} ms  ({:5.2} ms per token)",
+            t + 1,
+            med,
+            med / (t + 1) as f64
+        );
     }
 }
