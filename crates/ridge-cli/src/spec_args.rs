@@ -14,12 +14,20 @@ pub struct SpecArgs {
     /// Speculative decoding: ngram (prompt lookup), draft (--draft-model), self (layer skip).
     #[arg(long, value_parser = ["ngram", "draft", "self"])]
     pub speculative: Option<String>,
-    /// Most draft tokens per step (the engine adapts below it).
-    #[arg(long, default_value_t = 5)]
+    /// Most draft tokens per step (the engine adapts below it). 7 keeps a verification step
+    /// to one 8-token pass over the weights; on the 1.5B n-gram drafting on editing prompts
+    /// went 1.51× → 1.64× from 5.
+    #[arg(long, default_value_t = 7)]
     pub num_speculative_tokens: usize,
     /// The draft model for `--speculative draft` (path or known name; same vocabulary).
     #[arg(long)]
     pub draft_model: Option<String>,
+    /// Token ids the draft model guesses among: the first N of the vocabulary, whose BPE
+    /// merges are the most frequent (0: all). Its head then reads N rows instead of the whole
+    /// vocabulary: the 0.5B Qwen2.5 draft's 145 MB head shrinks to 62 MB, ~13 → ~11 ms a guess,
+    /// for a rare guess it can no longer make.
+    #[arg(long, default_value_t = 65536)]
+    pub draft_vocab: usize,
     /// Speculate only while at most this many sequences run (bigger batches are compute-bound).
     #[arg(long, default_value_t = 4)]
     pub spec_max_running: usize,
@@ -76,9 +84,12 @@ impl SpecArgs {
                 let Some(name) = self.draft_model.as_deref() else {
                     bail!("--speculative draft needs --draft-model");
                 };
-                let d =
+                let mut d =
                     crate::load::load(Some(name)).with_context(|| format!("draft model {name}"))?;
                 check_same_vocab(tok, &d.tokenizer)?;
+                if self.draft_vocab > 0 {
+                    d.model.restrict_head(self.draft_vocab);
+                }
                 Box::new(DraftModelProposer::new(
                     d.model,
                     target.config().vocab,

@@ -51,6 +51,25 @@ impl<'a> WeightMatrix<'a> {
         })
     }
 
+    /// The matrix of its first `n` rows (a prefix of the data in either layout), or `None`
+    /// when `n` exceeds the rows or, for tiles, is not a whole number of tile groups.
+    pub fn first_rows(&self, n: usize) -> Option<WeightMatrix<'a>> {
+        let bytes = match self.layout {
+            Layout::Rows => n * self.dtype.row_bytes(self.cols),
+            Layout::Tiles8 if n.is_multiple_of(TILE_ROWS) => {
+                n / TILE_ROWS
+                    * (self.cols / self.dtype.block_size())
+                    * packed::tile_bytes(self.dtype)
+            }
+            Layout::Tiles8 => return None,
+        };
+        (n <= self.rows).then(|| WeightMatrix {
+            rows: n,
+            data: &self.data[..bytes],
+            ..*self
+        })
+    }
+
     /// The bytes of row `r` (stored layout only).
     #[inline]
     pub fn row(&self, r: usize) -> &'a [u8] {

@@ -692,3 +692,56 @@ fn q8_0_kv_attention_matches_reference_and_f16() {
         }
     }
 }
+
+/// A matrix's first rows (a draft model's head cut to the frequent end of its vocabulary) give
+/// exactly the first outputs of the whole matrix, in the stored layout and in tiles; a cut
+/// that splits a tile group or passes the end is refused.
+#[test]
+fn first_rows_give_the_leading_outputs_bitwise() {
+    let mut rng = StdRng::seed_from_u64(41);
+    let (rows, cols) = (72, 256);
+    for dtype in [DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16] {
+        let wf = randv(&mut rng, rows * cols);
+        let w: Vec<u8> = wf
+            .chunks(cols)
+            .flat_map(|r| quantize_row(dtype, r))
+            .collect();
+        let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let packed = PackedMatrix::pack(&plain);
+        let mut views = vec![(plain, 40)];
+        if let Some(p) = &packed {
+            views.push((p.view(), 48));
+            assert!(p.view().first_rows(44).is_none(), "{dtype:?}: half a group");
+        }
+        assert!(plain.first_rows(rows + 1).is_none());
+        let n = 3;
+        let x = randv(&mut rng, n * cols);
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+            for &(m, cut) in &views {
+                let mut all = vec![0f32; n * rows];
+                matmul(
+                    isa,
+                    prec,
+                    &m,
+                    &x,
+                    n,
+                    &mut all,
+                    &mut MatmulScratch::default(),
+                );
+                let head = m.first_rows(cut).expect("a whole number of groups");
+                assert_eq!(head.rows, cut);
+                let mut some = vec![0f32; n * cut];
+                let mut s = MatmulScratch::default();
+                matmul(isa, prec, &head, &x, n, &mut some, &mut s);
+                for t in 0..n {
+                    assert_eq!(
+                        &some[t * cut..(t + 1) * cut],
+                        &all[t * rows..t * rows + cut],
+                        "{dtype:?} {:?} {isa:?} {prec:?} token {t}",
+                        m.layout
+                    );
+                }
+            }
+        }
+    }
+}

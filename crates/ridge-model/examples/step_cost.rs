@@ -1,9 +1,10 @@
-//! What one forward pass of `T` new tokens costs a single sequence, for `T` = 1..=8, after a
+//! What one forward pass of `T` new tokens costs a single sequence, for `T` = 1..=MAX_T, after a
 //! prompt of `P` positions: the price of a speculative verification step of `T − 1` guesses
 //! against a plain decode step (`T` = 1).
 //!
-//! `cargo run --release -p ridge-model --example step_cost -- MODEL [P] [REPS] [THREADS]`
-//! prints the median milliseconds per pass of each `T` (the passes alternate over `T`, so a
+//! `cargo run --release -p ridge-model --example step_cost -- MODEL [P] [REPS] [THREADS]
+//! [HEAD_ROWS] [MAX_T]` (HEAD_ROWS restricts the head as a draft model's may be; 0 keeps it
+//! whole; MAX_T, default 8, is the longest pass timed) prints the median milliseconds per pass of each `T` (the passes alternate over `T`, so a
 //! change in the machine's speed touches every `T` alike).
 use ridge_model::{Batch, KvCache, Model, Workspace};
 use std::time::Instant;
@@ -21,17 +22,29 @@ fn main() {
     let num = |i: usize, d: usize| a.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (p, reps, threads) = (num(2, 256), num(3, 9), num(4, 2));
     ridge_kernels::pool::init(threads);
-    let m = Model::load(path).unwrap_or_else(|e| fail(e));
-    let mut kv = KvCache::new(m.config(), p + 64);
+    let mut m = Model::load(path).unwrap_or_else(|e| fail(e));
+    let max_t = num(6, 8).clamp(1, 64);
+    if let Some(rows) = a.get(5).and_then(|s| s.parse().ok()).filter(|&r| r > 0) {
+        m.restrict_head(rows);
+    }
+    for t in m
+        .gguf()
+        .tensors()
+        .iter()
+        .filter(|t| !t.name.starts_with("blk."))
+    {
+        println!("{} {:?} {:.1} MB", t.name, t.ty, t.size as f64 / 1e6);
+    }
+    let mut kv = KvCache::new(m.config(), p + max_t + 16);
     let mut ws = Workspace::new();
     let seq = kv.add_seq();
     let prompt: Vec<u32> = (0..p as u32).map(|i| 100 + (i * 37) % 5000).collect();
     let mut b = Batch::new();
     b.push_seq(&prompt, 0, seq, true);
     m.forward(&b, &mut kv, &mut ws).unwrap_or_else(|e| fail(e));
-    let mut ms = vec![Vec::new(); 8];
+    let mut ms = vec![Vec::new(); max_t];
     for _ in 0..reps {
-        for t in 1..=8usize {
+        for t in 1..=max_t {
             b.clear();
             for j in 0..t {
                 b.push(200 + j as u32, p + j, seq, true);

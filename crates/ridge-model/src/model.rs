@@ -127,6 +127,9 @@ pub struct Model {
     /// of them), where the file has them.
     rope_freqs: Option<Vec<f32>>,
     pub(crate) act: ActPlan,
+    /// Token ids the head computes logits for: `0..head_rows` (the whole vocabulary unless
+    /// [`Model::restrict_head`] narrowed it).
+    head_rows: usize,
     /// Tiled copies of the layer matrices that have a tile layout (see
     /// `ridge_kernels::packed`), made at load on CPUs with tile kernels.
     tiles: Vec<PackedMatrix>,
@@ -241,6 +244,7 @@ impl Model {
         };
         let act = ActPlan::new(ActPolicy::default(), cfg.arch);
         let isa = Isa::detect();
+        let head_rows = cfg.vocab;
         let mut output = output;
         let tiles = if isa.avx2() {
             tile_matrices(f, &mut layers, &mut output)
@@ -258,6 +262,7 @@ impl Model {
             gemma,
             rope_freqs,
             act,
+            head_rows,
             tiles,
         })
     }
@@ -313,6 +318,21 @@ impl Model {
         }
     }
 
+    /// Computes logits only for the token ids below `rows` (rounded down to a whole number
+    /// of tile groups, kept between 8 and the vocabulary): a draft model's guesses from the
+    /// frequent end of a BPE vocabulary, whose merges are learnt most frequent first, for a
+    /// fraction of the head's bytes. Logit rows are then [`Model::logit_width`] wide.
+    pub fn restrict_head(&mut self, rows: usize) {
+        let tile = ridge_kernels::packed::TILE_ROWS;
+        self.head_rows = (rows / tile * tile).clamp(tile.min(self.cfg.vocab), self.cfg.vocab);
+    }
+
+    /// Logits per row that [`Model::forward`] returns: the vocabulary, or what
+    /// [`Model::restrict_head`] kept of it.
+    pub fn logit_width(&self) -> usize {
+        self.head_rows
+    }
+
     /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
     /// head (the embedding table contributes one row per token, negligible).
     pub fn weight_bytes_per_token(&self) -> usize {
@@ -330,7 +350,8 @@ impl Model {
             })
             .sum();
         let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
-        layers + extra + self.output.bytes() + 4 * self.cfg.d_model
+        let head = self.output.bytes() / self.cfg.vocab.max(1) * self.head_rows;
+        layers + extra + head + 4 * self.cfg.d_model
     }
 
     /// The matrix bytes of the mapped file.
@@ -408,8 +429,8 @@ impl Model {
     }
 
     /// Runs one forward pass over `batch`, appending its tokens to their sequences in `kv`.
-    /// Returns logits (`vocab` per row) for the tokens whose `logits` flag is set, in batch
-    /// order.
+    /// Returns logits ([`Model::logit_width`] per row: the vocabulary unless restricted) for
+    /// the tokens whose `logits` flag is set, in batch order.
     pub fn forward<'w>(
         &self,
         batch: &Batch,
@@ -644,10 +665,14 @@ impl Model {
                 &mut ws.xn[dst..dst + d],
             );
         }
-        fit(&mut ws.logits, m * cfg.vocab);
-        self.mm(
+        let full = self.mat(&self.output);
+        // restrict_head keeps head_rows a whole number of tile groups within the vocabulary.
+        let w = full.first_rows(self.head_rows).unwrap_or(full);
+        fit(&mut ws.logits, m * w.rows);
+        matmul(
+            self.isa,
             self.act.head,
-            &self.output,
+            &w,
             &ws.xn[..m * d],
             m,
             &mut ws.logits,
@@ -656,7 +681,7 @@ impl Model {
         if let Some(cap) = cfg.logit_softcap {
             ops::softcap_inplace(&mut ws.logits, cap);
         }
-        &ws.logits[..m * cfg.vocab]
+        &ws.logits[..m * w.rows]
     }
 }
 

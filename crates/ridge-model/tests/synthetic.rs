@@ -477,3 +477,34 @@ fn missing_or_misshapen_tensors_name_the_tensor() {
         "{e}"
     );
 }
+
+/// A restricted head (a draft model's) computes exactly the leading logits of the full head,
+/// for a separate and a tied head; the width is whole tile groups within the vocabulary.
+#[test]
+fn a_restricted_head_gives_the_leading_logits() {
+    for separate_output in [true, false] {
+        let spec = SyntheticSpec {
+            dtype: DType::Q4_0,
+            embd_dtype: DType::Q8_0,
+            separate_output,
+            seed: 77,
+            ..Default::default()
+        };
+        let f = write_model(&spec);
+        let mut m = Model::load(f.path()).unwrap();
+        let full = run_all_positions(&m, &PROMPT);
+        assert_eq!(m.logit_width(), SYNTHETIC_VOCAB);
+        m.restrict_head(100);
+        assert_eq!(m.logit_width(), 96);
+        let cut = run_all_positions(&m, &PROMPT);
+        assert_eq!(cut.len(), PROMPT.len() * 96);
+        for (a, b) in cut.chunks(96).zip(full.chunks(SYNTHETIC_VOCAB)) {
+            assert_eq!(a, &b[..96], "separate head: {separate_output}");
+        }
+        m.restrict_head(0);
+        assert_eq!(m.logit_width(), 8);
+        m.restrict_head(1 << 20);
+        assert_eq!(m.logit_width(), SYNTHETIC_VOCAB);
+        assert_eq!(run_all_positions(&m, &PROMPT), full);
+    }
+}

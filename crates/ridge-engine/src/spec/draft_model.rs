@@ -36,8 +36,19 @@ pub struct DraftModelProposer {
 
 impl DraftModelProposer {
     /// Wraps a draft model with a cache of `cache_tokens` tokens. Fails when its vocabulary
-    /// size differs from `target_vocab`.
-    pub fn new(model: Model, target_vocab: usize, cache_tokens: usize) -> Result<Self, ModelError> {
+    /// size differs from `target_vocab`. The model's head may be restricted
+    /// ([`Model::restrict_head`]): its guesses are then among the ids it keeps.
+    pub fn new(
+        mut model: Model,
+        target_vocab: usize,
+        cache_tokens: usize,
+    ) -> Result<Self, ModelError> {
+        if let Some(n) = std::env::var("RIDGE_DRAFT_HEAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            model.restrict_head(n);
+        }
         let vocab = model.config().vocab;
         if vocab != target_vocab {
             return Err(ModelError::BadBatch(format!(
@@ -129,7 +140,7 @@ impl Proposer for DraftModelProposer {
             self.batch.push_seq(&s.tokens[valid..], valid, seq, true);
             self.active.push(i);
         }
-        let vocab = self.model.config().vocab;
+        let vocab = self.model.logit_width();
         let mut round = 0;
         // Rounds after the first are one token per slot: their time is what a guess costs
         // (the first also reads whatever the draft missed, e.g. a whole pause's tokens).

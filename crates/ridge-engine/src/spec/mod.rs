@@ -63,7 +63,7 @@ pub struct SpecConfig {
 impl Default for SpecConfig {
     fn default() -> Self {
         SpecConfig {
-            max_draft: 5,
+            max_draft: 7,
             max_running: 4,
             adaptive: true,
         }
