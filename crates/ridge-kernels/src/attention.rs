@@ -237,6 +237,34 @@ pub fn attend_chunk(
     };
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && simd_ok {
+        if let KvData::F16 { k: kd, v: vd } = kv.data {
+            // The next chunk is usually this thread's next task (a decode step's tasks run in
+            // consecutive ranges, a prefill task walks its chunks in order): start reading its
+            // K and V rows into L2 while this one computes. The in-kernel prefetch runs only
+            // 16 positions ahead within a chunk, so each chunk's first rows and the start of
+            // its value pass waited on memory: decode attention at 4096 positions (the 1.5B's
+            // shape) ran at ~9 GB/s.
+            let (n0, n1) = ((k + 1) * ATTN_CHUNK, n_ctx.min((k + 2) * ATTN_CHUNK));
+            let (bs, hd) = (kv.block_size, shape.head_dim);
+            let n_kv = kv.kv_dim / hd;
+            let mut pos = n0.max(first);
+            while pos < n1 {
+                let (b, i0) = (pos / bs, pos % bs);
+                let end = n1.min((b + 1) * bs);
+                let Some(&blk) = table.get(b) else { break };
+                let r = head_row(blk as usize * bs + i0, group, n_kv, bs) * hd;
+                let bytes = 2 * (end - pos) * hd;
+                if 2 * r + bytes <= 2 * kd.len().min(vd.len()) {
+                    // SAFETY: prefetches never fault; the range was checked to lie inside the
+                    // K and V storage anyway.
+                    unsafe {
+                        crate::dot_tiles_avx2::prefetch_l2(kd.as_ptr().add(r).cast(), bytes);
+                        crate::dot_tiles_avx2::prefetch_l2(vd.as_ptr().add(r).cast(), bytes);
+                    }
+                }
+                pos = end;
+            }
+        }
         SCORES.with(|sc| {
             SLOTS.with(|sl| {
                 let (mut scores, mut slots) = (sc.borrow_mut(), sl.borrow_mut());
