@@ -223,6 +223,9 @@ impl EngineCore {
 
     /// Enables speculative decoding with this proposer and limits.
     pub fn set_speculator(&mut self, spec: Speculator) {
+        if let Some(c) = spec.proposer.prior_guess_cost(&self.model) {
+            self.step_costs.seed_draft(c);
+        }
         self.speculator = Some(spec);
     }
 

@@ -75,6 +75,14 @@ impl StepCosts {
         });
     }
 
+    /// Sets the proposer's cost per guess (in plain steps) to `per_guess` until one is
+    /// measured; a measured estimate is kept.
+    pub fn seed_draft(&mut self, per_guess: f64) {
+        if self.draft.is_none() && per_guess.is_finite() {
+            self.draft = Some(per_guess.clamp(0.0, 1.0));
+        }
+    }
+
     /// Whether plain steps have been timed often enough to compare against.
     pub fn calibrated(&self) -> bool {
         self.plain_samples >= 3
@@ -246,6 +254,35 @@ mod tests {
         costs.record_draft(2, 5.0 * 30.0);
         assert!(costs.relative(4) < 1.0 + 3.0 * 0.8, "{}", costs.relative(4));
         assert!(s.choose_k(5, &costs) >= 2);
+    }
+
+    #[test]
+    fn a_seeded_guess_cost_survives_a_cold_first_guess() {
+        // Verifying costs ~0.1 of a step per extra token (one pass for up to 8 tokens); the
+        // draft's bytes say a guess costs 0.28 of a step, but the first one, cold, took a
+        // whole step.
+        let calibrated = || {
+            let mut c = StepCosts::default();
+            for _ in 0..3 {
+                c.record(1, 36.0);
+            }
+            for _ in 0..10 {
+                c.record(3, 36.0 * 1.2);
+            }
+            c
+        };
+        let mut costs = calibrated();
+        costs.seed_draft(0.28);
+        costs.record_draft(1, 36.0);
+        assert!(costs.relative(4) < 1.0 + 3.0 * 0.6, "{}", costs.relative(4));
+        assert!(SpecState::with_prior(0.8).choose_k(7, &costs) >= 2);
+        // A measured estimate is not replaced by a later seed.
+        costs.seed_draft(0.9);
+        assert!(costs.relative(4) < 1.0 + 3.0 * 0.6);
+        // Unseeded, the cold guess sets the estimate at a whole step: nothing pays.
+        let mut cold = calibrated();
+        cold.record_draft(1, 36.0);
+        assert_eq!(SpecState::with_prior(0.8).choose_k(7, &cold), 0);
     }
 
     #[test]

@@ -113,6 +113,15 @@ pub trait Proposer: Send {
         0.8
     }
 
+    /// What one guess is expected to cost before any is timed, in plain decode steps of
+    /// `target` (the adaptive policy's prior; `None`: nothing until measured). Without it the
+    /// first guesses after start-up, timed while the proposer's pages and caches are cold,
+    /// set the estimate, and drafting stayed off for most of the first request.
+    fn prior_guess_cost(&self, target: &Model) -> Option<f64> {
+        let _ = target;
+        None
+    }
+
     /// Drops any state kept for sequences `live` rejects (finished, preempted or aborted).
     fn retain(&mut self, live: &dyn Fn(u64) -> bool) {
         let _ = live;
