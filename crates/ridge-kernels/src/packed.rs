@@ -375,3 +375,39 @@ pub(crate) fn unpack_row(w: &WeightMatrix<'_>, r: usize, out: &mut [u8]) {
 pub(crate) fn tile_bytes(dtype: DType) -> usize {
     Shape::of(dtype).map_or(0, Shape::tile)
 }
+
+impl PackedMatrix {
+    /// `w` (stored rows or tiles, any format) re-encoded in `to` and packed: each row
+    /// dequantized to f32 and quantized again. Lossy by design — for a draft model, whose
+    /// guesses are checked by the target, fewer bytes per guess can be worth a few more
+    /// misses. `None` when `to` has no tile layout or the rows are not whole tile groups.
+    pub fn requantize(w: &WeightMatrix<'_>, to: DType) -> Option<PackedMatrix> {
+        if Shape::of(to).is_none() || !w.cols.is_multiple_of(to.block_size()) {
+            return None;
+        }
+        let (src_rb, dst_rb) = (w.dtype.row_bytes(w.cols), to.row_bytes(w.cols));
+        let mut data = vec![0u8; w.rows * dst_rb];
+        let per_task = 64;
+        let out = crate::pool::SharedMut(data.as_mut_ptr());
+        crate::pool::parallel_for(w.rows.div_ceil(per_task), |task| {
+            let (mut raw, mut f) = (vec![0u8; src_rb], vec![0f32; w.cols]);
+            for r in task * per_task..((task + 1) * per_task).min(w.rows) {
+                let row: &[u8] = match w.layout {
+                    crate::matmul::Layout::Rows => w.row(r),
+                    crate::matmul::Layout::Tiles8 => {
+                        unpack_row(w, r, &mut raw);
+                        &raw
+                    }
+                };
+                crate::blocks::dequantize_row(w.dtype, row, &mut f);
+                let q = crate::blocks::quantize_row(to, &f);
+                // SAFETY: row r's dst_rb bytes lie inside `data` (rows · dst_rb long, which
+                // outlives parallel_for), and only the task owning r writes them.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(q.as_ptr(), out.ptr().add(r * dst_rb), dst_rb)
+                };
+            }
+        });
+        PackedMatrix::pack(&WeightMatrix::new(to, w.rows, w.cols, &data)?)
+    }
+}

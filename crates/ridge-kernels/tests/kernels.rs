@@ -745,3 +745,45 @@ fn first_rows_give_the_leading_outputs_bitwise() {
         }
     }
 }
+
+/// Re-encoding a matrix (a draft model's, `--draft-quant q4_0`) gives exactly the tiles of its
+/// rows dequantized and quantized again, whether it starts in the stored layout or in tiles.
+#[test]
+fn requantized_tiles_are_the_rows_quantized_again() {
+    let mut rng = StdRng::seed_from_u64(43);
+    let (rows, cols) = (24, 512);
+    for from in [DType::Q8_0, DType::Q5_0, DType::Q6_K] {
+        let wf = randv(&mut rng, rows * cols);
+        let w: Vec<u8> = wf
+            .chunks(cols)
+            .flat_map(|r| quantize_row(from, r))
+            .collect();
+        let plain = WeightMatrix::new(from, rows, cols, &w).unwrap();
+        let rb = from.row_bytes(cols);
+        let mut f = vec![0f32; cols];
+        let want: Vec<u8> = w
+            .chunks(rb)
+            .flat_map(|r| {
+                dequantize_row(from, r, &mut f);
+                quantize_row(DType::Q4_0, &f)
+            })
+            .collect();
+        let want = WeightMatrix::new(DType::Q4_0, rows, cols, &want).unwrap();
+        let want = PackedMatrix::pack(&want).unwrap();
+        let tiled = PackedMatrix::pack(&plain).unwrap();
+        for src in [plain, tiled.view()] {
+            let got = PackedMatrix::requantize(&src, DType::Q4_0).expect("Q4_0 has tiles");
+            assert_eq!(got.view().dtype, DType::Q4_0);
+            assert_eq!(
+                got.view().data,
+                want.view().data,
+                "{from:?} {:?}",
+                src.layout
+            );
+        }
+    }
+    // Formats without tiles are refused.
+    let w = vec![0u8; 8 * DType::F16.row_bytes(64)];
+    let m = WeightMatrix::new(DType::F16, 8, 64, &w).unwrap();
+    assert!(PackedMatrix::requantize(&m, DType::F16).is_none());
+}

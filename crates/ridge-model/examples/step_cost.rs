@@ -3,8 +3,9 @@
 //! against a plain decode step (`T` = 1).
 //!
 //! `cargo run --release -p ridge-model --example step_cost -- MODEL [P] [REPS] [THREADS]
-//! [HEAD_ROWS] [MAX_T]` (HEAD_ROWS restricts the head as a draft model's may be; 0 keeps it
-//! whole; MAX_T, default 8, is the longest pass timed) prints the median milliseconds per pass of each `T` (the passes alternate over `T`, so a
+//! [HEAD_ROWS] [MAX_T] [q4_0]` (HEAD_ROWS restricts the head as a draft model's may be; 0
+//! keeps it whole; MAX_T, default 8, is the longest pass timed; `q4_0` re-encodes the wider
+//! matrices as `--draft-quant q4_0` does) prints the median milliseconds per pass of each `T` (the passes alternate over `T`, so a
 //! change in the machine's speed touches every `T` alike).
 use ridge_model::{Batch, KvCache, Model, Workspace};
 use std::time::Instant;
@@ -26,6 +27,10 @@ fn main() {
     let max_t = num(6, 8).clamp(1, 64);
     if let Some(rows) = a.get(5).and_then(|s| s.parse().ok()).filter(|&r| r > 0) {
         m.restrict_head(rows);
+    }
+    if a.get(7).is_some_and(|s| s == "q4_0") {
+        let saved = m.requantize(ridge_kernels::DType::Q4_0);
+        println!("requantized: {:.1} MB less per step", saved as f64 / 1e6);
     }
     for t in m
         .gguf()

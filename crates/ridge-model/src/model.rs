@@ -327,6 +327,47 @@ impl Model {
         self.head_rows = (rows / tile * tile).clamp(tile.min(self.cfg.vocab), self.cfg.vocab);
     }
 
+    /// Re-encodes every layer matrix and the head whose format takes more bytes per weight
+    /// than `to` (a format with tiles) into `to`'s tiles, returning how many bytes smaller
+    /// the re-encoded matrices are (the whole head, even where a step reads only its
+    /// restricted rows).
+    /// Lossy: for a draft model, whose guesses the target checks, fewer bytes per guess can
+    /// be worth a few more misses. Only where tile kernels run (an AVX2 CPU, integer
+    /// activations); `set_act_policy(ActPolicy::F32)` goes back to the file's weights.
+    pub fn requantize(&mut self, to: ridge_kernels::DType) -> usize {
+        if self.tiles.is_empty() {
+            return 0;
+        }
+        let per_weight = |d: ridge_kernels::DType, cols: usize| d.row_bytes(cols) * 64 / cols;
+        let bytes = self.file.bytes();
+        let mut mats: Vec<&mut MatRef> = vec![&mut self.output];
+        for l in self.layers.iter_mut() {
+            mats.extend(l.matrices_mut());
+        }
+        let mut saved = 0;
+        for m in mats {
+            let cur = match m.tiles {
+                Some(i) => self.tiles[i].view(),
+                None => m.view(bytes),
+            };
+            if per_weight(cur.dtype, cur.cols) <= per_weight(to, cur.cols) {
+                continue;
+            }
+            let Some(p) = PackedMatrix::requantize(&cur, to) else {
+                continue;
+            };
+            saved += cur.data.len().saturating_sub(p.view().data.len());
+            match m.tiles {
+                Some(i) => self.tiles[i] = p,
+                None => {
+                    m.tiles = Some(self.tiles.len());
+                    self.tiles.push(p);
+                }
+            }
+        }
+        saved
+    }
+
     /// Logits per row that [`Model::forward`] returns: the vocabulary, or what
     /// [`Model::restrict_head`] kept of it.
     pub fn logit_width(&self) -> usize {
@@ -342,7 +383,7 @@ impl Model {
             .map(|l| {
                 [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
                     .iter()
-                    .map(MatRef::bytes)
+                    .map(|m| self.mat(m).data.len())
                     .sum::<usize>()
                     + 8 * self.cfg.d_model
                     + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
@@ -350,7 +391,7 @@ impl Model {
             })
             .sum();
         let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
-        let head = self.output.bytes() / self.cfg.vocab.max(1) * self.head_rows;
+        let head = self.mat(&self.output).data.len() / self.cfg.vocab.max(1) * self.head_rows;
         layers + extra + head + 4 * self.cfg.d_model
     }
 

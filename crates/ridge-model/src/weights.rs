@@ -29,11 +29,6 @@ impl MatRef {
             layout: ridge_kernels::Layout::Rows,
         }
     }
-
-    /// Total bytes of the matrix.
-    pub fn bytes(&self) -> usize {
-        self.len
-    }
 }
 
 /// The file types ridge computes in, and the kernel format of each (the one list both the

@@ -508,3 +508,39 @@ fn a_restricted_head_gives_the_leading_logits() {
         assert_eq!(run_all_positions(&m, &PROMPT), full);
     }
 }
+
+/// A re-encoded draft (`--draft-quant q4_0`): the Q8_0 layer matrices and head become Q4_0
+/// tiles, a step reads fewer bytes, and the logits move by about Q4_0's rounding, no more;
+/// a model already in Q4_0 is left alone.
+#[test]
+fn requantizing_to_q4_0_reads_fewer_bytes_and_stays_close() {
+    let spec = SyntheticSpec {
+        dtype: DType::Q8_0,
+        embd_dtype: DType::Q8_0,
+        separate_output: true,
+        seed: 78,
+        ..Default::default()
+    };
+    let f = write_model(&spec);
+    let mut m = Model::load(f.path()).unwrap();
+    if !Isa::detect().avx2() {
+        // No tile kernels: nothing is re-encoded.
+        assert_eq!(m.requantize(DType::Q4_0), 0);
+        return;
+    }
+    let before = run_all_positions(&m, &PROMPT);
+    let bytes = m.weight_bytes_per_token();
+    let saved = m.requantize(DType::Q4_0);
+    assert!(saved > 0);
+    // The head's 257 rows are not whole tile groups: only the layer matrices change.
+    assert!(m.weight_bytes_per_token() < bytes);
+    let after = run_all_positions(&m, &PROMPT);
+    assert_ne!(after, before);
+    let scale = before.iter().fold(0f32, |a, &v| a.max(v.abs()));
+    let worst = before
+        .iter()
+        .zip(&after)
+        .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+    assert!(worst < 0.25 * scale, "worst {worst} of {scale}");
+    assert_eq!(m.requantize(DType::Q4_0), 0, "nothing wider is left");
+}
