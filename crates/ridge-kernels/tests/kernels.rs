@@ -33,6 +33,14 @@ fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
 }
 
+/// `rows` random rows of `cols` values in `[-2, 2)`, each quantized to `dtype`.
+fn random_rows(rng: &mut StdRng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let wf = randv(rng, rows * cols);
+    wf.chunks(cols)
+        .flat_map(|r| quantize_row(dtype, r))
+        .collect()
+}
+
 fn isas() -> Vec<Isa> {
     Isa::available()
 }
@@ -99,11 +107,7 @@ fn matmul_matches_reference_for_every_format_and_path() {
     for &dtype in &ALL {
         for &(rows, cols, n) in &[(1, 32, 1), (17, 64, 3), (40, 576, 5), (300, 96, 2)] {
             let cols = cols_for(dtype, cols);
-            let wf = randv(&mut rng, rows * cols);
-            let w: Vec<u8> = wf
-                .chunks(cols)
-                .flat_map(|r| quantize_row(dtype, r))
-                .collect();
+            let w = random_rows(&mut rng, dtype, rows, cols);
             let x = randv(&mut rng, n * cols);
             let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
             for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
@@ -193,11 +197,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     let mut rng = StdRng::seed_from_u64(11);
     for &dtype in &ALL {
         let (rows, cols) = (70, cols_for(dtype, 128).max(2 * dtype.block_size()));
-        let wf = randv(&mut rng, rows * cols);
-        let w: Vec<u8> = wf
-            .chunks(cols)
-            .flat_map(|r| quantize_row(dtype, r))
-            .collect();
+        let w = random_rows(&mut rng, dtype, rows, cols);
         let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let x = randv(&mut rng, 13 * cols);
         // 6 rows take the 4- and 2-row kernels, 7 rows the 4- and 3-row ones, 13 rows the
@@ -256,11 +256,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         DType::Q6_K,
     ];
     for (dtype, (rows, cols)) in formats.into_iter().flat_map(|d| shapes.map(|s| (d, s))) {
-        let wf = randv(&mut rng, rows * cols);
-        let w: Vec<u8> = wf
-            .chunks(cols)
-            .flat_map(|r| quantize_row(dtype, r))
-            .collect();
+        let w = random_rows(&mut rng, dtype, rows, cols);
         let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let packed = PackedMatrix::pack(&plain).expect("packable");
         let tiles = packed.view();
@@ -701,11 +697,7 @@ fn first_rows_give_the_leading_outputs_bitwise() {
     let mut rng = StdRng::seed_from_u64(41);
     let (rows, cols) = (72, 256);
     for dtype in [DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16] {
-        let wf = randv(&mut rng, rows * cols);
-        let w: Vec<u8> = wf
-            .chunks(cols)
-            .flat_map(|r| quantize_row(dtype, r))
-            .collect();
+        let w = random_rows(&mut rng, dtype, rows, cols);
         let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let packed = PackedMatrix::pack(&plain);
         let mut views = vec![(plain, 40)];
@@ -753,11 +745,7 @@ fn requantized_tiles_are_the_rows_quantized_again() {
     let mut rng = StdRng::seed_from_u64(43);
     let (rows, cols) = (24, 512);
     for from in [DType::Q8_0, DType::Q5_0, DType::Q6_K] {
-        let wf = randv(&mut rng, rows * cols);
-        let w: Vec<u8> = wf
-            .chunks(cols)
-            .flat_map(|r| quantize_row(from, r))
-            .collect();
+        let w = random_rows(&mut rng, from, rows, cols);
         let plain = WeightMatrix::new(from, rows, cols, &w).unwrap();
         let rb = from.row_bytes(cols);
         let mut f = vec![0f32; cols];
