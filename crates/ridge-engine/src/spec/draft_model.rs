@@ -38,17 +38,7 @@ impl DraftModelProposer {
     /// Wraps a draft model with a cache of `cache_tokens` tokens. Fails when its vocabulary
     /// size differs from `target_vocab`. The model's head may be restricted
     /// ([`Model::restrict_head`]): its guesses are then among the ids it keeps.
-    pub fn new(
-        mut model: Model,
-        target_vocab: usize,
-        cache_tokens: usize,
-    ) -> Result<Self, ModelError> {
-        if let Some(n) = std::env::var("RIDGE_DRAFT_HEAD")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            model.restrict_head(n);
-        }
+    pub fn new(model: Model, target_vocab: usize, cache_tokens: usize) -> Result<Self, ModelError> {
         let vocab = model.config().vocab;
         if vocab != target_vocab {
             return Err(ModelError::BadBatch(format!(
