@@ -330,9 +330,8 @@ impl Model {
     /// Re-encodes every layer matrix and the head whose format takes more bytes per weight
     /// than `to` (a format with tiles) into `to`'s tiles, returning how many bytes smaller
     /// the re-encoded matrices are (the whole head, even where a step reads only its
-    /// restricted rows).
-    /// Lossy: for a draft model, whose guesses the target checks, fewer bytes per guess can
-    /// be worth a few more misses. Only where tile kernels run (an AVX2 CPU, integer
+    /// restricted rows). Lossy: for a draft model, whose guesses the target checks, fewer
+    /// bytes per guess can be worth a few more misses. Only where tile kernels run (an AVX2 CPU, integer
     /// activations); `set_act_policy(ActPolicy::F32)` goes back to the file's weights.
     pub fn requantize(&mut self, to: ridge_kernels::DType) -> usize {
         if self.tiles.is_empty() {
