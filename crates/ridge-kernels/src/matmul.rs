@@ -467,9 +467,9 @@ pub fn matmul_many(
     for (i, (w, y)) in ys.iter_mut().enumerate() {
         let mut chunk = (w.rows / (threads * 8)).clamp(8, 256).min(w.rows.max(1));
         if w.layout == Layout::Tiles8 {
-            // Whole tile groups; pairs of them where multi-token passes take the 512-bit
-            // kernels (an odd group per chunk would go through the 256-bit ones).
-            let unit = if isa == Isa::Avx512 && n >= 8 {
+            // Whole tile groups; pairs of them where later passes over a chunk take the
+            // 512-bit kernels (an odd group per chunk would go through the 256-bit ones).
+            let unit = if isa == Isa::Avx512 && n > crate::dot_tiles_vnni::MAX_TOKENS {
                 2 * TILE_ROWS
             } else {
                 TILE_ROWS
@@ -675,7 +675,8 @@ unsafe fn tiled_rows_of_chunk(
     );
 }
 
-/// [`tiles_t`] with the AVX-512 VNNI kernels.
+/// [`tiles_t`] with the AVX-512 VNNI kernels. Passes after the first (`t > 0`) find the
+/// chunk's tiles in cache, where the 512-bit pairs pay.
 ///
 /// # Safety
 /// As [`tiles_t`], with AVX-512 F/BW/VL/VNNI detected (an [`Isa::Avx512`]).
@@ -700,14 +701,17 @@ unsafe fn tiles_t_vnni<const T: usize>(
         true => &a.s16[(t + j) * nb..(t + j + 1) * nb],
         false => &[],
     });
-    // Full eight-token passes (prefill, batched decode) take pairs of row groups through the
+    // Full eight-token passes over tiles already in cache (every pass over a chunk after its
+    // first, as in prefill and batched decode) take pairs of row groups through the
     // 512-bit kernels and a last odd group through the 256-bit ones (the same bits either
-    // way): the 1.5B's 512-token prefill 150 → 170 tok/s on a Zen 4 VM. Shorter passes stay
-    // at 256 bits: they stream weights from memory, and two interleaved streams per task
-    // measured slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM; the
-    // 1.5B's 4-token pass 53 → 45 ms, 6 tokens 63 → 55 ms on the Zen 4).
+    // way): the 1.5B's 512-token prefill 150 → 170 tok/s on a Zen 4 VM. A pass that streams
+    // its weights from memory stays at 256 bits: two interleaved streams per task measured
+    // slower (Gemma 3 decode 249 → 210 tok/s, SmolLM2 505 → 430 on a Zen 5 VM; the 1.5B's
+    // 4-token pass 53 → 45 ms, 6 tokens 63 → 55 ms, and a lone 8-token pass — a verification
+    // of seven guesses — 71–72.5 → 67.1–67.3 ms on the Zen 4, where a streamed 8960×1536
+    // Q6_K product of 8 tokens runs at 166 GMAC/s in 256-bit passes and 140 in pairs).
     // Q8_0 with 16-bit activations has 256-bit kernels only.
-    let pairs = T >= 8 && !(i16 && w.dtype == DType::Q8_0);
+    let pairs = t > 0 && T >= 8 && !(i16 && w.dtype == DType::Q8_0);
     let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     while pairs && g + 2 <= end {

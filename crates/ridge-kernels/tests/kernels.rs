@@ -240,7 +240,8 @@ fn batch_rows_are_bitwise_independent_of_batch() {
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
-/// (1..=9 takes every token-group kernel, chunk boundaries included); and every SIMD path
+/// (1..=17 takes every token-group kernel, chunk boundaries included, and an eight-token pass
+/// both first over a chunk, at 256 bits, and after one, in 512-bit pairs); and every SIMD path
 /// (AVX2, AVX-512 VNNI where the CPU has it) gives the same bits.
 #[test]
 fn packed_tiles_match_reference_and_are_batch_invariant() {
@@ -260,7 +261,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
         let packed = PackedMatrix::pack(&plain).expect("packable");
         let tiles = packed.view();
-        let n = 9;
+        let n = 17;
         let x = randv(&mut rng, n * cols);
         let mut simd: Vec<(Isa, ActPrecision, Vec<f32>)> = Vec::new();
         for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
