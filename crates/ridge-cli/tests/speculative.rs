@@ -165,3 +165,60 @@ fn serve_speculates_per_request_and_reports_drafts() {
     );
     assert!(s.metric("ridge:spec_decode_num_accepted_tokens_total") >= a_on as f64);
 }
+
+#[test]
+fn bench_spec_reports_prompt_lookups_ceiling() {
+    // `ridge bench spec` with prompt lookup: per prompt the speed-up, and the ceiling of any
+    // drafting schedule on that answer with this machine's measured pass costs.
+    let m = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(
+        &prompts,
+        format!("{PASSAGE}\n---\nRepeat exactly: one two three four five six seven eight."),
+    )
+    .unwrap();
+    let o = run(&[
+        "bench",
+        "spec",
+        "--model",
+        m.to_str().unwrap(),
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--chat",
+        "--speculative",
+        "ngram",
+        "--num-speculative-tokens",
+        "4",
+        "--gen",
+        "32",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for row in &lines[..2] {
+        let f = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("no {k}: {row}"));
+        // Decoding plainly is one schedule, drafting what holds another, drafting every guess
+        // a third: the best schedule is at least each of them.
+        assert!(f("ceiling") >= 1.0 - 1e-9, "{row}");
+        assert!(f("ceiling") >= f("ceiling_stepwise") - 1e-9, "{row}");
+        assert!(f("ceiling") >= f("every_guess") - 1e-9, "{row}");
+    }
+    // The first answer copies its prompt: some of the lookup's guesses hold.
+    assert!(
+        lines[0]["accepted_tokens"].as_u64().unwrap() > 0,
+        "{}",
+        lines[0]
+    );
+    let sum = &lines[2];
+    assert_eq!(sum["summary"], true);
+    let costs = sum["pass_costs"].as_array().unwrap();
+    assert_eq!(costs.len(), 5, "{sum}");
+    assert_eq!(costs[0].as_f64(), Some(1.0));
+    let c = sum["ceiling_geomean"].as_f64().unwrap();
+    assert!(c >= 1.0 - 1e-9, "{sum}");
+}

@@ -1,27 +1,17 @@
-//! How fast can prompt lookup (`--speculative ngram`) possibly make a set of prompts on this
-//! machine? The answer has two parts that this tool measures separately: what the lookup
-//! *could* guess (teacher-forced on the model's own greedy answers: at each position, how
-//! many of its guesses the answer then confirms) and what verification *costs* here (a pass
-//! of `T` tokens against a plain one-token step, timed on the same model, alternating).
-//!
-//! From both it prints, per prompt and as the geometric mean the bench reports:
-//! - `bound`: the best any drafting policy can do, even one that knows the answer in advance
-//!   (dynamic programming over positions: at position `p` draft any `k` up to the guesses that
-//!   hold there, pay `c(1 + k)`, move to `p + k + 1`);
-//! - `myopic`: drafting exactly the guesses that will hold at each step (clairvoyant, greedy);
-//! - `always`: drafting every guess the lookup makes (no policy at all).
-//!
-//! A bar above `bound` cannot be met by any sizing policy: only better guesses or cheaper
-//! verification passes can move it.
+//! The ceiling of prompt lookup (`--speculative ngram`) on a prompt set on this machine, with
+//! the lookup's sizes open to change: `ridge bench spec --speculative ngram` reports the same
+//! ceiling for the engine's own lookup beside the measured speed-up; this tool lets `MIN_N`
+//! (shortest suffix matched, default 2) and `MAX_K` (most guesses per step) vary without a
+//! speculative run. See `ridge_engine::spec::spec_bound` for the method.
 //!
 //! `cargo run --release -p ridge-engine --example lookup_bound -- MODEL PROMPTS [GEN] [MAX_K]`
 //! (PROMPTS: prompts separated by lines of `---`, each sent as one user message through the
-//! model's chat template; GEN default 128; MAX_K, the most guesses per step, default 7).
-//! `MIN_N=1` also lets single-token suffixes match (the engine's lookup needs two).
-use ridge_engine::spec::NgramProposer;
+//! model's chat template; GEN default 128; MAX_K default 7). It prints, per prompt and as the
+//! geometric mean: the ceiling (the best schedule, knowing the answer), drafting exactly what
+//! holds step by step, and drafting every guess.
+use ridge_engine::spec::{lookup_guesses, pass_costs, spec_bound, NgramProposer};
 use ridge_model::{Batch, KvCache, Model, Workspace};
 use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
-use std::time::Instant;
 
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("lookup_bound: {msg}");
@@ -57,85 +47,6 @@ fn greedy(m: &Model, prompt: &[u32], gen: usize, eog: &[u32], ws: &mut Workspace
         next = argmax(m.forward(&b, &mut kv, ws).unwrap_or_else(|e| fail(e)));
     }
     out
-}
-
-/// Milliseconds of a `T`-token pass for `T = 1..=max_t` after `at` positions (medians of
-/// passes alternating over `T`).
-fn pass_costs(m: &Model, at: usize, max_t: usize, ws: &mut Workspace) -> Vec<f64> {
-    let mut kv = KvCache::new(m.config(), at + max_t + 8);
-    let seq = kv.add_seq();
-    let prompt: Vec<u32> = (0..at as u32).map(|i| 100 + (i * 37) % 5000).collect();
-    let mut b = Batch::new();
-    b.push_seq(&prompt, 0, seq, true);
-    m.forward(&b, &mut kv, ws).unwrap_or_else(|e| fail(e));
-    let mut ms = vec![Vec::new(); max_t];
-    for _ in 0..7 {
-        for t in 1..=max_t {
-            b.clear();
-            for j in 0..t {
-                b.push(200 + j as u32, at + j, seq, true);
-            }
-            let s = Instant::now();
-            m.forward(&b, &mut kv, ws).unwrap_or_else(|e| fail(e));
-            ms[t - 1].push(s.elapsed().as_secs_f64() * 1e3);
-            kv.rewind(seq, at);
-        }
-    }
-    ms.into_iter()
-        .map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        })
-        .collect()
-}
-
-/// At each position of `answer`: how many guesses the lookup makes (at most `max_k`) and how
-/// many of them the answer confirms.
-fn guesses(
-    lookup: &NgramProposer,
-    prompt: &[u32],
-    answer: &[u32],
-    max_k: usize,
-) -> (Vec<usize>, Vec<usize>) {
-    let mut seen = prompt.to_vec();
-    let mut guess = Vec::new();
-    let (mut made, mut out) = (Vec::new(), Vec::new());
-    for p in 0..answer.len() {
-        guess.clear();
-        lookup.lookup(&seen, max_k, &mut guess);
-        let ok = guess
-            .iter()
-            .zip(&answer[p..])
-            .take_while(|(g, a)| g == a)
-            .count();
-        made.push(guess.len());
-        out.push(ok);
-        seen.push(answer[p]);
-    }
-    (made, out)
-}
-
-/// Speed-ups over plain decoding (`[bound, myopic, always]`) of an answer whose positions hold
-/// `held[p]` guesses out of `made[p]`, with `c[m - 1]` the relative cost of an `m`-token pass.
-fn speedups(held: &[usize], made: &[usize], c: &[f64]) -> [f64; 3] {
-    let n = held.len();
-    let mut best = vec![0.0f64; n + 1];
-    for p in (0..n).rev() {
-        best[p] = (0..=held[p])
-            .map(|k| c[k] + best[(p + k + 1).min(n)])
-            .fold(f64::INFINITY, f64::min);
-    }
-    let walk = |k_at: &dyn Fn(usize) -> usize| {
-        let (mut p, mut cost) = (0, 0.0);
-        while p < n {
-            cost += c[k_at(p)];
-            p += held[p] + 1;
-        }
-        cost
-    };
-    let myopic = walk(&|p| held[p]);
-    let always = walk(&|p| made[p]);
-    [n as f64 / best[0], n as f64 / myopic, n as f64 / always]
 }
 
 fn main() {
@@ -175,13 +86,9 @@ fn main() {
         .map(|(p, g)| p.len() + g.len() / 2)
         .sum::<usize>()
         / answers.len().max(1);
-    let ms = pass_costs(&m, at, max_k + 1, &mut ws);
-    let c: Vec<f64> = ms.iter().map(|v| v / ms[0]).collect();
-    println!(
-        "pass of T tokens after {at} positions, in plain steps ({:.1} ms):",
-        ms[0]
-    );
-    for (t, v) in c.iter().enumerate() {
+    let c = pass_costs(&m, at, max_k + 1, 7).unwrap_or_else(|e| fail(e));
+    print!("pass of T tokens after {at} positions, in plain steps:");
+    for (t, v) in c.iter().enumerate().skip(1) {
         print!(" T={}:{v:.2}", t + 1);
     }
     println!(
@@ -189,18 +96,19 @@ fn main() {
         lookup.min_n, lookup.max_n
     );
     println!(
-        "{:>3} {:>7} {:>7} {:>7} {:>7}",
-        "#", "tokens", "bound", "myopic", "always"
+        "{:>3} {:>7} {:>8} {:>8} {:>8}",
+        "#", "tokens", "ceiling", "stepwise", "every"
     );
     let mut logs = [0.0f64; 3];
     for (i, (prompt, answer)) in answers.iter().enumerate() {
-        let (made, h) = guesses(&lookup, prompt, answer, max_k);
-        let s = speedups(&h, &made, &c);
+        // As `ridge bench spec`: the tokens after the first, which prefill makes.
+        let b = spec_bound(&lookup_guesses(&lookup, prompt, answer, 1, max_k), &c);
+        let s = [b.ceiling, b.stepwise, b.every_guess];
         for (l, v) in logs.iter_mut().zip(s) {
             *l += v.ln();
         }
         println!(
-            "{i:>3} {:>7} {:>6.2}x {:>6.2}x {:>6.2}x",
+            "{i:>3} {:>7} {:>7.2}x {:>7.2}x {:>7.2}x",
             answer.len(),
             s[0],
             s[1],
@@ -209,7 +117,7 @@ fn main() {
     }
     let n = answers.len().max(1) as f64;
     println!(
-        "geometric mean: bound {:.2}x, myopic {:.2}x, always {:.2}x",
+        "geometric mean: ceiling {:.2}x, stepwise {:.2}x, every guess {:.2}x",
         (logs[0] / n).exp(),
         (logs[1] / n).exp(),
         (logs[2] / n).exp()

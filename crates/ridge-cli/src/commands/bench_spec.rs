@@ -1,12 +1,16 @@
 //! `ridge bench spec --prompts FILE --speculative M …`: what speculative decoding buys on a set
 //! of prompts. Each prompt is generated greedily twice through the same engine path, plain and
 //! speculating (alternating, plain first); the outputs must be identical (checked), and the
-//! table reports both decode rates, the speed-up and the draft acceptance.
+//! table reports both decode rates, the speed-up and the draft acceptance. For prompt lookup
+//! it also reports the ceiling: the speed-up the best possible drafting schedule would reach
+//! on each answer with this machine's pass costs (`ridge_engine::spec::spec_bound`), so a
+//! measured speed-up reads as a fraction of what lookup can give here at all.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use ridge_engine::spec::{lookup_guesses, pass_costs, spec_bound, NgramProposer, SpecMethod};
 use ridge_engine::{EngineConfig, EngineCore, GenerateParams, Generation, SamplingParams};
 use ridge_tokenizer::ChatMessage;
 
@@ -78,6 +82,16 @@ pub fn main(a: Args) -> Result<()> {
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     let kv_tokens = longest + a.gen + 64;
     let spec = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
+    // Prompt lookup's ceiling needs this machine's cost of each verification length, timed
+    // midway through a typical answer.
+    let max_k = a.spec.num_speculative_tokens;
+    let costs = match spec.as_ref().map(|s| s.proposer.method()) {
+        Some(SpecMethod::Ngram) => {
+            let at = ids.iter().map(Vec::len).sum::<usize>() / ids.len() + a.gen / 2;
+            Some(pass_costs(&l.model, at, max_k + 1, 5)?)
+        }
+        _ => None,
+    };
     let tok = Arc::new(l.tokenizer);
     let cfg = EngineConfig {
         max_seqs: 1,
@@ -94,10 +108,18 @@ pub fn main(a: Args) -> Result<()> {
     let mut spec = Some(spec);
     let (mut plain_all, mut spec_all) = (Vec::new(), Vec::new());
     let (mut drafted, mut accepted, mut tokens) = (0usize, 0usize, 0usize);
+    let mut ceilings = Vec::new();
     if !a.json {
         println!(
-            "{:>3} {:>7} {:>7} {:>11} {:>11} {:>8} {:>9}",
-            "#", "prompt", "tokens", "plain tok/s", "spec tok/s", "speedup", "accepted"
+            "{:>3} {:>7} {:>7} {:>11} {:>11} {:>8} {:>9}{}",
+            "#",
+            "prompt",
+            "tokens",
+            "plain tok/s",
+            "spec tok/s",
+            "speedup",
+            "accepted",
+            if costs.is_some() { "   ceiling" } else { "" }
         );
     }
     for (i, p) in ids.iter().enumerate() {
@@ -132,20 +154,33 @@ pub fn main(a: Args) -> Result<()> {
         plain_all.push(p_rate);
         spec_all.push(s_rate);
         let speedup = if p_rate > 0.0 { s_rate / p_rate } else { 0.0 };
+        // The decode rate counts the tokens after the first (which prefill makes), so the
+        // ceiling does too.
+        let ceiling = costs.as_ref().map(|c| {
+            let gs = lookup_guesses(&NgramProposer::default(), p, &g.tokens, 1, max_k);
+            spec_bound(&gs, c)
+        });
+        if let Some(b) = ceiling {
+            ceilings.push(b.ceiling);
+        }
         if a.json {
-            println!(
-                "{}",
-                serde_json::json!({"prompt": i, "method": method, "prompt_tokens": p.len(),
-                    "tokens": g.tokens.len(), "plain_tok_s": p_rate, "spec_tok_s": s_rate,
-                    "speedup": speedup, "draft_tokens": g.draft_tokens,
-                    "accepted_tokens": g.accepted_tokens, "acceptance": acc})
-            );
+            let mut row = serde_json::json!({"prompt": i, "method": method,
+                "prompt_tokens": p.len(), "tokens": g.tokens.len(), "plain_tok_s": p_rate,
+                "spec_tok_s": s_rate, "speedup": speedup, "draft_tokens": g.draft_tokens,
+                "accepted_tokens": g.accepted_tokens, "acceptance": acc});
+            if let Some(b) = ceiling {
+                row["ceiling"] = b.ceiling.into();
+                row["ceiling_stepwise"] = b.stepwise.into();
+                row["every_guess"] = b.every_guess.into();
+            }
+            println!("{row}");
         } else {
             println!(
-                "{i:>3} {:>7} {:>7} {p_rate:>11.1} {s_rate:>11.1} {speedup:>7.2}x {:>8.0}%",
+                "{i:>3} {:>7} {:>7} {p_rate:>11.1} {s_rate:>11.1} {speedup:>7.2}x {:>8.0}%{}",
                 p.len(),
                 g.tokens.len(),
-                acc * 100.0
+                acc * 100.0,
+                ceiling.map_or(String::new(), |b| format!(" {:>8.2}x", b.ceiling))
             );
         }
     }
@@ -154,26 +189,43 @@ pub fn main(a: Args) -> Result<()> {
         .zip(&spec_all)
         .map(|(p, s)| if *p > 0.0 { s / p } else { 0.0 })
         .collect();
-    let geo =
-        (speedups.iter().map(|s| s.max(1e-9).ln()).sum::<f64>() / speedups.len() as f64).exp();
+    let geomean =
+        |v: &[f64]| (v.iter().map(|s| s.max(1e-9).ln()).sum::<f64>() / v.len() as f64).exp();
+    let geo = geomean(&speedups);
+    let ceiling = (!ceilings.is_empty()).then(|| geomean(&ceilings));
     let acc = if drafted > 0 {
         accepted as f64 / drafted as f64
     } else {
         0.0
     };
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({"summary": true, "method": method, "prompts": ids.len(),
-                "tokens": tokens, "speedup_geomean": geo, "speedup_min": speedups.iter().copied().fold(f64::INFINITY, f64::min),
-                "acceptance": acc, "draft_tokens": drafted, "accepted_tokens": accepted})
-        );
+        let mut sum = serde_json::json!({"summary": true, "method": method, "prompts": ids.len(),
+            "tokens": tokens, "speedup_geomean": geo, "speedup_min": speedups.iter().copied().fold(f64::INFINITY, f64::min),
+            "acceptance": acc, "draft_tokens": drafted, "accepted_tokens": accepted});
+        if let (Some(c), Some(costs)) = (ceiling, &costs) {
+            sum["ceiling_geomean"] = c.into();
+            sum["pass_costs"] = costs.clone().into();
+        }
+        println!("{sum}");
     } else {
         println!(
             "{method}: speed-up {geo:.2}x (geometric mean over {} prompts), acceptance {:.0}% ({accepted}/{drafted}), outputs identical",
             ids.len(),
             acc * 100.0
         );
+        if let (Some(c), Some(costs)) = (ceiling, &costs) {
+            let passes: Vec<String> = costs
+                .iter()
+                .enumerate()
+                .skip(1)
+                .map(|(m, v)| format!("{}:{v:.2}", m + 1))
+                .collect();
+            println!(
+                "ceiling: {c:.2}x (the best drafting schedule, knowing each answer; measured {:.0}% of it) with passes of m tokens costing [{}] plain steps",
+                100.0 * geo / c,
+                passes.join(" ")
+            );
+        }
     }
     Ok(())
 }

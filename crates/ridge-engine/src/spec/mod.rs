@@ -14,11 +14,13 @@
 //! exactly unchanged.
 
 mod adaptive;
+mod bound;
 mod draft_model;
 mod layer_skip;
 mod ngram;
 
 pub use adaptive::{SpecState, StepCosts};
+pub use bound::{lookup_guesses, pass_costs, spec_bound, Guesses, SpecBound};
 pub use draft_model::DraftModelProposer;
 pub use layer_skip::LayerSkipProposer;
 pub use ngram::NgramProposer;
