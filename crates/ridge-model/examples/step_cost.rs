@@ -6,7 +6,8 @@
 //! [HEAD_ROWS] [MAX_T] [q4_0]` (HEAD_ROWS restricts the head as a draft model's may be; 0
 //! keeps it whole; MAX_T, default 8, is the longest pass timed; `q4_0` re-encodes the wider
 //! matrices as `--draft-quant q4_0` does) prints the median milliseconds per pass of each `T` (the passes alternate over `T`, so a
-//! change in the machine's speed touches every `T` alike).
+//! change in the machine's speed touches every `T` alike). `ONLY=1` times `T = MAX_T` alone,
+//! for a profile of one pass length (`perf record -e cpu-clock`).
 use ridge_model::{Batch, KvCache, Model, Workspace};
 use std::time::Instant;
 
@@ -48,13 +49,14 @@ fn main() {
     b.push_seq(&prompt, 0, seq, true);
     m.forward(&b, &mut kv, &mut ws).unwrap_or_else(|e| fail(e));
     let mut ms = vec![Vec::new(); max_t];
+    // `ONLY=1`: time MAX_T-token passes alone (to profile one pass length).
+    let first_t = if std::env::var_os("ONLY").is_some() {
+        max_t
+    } else {
+        1
+    };
     for _ in 0..reps {
-        for t in (if std::env::var_os("ONLY").is_some() {
-            max_t
-        } else {
-            1
-        })..=max_t
-        {
+        for t in first_t..=max_t {
             b.clear();
             for j in 0..t {
                 b.push(200 + j as u32, p + j, seq, true);
