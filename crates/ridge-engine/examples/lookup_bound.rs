@@ -10,43 +10,13 @@
 //! geometric mean: the ceiling (the best schedule, knowing the answer), drafting exactly what
 //! holds step by step, and drafting every guess.
 use ridge_engine::spec::{lookup_guesses, pass_costs, spec_bound, NgramProposer};
-use ridge_model::{Batch, KvCache, Model, Workspace};
+use ridge_engine::{generate, GenerateParams, SamplingParams};
+use ridge_model::Model;
 use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("lookup_bound: {msg}");
     std::process::exit(1);
-}
-
-fn argmax(r: &[f32]) -> u32 {
-    let mut b = (0, f32::MIN);
-    for (i, &v) in r.iter().enumerate() {
-        if v > b.1 {
-            b = (i, v);
-        }
-    }
-    b.0 as u32
-}
-
-/// The model's greedy answer to `prompt` (at most `gen` tokens, ending at an end-of-generation
-/// token, which is kept).
-fn greedy(m: &Model, prompt: &[u32], gen: usize, eog: &[u32], ws: &mut Workspace) -> Vec<u32> {
-    let mut kv = KvCache::new(m.config(), prompt.len() + gen + 8);
-    let s = kv.add_seq();
-    let mut b = Batch::new();
-    b.push_seq(prompt, 0, s, true);
-    let mut next = argmax(m.forward(&b, &mut kv, ws).unwrap_or_else(|e| fail(e)));
-    let mut out = Vec::new();
-    while out.len() < gen {
-        out.push(next);
-        if eog.contains(&next) {
-            break;
-        }
-        b.clear();
-        b.push(next, prompt.len() + out.len() - 1, s, true);
-        next = argmax(m.forward(&b, &mut kv, ws).unwrap_or_else(|e| fail(e)));
-    }
-    out
 }
 
 fn main() {
@@ -68,9 +38,13 @@ fn main() {
     let m = Model::load(&a[1]).unwrap_or_else(|e| fail(e));
     let tok = Tokenizer::from_gguf(m.gguf()).unwrap_or_else(|e| fail(e));
     let tmpl = ChatTemplate::from_gguf(m.gguf(), &tok).unwrap_or_else(|e| fail(e));
-    let eog = tok.eog_ids();
+    let params = GenerateParams {
+        max_tokens: gen,
+        sampling: SamplingParams::greedy(),
+        stop_tokens: tok.eog_ids(),
+        constraint: None,
+    };
     let text = std::fs::read_to_string(&a[2]).unwrap_or_else(|e| fail(e));
-    let mut ws = Workspace::new();
     let mut answers = Vec::new();
     for p in text.split("\n---\n").filter(|p| !p.trim().is_empty()) {
         let msg = [ChatMessage::new("user", p.trim())];
@@ -78,7 +52,10 @@ fn main() {
         let prompt = tok
             .encode_chat_prompt(&rendered)
             .unwrap_or_else(|e| fail(e));
-        let answer = greedy(&m, &prompt, gen, &eog, &mut ws);
+        // The engine's own greedy answer, as `ridge bench spec` makes it.
+        let answer = generate(&m, &prompt, &params, |_| true)
+            .unwrap_or_else(|e| fail(e))
+            .tokens;
         answers.push((prompt, answer));
     }
     let at = answers
