@@ -209,34 +209,63 @@ fn table_and_png() {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
 }
 
-#[test]
-fn local_hardware_is_probed() {
+/// One `roofline --hardware local` row of SmolLM2 at batch 1, context 0, with `envs` set.
+fn local_row(envs: &[(&str, &str)]) -> Value {
     let path = smollm2();
-    let o = run(&[
+    let args = [
         "roofline",
         "--model",
         path.to_str().unwrap(),
         "--hardware",
         "local",
-        "--batch",
-        "1",
-        "--context",
-        "0",
-        "--json",
-        "--threads",
-        "2",
-    ]);
-    let row = &lines(&o)[0];
+    ];
+    let rest = ["--batch", "1", "--context", "0", "--json", "--threads", "2"];
+    lines(&run_env(&[&args[..], &rest].concat(), envs))
+        .into_iter()
+        .next()
+        .expect("one row")
+}
+
+/// The row's floor follows from its own probed facts, whatever the machine: the level is the
+/// LLC exactly when the weights fit 75% of the cache the row names, the floor's bandwidth is
+/// that level's, and the memory time is the weights over it. Returns the level.
+fn check_local_row(row: &Value) -> String {
+    const WEIGHTS: f64 = 96_576_768.0;
     assert_eq!(row["hardware"], "local");
-    let bw = num(row, "memory_bandwidth_gbs");
-    assert!(bw > 0.0 && num(row, "peak_tflops") > 0.0, "{row}");
-    // The memory time is the weights over the measured bandwidth, and the floor the larger
-    // of it and the compute time (on a fast-memory machine whose cores are busy the probed
-    // compute peak can make even batch 1 compute-bound).
-    let memory = 96_576_768.0 / (bw * 1e9) * 1e3;
+    let dram = num(row, "dram_bandwidth_gbs");
+    assert!(dram > 0.0 && num(row, "peak_tflops") > 0.0, "{row}");
+    assert_eq!(num(row, "memory_bandwidth_gbs"), dram, "{row}");
+    let fits = row["llc_bytes"]
+        .as_f64()
+        .is_some_and(|llc| WEIGHTS <= llc * 0.75);
+    let (level, bw) = if fits {
+        ("LLC", num(row, "llc_bandwidth_gbs"))
+    } else {
+        ("DRAM", dram)
+    };
+    assert_eq!(row["memory_level"], level, "{row}");
+    assert_eq!(num(row, "floor_bandwidth_gbs"), bw, "{row}");
+    let memory = WEIGHTS / (bw * 1e9) * 1e3;
     assert!((num(row, "memory_time_ms") - memory).abs() < 1e-9, "{row}");
+    // The floor is the larger of the memory and compute times (on a fast-memory machine whose
+    // cores are busy the probed compute peak can make even batch 1 compute-bound).
     let floor = memory.max(num(row, "compute_time_ms"));
     assert!((num(row, "tpot_min_ms") - floor).abs() < 1e-9, "{row}");
+    level.to_string()
+}
+
+#[test]
+fn local_hardware_is_probed() {
+    // This machine as it is (or as CI's `RIDGE_LLC_BYTES` presents it).
+    check_local_row(&local_row(&[]));
+    // No cache known: the floor is DRAM's.
+    let row = local_row(&[("RIDGE_LLC_BYTES", "0")]);
+    assert!(row["llc_bytes"].is_null(), "{row}");
+    assert_eq!(check_local_row(&row), "DRAM");
+    // A 200 MiB cache holds SmolLM2's 97 MB: the floor is the cache's bandwidth.
+    let row = local_row(&[("RIDGE_LLC_BYTES", "200M")]);
+    assert_eq!(num(&row, "llc_bytes"), (200u64 << 20) as f64, "{row}");
+    assert_eq!(check_local_row(&row), "LLC");
 }
 
 #[test]

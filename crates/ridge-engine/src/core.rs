@@ -62,6 +62,11 @@ pub struct EngineConfig {
     /// The memory level that bandwidth is of (`"DRAM"`, `"LLC"`, `"given"`), reported beside
     /// the roofline figures.
     pub memory_level: &'static str,
+    /// DRAM read bandwidth as probed, GB/s, reported beside the floor (`None` when the
+    /// bandwidth was given).
+    pub dram_bandwidth_gbs: Option<f64>,
+    /// Last-level cache read bandwidth as probed, GB/s, reported beside the floor.
+    pub llc_bandwidth_gbs: Option<f64>,
     /// Element type of the KV cache.
     pub kv_dtype: KvDtype,
 }
@@ -76,6 +81,8 @@ impl Default for EngineConfig {
             max_queue: 1024,
             bandwidth_gbs: None,
             memory_level: "DRAM",
+            dram_bandwidth_gbs: None,
+            llc_bandwidth_gbs: None,
             kv_dtype: KvDtype::F16,
         }
     }

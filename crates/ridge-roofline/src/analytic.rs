@@ -123,7 +123,10 @@ pub struct OperatingPoint {
     /// Where the step's bytes are read from: `"LLC"` when they fit the measured last-level
     /// cache, else `"DRAM"` (the memory a datasheet's bandwidth is of).
     pub memory_level: &'static str,
-    /// `step_bytes / BW`, ms.
+    /// The bandwidth of `memory_level` that `memory_time_ms` divides by, GB/s: the
+    /// hardware's DRAM figure, or the measured LLC read bandwidth when the step fits it.
+    pub floor_bandwidth_gbs: f64,
+    /// `step_bytes / floor_bandwidth_gbs`, ms.
     pub memory_time_ms: f64,
     /// `step_flops / peak`, ms.
     pub compute_time_ms: f64,
@@ -254,6 +257,7 @@ impl Setup {
             ridge_point: peak / bw,
             bound,
             memory_level,
+            floor_bandwidth_gbs: step_bw / 1e9,
             memory_time_ms: memory_s * 1e3,
             compute_time_ms: compute_s * 1e3,
             tpot_min_ms: step_s * 1e3,

@@ -31,27 +31,41 @@ pub struct ProbeConfig {
 }
 
 impl ProbeConfig {
-    /// The full probe: a 1 GiB buffer (≥ 30× a typical 32 MiB L3), 10 passes, compute probes
-    /// included. Takes a few seconds, most of it first-touching the buffer.
+    /// The full probe: a 1 GiB buffer (≥ 30× a typical 32 MiB L3; at least
+    /// [`DRAM_BUFFER_LLC_MULTIPLE`]× the last-level cache on machines with a larger one), 10
+    /// passes, compute probes included. Takes a few seconds, most of it first-touching the buffer.
     pub fn full(threads: usize) -> Self {
         ProbeConfig {
             threads,
-            buffer_bytes: 1 << 30,
+            buffer_bytes: dram_buffer_bytes(1 << 30),
             passes: 10,
             compute: true,
         }
     }
 
-    /// A bandwidth-only probe of about a second for `ridge bench`: 256 MiB (8× a 32 MiB L3),
-    /// 8 passes.
+    /// A bandwidth-only probe of about a second for `ridge bench`: 256 MiB (8× a 32 MiB L3;
+    /// at least [`DRAM_BUFFER_LLC_MULTIPLE`]× the last-level cache, so a 300 MB L3 does not
+    /// serve the "DRAM" figure from cache), 8 passes.
     pub fn quick(threads: usize) -> Self {
         ProbeConfig {
             threads,
-            buffer_bytes: 256 << 20,
+            buffer_bytes: dram_buffer_bytes(256 << 20),
             passes: 8,
             compute: false,
         }
     }
+}
+
+/// How many times the last-level cache a DRAM bandwidth buffer spans at least: after one pass
+/// the cache holds at most a quarter of the buffer, so the best pass reads ≥ 75% from DRAM.
+pub const DRAM_BUFFER_LLC_MULTIPLE: usize = 4;
+
+/// `base` bytes, raised to [`DRAM_BUFFER_LLC_MULTIPLE`]× the last-level cache ([`llc_bytes`])
+/// where that is larger, up to 4 GiB (a first touch of more would cost seconds and memory a
+/// 2-core VM may not have; no CPU's L3 is near 1 GiB).
+pub fn dram_buffer_bytes(base: usize) -> usize {
+    let want = llc_bytes().map_or(0, |c| c.saturating_mul(DRAM_BUFFER_LLC_MULTIPLE));
+    base.max(want.min(4 << 30))
 }
 
 /// The figures one [`run`] measured.
@@ -107,6 +121,45 @@ pub fn memory_level(
     }
 }
 
+/// The bandwidth a floor divides by, with the figures it was chosen from, so a report can show
+/// DRAM's and the cache's side by side and say which one applied.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FloorBandwidth {
+    /// `"DRAM"`, `"LLC"`, or `"given"` (the user named the bandwidth).
+    pub level: &'static str,
+    /// The bandwidth of `level`, GB/s: what the floor uses.
+    pub gbs: f64,
+    /// DRAM read bandwidth as probed, GB/s (`None` when given).
+    pub dram_gbs: Option<f64>,
+    /// The last-level cache as probed (`None` when given or unknown).
+    pub llc: Option<CacheProbe>,
+}
+
+impl FloorBandwidth {
+    /// `given` GB/s when the user named one; else the quick probe on `threads` threads and the
+    /// level a working set of `working_set_bytes` is read from ([`memory_level`]).
+    pub fn choose(working_set_bytes: f64, given: Option<f64>, threads: usize) -> FloorBandwidth {
+        match given {
+            Some(gbs) => FloorBandwidth {
+                level: "given",
+                gbs,
+                dram_gbs: None,
+                llc: None,
+            },
+            None => {
+                let p = run(&ProbeConfig::quick(threads));
+                let (level, gbs) = memory_level(working_set_bytes, p.read_bandwidth_gbs, p.llc);
+                FloorBandwidth {
+                    level,
+                    gbs,
+                    dram_gbs: Some(p.read_bandwidth_gbs),
+                    llc: p.llc,
+                }
+            }
+        }
+    }
+}
+
 /// Parses a sysfs cache size (`"32768K"`, `"1M"`, `"512"`) into bytes.
 fn parse_cache_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -119,8 +172,43 @@ fn parse_cache_size(s: &str) -> Option<usize> {
     num.parse::<usize>().ok()?.checked_mul(mult)
 }
 
-/// Size of the highest-level data or unified cache of CPU 0, from Linux's sysfs.
+/// The environment variable that overrides the last-level cache size the OS reports: a size
+/// as sysfs writes it (`300M`, `32768K`, bytes), or `0` / `none` for "no cache known" (every
+/// floor then reads from DRAM). Tests and CI set it to run the large-cache and the
+/// small-cache paths on any machine; users can set it where the OS misreports a VM's cache.
+pub const LLC_BYTES_ENV: &str = "RIDGE_LLC_BYTES";
+
+/// Size of the last-level cache: [`LLC_BYTES_ENV`] when set (an unparsable value is ignored
+/// with a warning on stderr), else the highest-level data or unified cache of CPU 0 from
+/// Linux's sysfs.
 pub fn llc_bytes() -> Option<usize> {
+    match std::env::var(LLC_BYTES_ENV) {
+        Ok(v) if !v.trim().is_empty() => match llc_override(&v) {
+            Some(forced) => forced,
+            None => {
+                eprintln!("warning: {LLC_BYTES_ENV}={v:?} is not a cache size (e.g. 300M, 0); using the OS's");
+                sysfs_llc_bytes()
+            }
+        },
+        _ => sysfs_llc_bytes(),
+    }
+}
+
+/// Parses an [`LLC_BYTES_ENV`] value: `Some(None)` for "no cache", `Some(Some(bytes))` for a
+/// size, `None` when it is neither.
+fn llc_override(v: &str) -> Option<Option<usize>> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("none") {
+        return Some(None);
+    }
+    match parse_cache_size(v)? {
+        0 => Some(None),
+        n => Some(Some(n)),
+    }
+}
+
+/// Size of the highest-level data or unified cache of CPU 0, from Linux's sysfs.
+fn sysfs_llc_bytes() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     dir.flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
@@ -138,12 +226,16 @@ pub fn llc_bytes() -> Option<usize> {
 }
 
 /// The last-level cache's read bandwidth: a buffer of half its size, shared by the threads,
-/// read many times (it stays resident after the first pass; the best pass counts).
+/// read many times (it stays resident after the first pass; the best pass counts). Passes
+/// shrink with the buffer's size (40 for 16 MiB or less, at least 4) so a large or forced
+/// cache size does not stretch the probe.
 pub fn cache_probe(threads: usize) -> Option<CacheProbe> {
     let bytes = llc_bytes()?;
+    let half = (bytes / 2).max(64);
+    let passes = (40 * (16usize << 20) / half).clamp(4, 40);
     Some(CacheProbe {
         bytes,
-        read_bandwidth_gbs: read_bandwidth(threads, bytes / 2, 40),
+        read_bandwidth_gbs: read_bandwidth(threads, half, passes),
     })
 }
 
@@ -529,6 +621,16 @@ mod cache_tests {
         assert_eq!(parse_cache_size("512"), Some(512));
         assert_eq!(parse_cache_size("K"), None);
         assert_eq!(parse_cache_size(""), None);
+    }
+
+    #[test]
+    fn the_cache_size_override_parses_sizes_and_none() {
+        assert_eq!(llc_override("300M"), Some(Some(300 << 20)));
+        assert_eq!(llc_override(" 4096 "), Some(Some(4096)));
+        assert_eq!(llc_override("0"), Some(None));
+        assert_eq!(llc_override("None"), Some(None));
+        assert_eq!(llc_override("big"), None);
+        assert_eq!(llc_override("-1"), None);
     }
 
     #[test]

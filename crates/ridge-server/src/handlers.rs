@@ -414,6 +414,9 @@ pub async fn state(State(st): State<Arc<AppState>>) -> Json<Value> {
         "prompt_tokens": s.prompt_tokens.load(Relaxed),
         "generation_tokens": s.generation_tokens.load(Relaxed),
         "bandwidth_gbs": info.config.bandwidth_gbs,
+        "memory_level": info.config.memory_level,
+        "dram_bandwidth_gbs": info.config.dram_bandwidth_gbs,
+        "llc_bandwidth_gbs": info.config.llc_bandwidth_gbs,
         "speculative": info.speculative,
     }))
 }

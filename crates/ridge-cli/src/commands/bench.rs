@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use ridge_bench::serve::{self, report, sweep, DatasetSpec, LoadOptions, Session, Slo};
 use ridge_bench::{roofline_inputs, BenchConfig, BenchResult};
-use ridge_roofline::{probe, ProbeConfig};
+use ridge_roofline::FloorBandwidth;
 
 /// Arguments of `bench` (threads come from the global `--threads`).
 #[derive(clap::Args)]
@@ -82,14 +82,8 @@ pub fn main(a: Args) -> Result<()> {
     let working_set = inputs.weight_bytes as f64
         + inputs.kv_bytes_per_token_all_layers() as f64
             * (cfg.prompt_tokens + cfg.gen_tokens) as f64;
-    let (level, bw, probed) = match a.bandwidth_gbs {
-        Some(bw) => ("given", bw, false),
-        None => {
-            let p = probe::run(&ProbeConfig::quick(threads));
-            let (level, bw) = probe::memory_level(working_set, p.read_bandwidth_gbs, p.llc);
-            (level, bw, true)
-        }
-    };
+    let floor = FloorBandwidth::choose(working_set, a.bandwidth_gbs, threads);
+    let (level, bw, probed) = (floor.level, floor.gbs, a.bandwidth_gbs.is_none());
     let name = model.config().name.clone();
     let isa = model.isa().name();
     if !a.json {
@@ -104,6 +98,13 @@ pub fn main(a: Args) -> Result<()> {
             isa,
             if probed { "probed" } else { "given" },
         );
+        if let (Some(dram), Some(c)) = (floor.dram_gbs, floor.llc) {
+            println!(
+                "DRAM read {dram:.1} GB/s; last-level cache {:.0} MiB read {:.1} GB/s; the floor uses {level}'s",
+                c.bytes as f64 / (1 << 20) as f64,
+                c.read_bandwidth_gbs
+            );
+        }
         println!(
             "{:>5} {:>6} {:>5} {:>13} {:>10} {:>12} {:>9} {:>10} {:>10}",
             "batch",
@@ -141,6 +142,10 @@ pub fn main(a: Args) -> Result<()> {
                     "window_kv_bytes_per_token": inputs.window.map(|w| w.bytes_per_token),
                     "window_positions": inputs.window.map(|w| w.positions),
                     "read_bandwidth_gbs": bw,
+                    "floor_bandwidth_gbs": bw,
+                    "dram_bandwidth_gbs": floor.dram_gbs,
+                    "llc_bandwidth_gbs": floor.llc.map(|c| c.read_bandwidth_gbs),
+                    "llc_bytes": floor.llc.map(|c| c.bytes),
                     "bandwidth_probed": probed,
                     "memory_level": level,
                     "threads": threads,

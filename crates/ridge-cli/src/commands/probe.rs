@@ -45,6 +45,7 @@ pub fn main(a: Args) -> Result<()> {
             "{}",
             serde_json::json!({
                 "read_bandwidth_gbs": r.read_bandwidth_gbs,
+                "dram_bandwidth_gbs": r.read_bandwidth_gbs,
                 "threads": r.threads,
                 "buffer_mib": a.buffer_mib,
                 "passes": r.passes,
@@ -55,6 +56,8 @@ pub fn main(a: Args) -> Result<()> {
                 "probe_simd": r.probe_simd,
                 "llc_bytes": r.llc.map(|c| c.bytes),
                 "llc_read_bandwidth_gbs": r.llc.map(|c| c.read_bandwidth_gbs),
+                "llc_bandwidth_gbs": r.llc.map(|c| c.read_bandwidth_gbs),
+                "llc_fit_bytes": r.llc.map(|c| (c.bytes as f64 * probe::LLC_FIT) as u64),
             })
         );
     } else {

@@ -164,6 +164,10 @@ pub fn main(a: Args) -> Result<()> {
                     "cost_per_mtok": p.cost_per_mtok,
                     "price_per_hour": setup.price_per_hour,
                     "memory_bandwidth_gbs": hw.memory_bandwidth_gbs,
+                    "floor_bandwidth_gbs": p.floor_bandwidth_gbs,
+                    "dram_bandwidth_gbs": hw.memory_bandwidth_gbs,
+                    "llc_bandwidth_gbs": hw.llc.map(|c| c.read_bandwidth_gbs),
+                    "llc_bytes": hw.llc.map(|c| c.bytes),
                     "peak_tflops": peak,
                     "precision": setup.precision.name(),
                     "kv_dtype": setup.kv_dtype.name(),
@@ -208,6 +212,16 @@ fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
         setup.precision,
         points.first().map(|p| p.ridge_point).unwrap_or(0.0)
     );
+    if let Some(c) = hw.llc {
+        println!(
+            "last-level cache: {:.0} MiB, read {:.1} GB/s; a step whose bytes fit {:.0} MiB of it \
+             (bound \"LLC\") has its floor at that bandwidth, every other at {:.1} GB/s (DRAM)",
+            c.bytes as f64 / (1 << 20) as f64,
+            c.read_bandwidth_gbs,
+            c.bytes as f64 * ridge_roofline::probe::LLC_FIT / (1 << 20) as f64,
+            hw.memory_bandwidth_gbs
+        );
+    }
     println!(
         "{:>6} {:>8} {:>11} {:>11} {:>9} {:>8} {:>10} {:>11} {:>12} {:>7} {:>11} {:>9}",
         "batch",

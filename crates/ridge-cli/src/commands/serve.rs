@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ridge_engine::{Engine, EngineConfig, EngineCore};
 use ridge_model::KV_BLOCK_SIZE;
-use ridge_roofline::{probe, ProbeConfig};
+use ridge_roofline::FloorBandwidth;
 use ridge_server::AppState;
 use ridge_tokenizer::ChatTemplate;
 
@@ -115,14 +115,8 @@ pub fn main(a: Args) -> Result<()> {
     let threads = ridge_kernels::pool::threads();
     // A decode step reads the weights (and its sequences' K/V): when they fit the last-level
     // cache, the floor is the cache's bandwidth, not DRAM's.
-    let (level, bw) = match a.bandwidth_gbs {
-        Some(b) => ("given", b),
-        None => {
-            let p = probe::run(&ProbeConfig::quick(threads));
-            let weights = l.model.weight_bytes_per_token() as f64;
-            probe::memory_level(weights, p.read_bandwidth_gbs, p.llc)
-        }
-    };
+    let weights = l.model.weight_bytes_per_token() as f64;
+    let floor = FloorBandwidth::choose(weights, a.bandwidth_gbs, threads);
     let speculator = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
     let tokenizer = Arc::new(l.tokenizer);
     let mut core = EngineCore::new(
@@ -134,8 +128,10 @@ pub fn main(a: Args) -> Result<()> {
             kv_cache_tokens: kv_tokens,
             prefix_caching: !a.no_prefix_caching,
             max_queue: a.max_queue,
-            bandwidth_gbs: Some(bw),
-            memory_level: level,
+            bandwidth_gbs: Some(floor.gbs),
+            memory_level: floor.level,
+            dram_bandwidth_gbs: floor.dram_gbs,
+            llc_bandwidth_gbs: floor.llc.map(|c| c.read_bandwidth_gbs),
             kv_dtype: a.kv_cache_dtype,
         },
     )?;
@@ -163,10 +159,21 @@ pub fn main(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, read bandwidth {bw:.1} GB/s ({level}), speculative decoding: {}",
+            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, roofline floor at {:.1} GB/s ({}{}), speculative decoding: {}",
             state.model_name,
             info.kv_total_blocks,
             info.kv_total_blocks * KV_BLOCK_SIZE,
+            floor.gbs,
+            floor.level,
+            match (floor.dram_gbs, floor.llc) {
+                (Some(d), Some(c)) => format!(
+                    "; DRAM {d:.1} GB/s, {} MiB LLC {:.1} GB/s",
+                    c.bytes >> 20,
+                    c.read_bandwidth_gbs
+                ),
+                (Some(d), None) => format!("; DRAM {d:.1} GB/s"),
+                _ => String::new(),
+            },
             info.speculative.unwrap_or("off"),
         );
         ridge_server::serve(

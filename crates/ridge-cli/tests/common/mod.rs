@@ -17,6 +17,16 @@ pub fn run(args: &[&str]) -> Output {
     ridge().args(args).output().expect("spawn ridge")
 }
 
+/// Runs ridge with args and extra environment variables (machine-property overrides such as
+/// `RIDGE_LLC_BYTES` and `RIDGE_ISA`) and returns its output.
+pub fn run_env(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut c = ridge();
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.args(args).output().expect("spawn ridge")
+}
+
 /// Repository root (for tests/data).
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
