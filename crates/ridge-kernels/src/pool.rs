@@ -173,6 +173,14 @@ fn worker(s: &'static Shared) {
     }
 }
 
+/// The environment variable that sets the default thread count (`--threads` still wins): CI
+/// runs the batch-invariance tests under other counts than this machine's cores, so the
+/// partitions a many-core CPU takes (attention by chunks, other row splits) are checked here.
+pub const THREADS_ENV: &str = "RIDGE_THREADS";
+
+/// The most threads [`THREADS_ENV`] may ask for.
+const MAX_THREADS: usize = 256;
+
 fn pool() -> &'static Pool {
     POOL.get_or_init(|| start(default_threads()))
 }
@@ -180,8 +188,16 @@ fn pool() -> &'static Pool {
 /// The default thread count: physical cores. Decode is memory-bound and the kernels keep the
 /// SIMD units busy, so a second hyper-thread per core adds contention, not throughput. On Linux
 /// the physical cores are the distinct (package, core) pairs among the CPUs this process may
-/// run on; elsewhere, or if that cannot be read, all available CPUs.
+/// run on; elsewhere, or if that cannot be read, all available CPUs. [`THREADS_ENV`], when set
+/// to a count of at least 1, replaces that count.
 pub fn default_threads() -> usize {
+    if let Some(n) = std::env::var(THREADS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+    {
+        return n.min(MAX_THREADS);
+    }
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
     physical_cores().map_or(available, |p| p.clamp(1, available))
 }

@@ -217,13 +217,14 @@ impl Setup {
         let kv_bytes = b * attended * kv_per_layer_pos;
         let step_bytes = w + kv_bytes;
         let step_flops = b * (2.0 * m.params as f64 + attn_per_layer_pos * attended);
-        let (memory_level, step_bw) = match self.hardware.llc {
-            Some(c) => {
-                let (level, gbs) = crate::probe::memory_level(step_bytes, bw / 1e9, Some(c));
-                (level, gbs * 1e9)
-            }
-            None => ("DRAM", bw),
-        };
+        // In GB/s as the hardware and the probe state them (no round trip through B/s, so the
+        // reported floor bandwidth is exactly the figure it was chosen from).
+        let (memory_level, floor_gbs) = crate::probe::memory_level(
+            step_bytes,
+            self.hardware.memory_bandwidth_gbs,
+            self.hardware.llc,
+        );
+        let step_bw = floor_gbs * 1e9;
         let memory_s = step_bytes / step_bw;
         let compute_s = step_flops / peak;
         let (step_s, bound) = if compute_s > memory_s {
@@ -257,7 +258,7 @@ impl Setup {
             ridge_point: peak / bw,
             bound,
             memory_level,
-            floor_bandwidth_gbs: step_bw / 1e9,
+            floor_bandwidth_gbs: floor_gbs,
             memory_time_ms: memory_s * 1e3,
             compute_time_ms: compute_s * 1e3,
             tpot_min_ms: step_s * 1e3,
