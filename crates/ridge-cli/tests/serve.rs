@@ -72,7 +72,10 @@ fn openai_shapes_streaming_and_tools() {
     // The test server is given its bandwidth: the floor says so rather than naming a level.
     assert_eq!(t["roofline_memory_level"], "given", "{t}");
     assert_eq!(t["roofline_bandwidth_gbs"], 20.0, "{t}");
-    assert!(t["dram_bandwidth_gbs"].is_null() && t["llc_bandwidth_gbs"].is_null(), "{t}");
+    assert!(
+        t["dram_bandwidth_gbs"].is_null() && t["llc_bandwidth_gbs"].is_null(),
+        "{t}"
+    );
 
     // Token-id prompts and several prompts: choices indexed prompt·n + i.
     let ids = s

@@ -54,18 +54,27 @@ impl<'a> WeightMatrix<'a> {
     /// The matrix of its first `n` rows (a prefix of the data in either layout), or `None`
     /// when `n` exceeds the rows or, for tiles, is not a whole number of tile groups.
     pub fn first_rows(&self, n: usize) -> Option<WeightMatrix<'a>> {
-        let bytes = match self.layout {
-            Layout::Rows => n * self.dtype.row_bytes(self.cols),
-            Layout::Tiles8 if n.is_multiple_of(TILE_ROWS) => {
-                n / TILE_ROWS
+        self.row_range(0, n)
+    }
+
+    /// The matrix of rows `r0 .. r0 + n` (one expert of a mixture's stacked expert tensor,
+    /// a restricted head), or `None` when they exceed the rows or, for tiles, do not start
+    /// and end on tile groups.
+    pub fn row_range(&self, r0: usize, n: usize) -> Option<WeightMatrix<'a>> {
+        let bytes_of = |rows: usize| match self.layout {
+            Layout::Rows => Some(rows * self.dtype.row_bytes(self.cols)),
+            Layout::Tiles8 if rows.is_multiple_of(TILE_ROWS) => Some(
+                rows / TILE_ROWS
                     * (self.cols / self.dtype.block_size())
-                    * packed::tile_bytes(self.dtype)
-            }
-            Layout::Tiles8 => return None,
+                    * packed::tile_bytes(self.dtype),
+            ),
+            Layout::Tiles8 => None,
         };
-        (n <= self.rows).then(|| WeightMatrix {
+        let end = r0.checked_add(n).filter(|&e| e <= self.rows)?;
+        let (b0, b1) = (bytes_of(r0)?, bytes_of(end)?);
+        Some(WeightMatrix {
             rows: n,
-            data: &self.data[..bytes],
+            data: &self.data[b0..b1],
             ..*self
         })
     }

@@ -776,3 +776,51 @@ fn requantized_tiles_are_the_rows_quantized_again() {
     let m = WeightMatrix::new(DType::F16, 8, 64, &w).unwrap();
     assert!(PackedMatrix::requantize(&m, DType::F16).is_none());
 }
+
+/// A range of a matrix's rows (one expert of a mixture's stacked expert tensor) gives exactly
+/// those outputs of the whole matrix, in the stored layout and in tiles; a range off the tile
+/// groups or past the end is refused.
+#[test]
+fn row_ranges_give_their_outputs_bitwise() {
+    let mut rng = StdRng::seed_from_u64(43);
+    let (rows, cols) = (96, 256);
+    for dtype in [DType::Q4_0, DType::Q4_K, DType::Q5_0, DType::F32] {
+        let w = random_rows(&mut rng, dtype, rows, cols);
+        let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let packed = PackedMatrix::pack(&plain);
+        let mut views = vec![(plain, 13usize, 21usize)];
+        if let Some(p) = &packed {
+            views.push((p.view(), 24, 32));
+            assert!(
+                p.view().row_range(4, 8).is_none(),
+                "{dtype:?}: off the groups"
+            );
+            assert!(
+                p.view().row_range(8, 12).is_none(),
+                "{dtype:?}: half a group"
+            );
+        }
+        assert!(plain.row_range(90, 7).is_none());
+        assert!(plain.row_range(usize::MAX, 2).is_none());
+        let n = 2;
+        let x = randv(&mut rng, n * cols);
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+            for &(m, r0, len) in &views {
+                let mut all = vec![0f32; n * rows];
+                let mut s = MatmulScratch::default();
+                matmul(isa, prec, &m, &x, n, &mut all, &mut s);
+                let part = m.row_range(r0, len).expect("on the groups");
+                let mut some = vec![0f32; n * len];
+                matmul(isa, prec, &part, &x, n, &mut some, &mut s);
+                for t in 0..n {
+                    assert_eq!(
+                        &some[t * len..(t + 1) * len],
+                        &all[t * rows + r0..t * rows + r0 + len],
+                        "{dtype:?} {:?} {isa:?} {prec:?} token {t}",
+                        m.layout
+                    );
+                }
+            }
+        }
+    }
+}

@@ -18,6 +18,16 @@ pub enum Architecture {
     /// queries and keys before RoPE (as Gemma 3 has); the head dimension may be set apart from
     /// `d_model / n_heads` by `attention.key_length`.
     Qwen3,
+    /// Qwen1.5-MoE / Qwen2-MoE: qwen2's attention (Q/K/V biases) over a routed feed-forward
+    /// (softmax router, top-k weights *not* renormalised) plus a shared expert scaled by a
+    /// sigmoid gate.
+    Qwen2Moe,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B, Qwen3-235B-A22B): qwen3's attention over
+    /// a routed feed-forward (softmax router, top-k weights renormalised).
+    Qwen3Moe,
+    /// OLMoE: a routed feed-forward (top-k not renormalised) under attention with an RMSNorm
+    /// over the whole query and key vectors (not per head), RoPE in the NEOX layout.
+    Olmoe,
 }
 
 impl Architecture {
@@ -28,22 +38,75 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen2Moe => "qwen2moe",
+            Architecture::Qwen3Moe => "qwen3moe",
+            Architecture::Olmoe => "olmoe",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Qwen2Moe,
+        Architecture::Qwen3Moe,
+        Architecture::Olmoe,
     ];
 
-    /// Whether the layers carry a per-head RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`).
+    /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
+    /// head, or over the whole vectors where [`Architecture::qk_norm_full_width`].
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Architecture::Gemma3 | Architecture::Qwen3)
+        matches!(
+            self,
+            Architecture::Gemma3
+                | Architecture::Qwen3
+                | Architecture::Qwen3Moe
+                | Architecture::Olmoe
+        )
+    }
+
+    /// Whether the Q/K norms span the whole query and key vectors (OLMoE) rather than a head.
+    pub fn qk_norm_full_width(self) -> bool {
+        self == Architecture::Olmoe
+    }
+
+    /// Whether the Q/K/V projections must carry biases (qwen2 and its mixture).
+    pub fn requires_qkv_bias(self) -> bool {
+        matches!(self, Architecture::Qwen2 | Architecture::Qwen2Moe)
+    }
+
+    /// Whether every layer's feed-forward is routed over experts (llama may be either: a
+    /// Mixtral-style file says so with `llama.expert_count`).
+    pub fn is_moe(self) -> bool {
+        matches!(
+            self,
+            Architecture::Qwen2Moe | Architecture::Qwen3Moe | Architecture::Olmoe
+        )
     }
 }
+
+/// The shape of a routed (mixture-of-experts) feed-forward, the same in every layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per layer (`expert_count`).
+    pub n_expert: usize,
+    /// Experts each token is sent to (`expert_used_count`, top-k).
+    pub n_used: usize,
+    /// Width of one expert's feed-forward (`expert_feed_forward_length`, else the
+    /// architecture's fallback).
+    pub expert_ffn: usize,
+    /// Whether the top-k router weights are renormalised to sum to 1 (qwen3moe, Mixtral).
+    pub norm_topk: bool,
+    /// Factor on the router weights (`expert_weights_scale`; 1 where absent).
+    pub weights_scale: f32,
+    /// Width of the shared expert every token also goes through (qwen2moe), if any.
+    pub shared_ffn: Option<usize>,
+}
+
+/// Most experts a layer may have (llama.cpp's bound too).
+pub const MAX_EXPERTS: usize = 1024;
 
 /// Gemma 3 layer `i` is global (full causal attention, `rope.freq_base`) when
 /// `(i + 1) % GEMMA3_SWA_PATTERN == 0`, else sliding-window. llama.cpp hard-codes the same
@@ -97,6 +160,8 @@ pub struct ModelConfig {
     pub rope_base_swa: f32,
     /// Final logit soft-capping `cap · tanh(logit / cap)`, when the metadata asks for it.
     pub logit_softcap: Option<f32>,
+    /// The routed feed-forward's shape, for a mixture of experts (`None`: dense).
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -214,6 +279,7 @@ impl ModelConfig {
                 logit_softcap = Some(cap);
             }
         }
+        let moe = moe_config(f, arch, arch_name, ffn_dim).map_err(bad)?;
         Ok(ModelConfig {
             arch,
             name: f
@@ -248,6 +314,82 @@ impl ModelConfig {
                 rope_base
             },
             logit_softcap,
+            moe,
         })
     }
+}
+
+/// Reads the mixture-of-experts keys of `arch` (`None` for a dense model), checking that they
+/// are present where the architecture needs them and consistent (1 ≤ top-k ≤ experts).
+fn moe_config(
+    f: &GgufFile,
+    arch: Architecture,
+    arch_name: &str,
+    ffn_dim: usize,
+) -> Result<Option<MoeConfig>, String> {
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let has_count = f.get_u64(&k("expert_count")).is_ok_and(|n| n > 0);
+    let routed = arch.is_moe() || (arch == Architecture::Llama && has_count);
+    if !routed {
+        if has_count {
+            return Err(format!(
+                "{arch_name} with experts (`{}`) is not supported",
+                k("expert_count")
+            ));
+        }
+        return Ok(None);
+    }
+    let usize_in = |key: &str, range: std::ops::RangeInclusive<usize>| {
+        f.get_usize_in(&k(key), range)
+            .map_err(|e| match f.get(&k(key)) {
+                None => format!("`{}` is missing (a mixture of experts needs it)", k(key)),
+                Some(_) => e.to_string(),
+            })
+    };
+    let n_expert = usize_in("expert_count", 1..=MAX_EXPERTS)?;
+    let n_used = usize_in("expert_used_count", 0..=usize::MAX)?;
+    if n_used == 0 || n_used > n_expert {
+        return Err(format!(
+            "`{}` is {n_used}; it must be between 1 and the {n_expert} experts",
+            k("expert_used_count")
+        ));
+    }
+    // llama.cpp's fallback for qwen2moe/qwen3moe without the key: the dense width over top-k.
+    let expert_ffn = match (arch, f.get(&k("expert_feed_forward_length"))) {
+        (Architecture::Llama | Architecture::Olmoe, _) => ffn_dim,
+        (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
+        (_, None) => (ffn_dim / n_used).max(1),
+    };
+    let shared_ffn = match (arch, f.get(&k("expert_shared_feed_forward_length"))) {
+        (Architecture::Qwen2Moe, Some(_)) => {
+            Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
+        }
+        (Architecture::Qwen2Moe, None) => Some(ffn_dim),
+        _ => None,
+    };
+    let weights_scale = match f.get(&k("expert_weights_scale")) {
+        None => 1.0,
+        Some(_) => {
+            let s = f
+                .get_f64(&k("expert_weights_scale"))
+                .map_err(|e| e.to_string())? as f32;
+            if !s.is_finite() || s < 0.0 {
+                return Err(format!("`{}` is {s}", k("expert_weights_scale")));
+            }
+            // llama.cpp applies no scale for 0 (the key's default) or 1.
+            if s == 0.0 {
+                1.0
+            } else {
+                s
+            }
+        }
+    };
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_used,
+        expert_ffn,
+        norm_topk: matches!(arch, Architecture::Qwen3Moe | Architecture::Llama),
+        weights_scale,
+        shared_ffn,
+    }))
 }

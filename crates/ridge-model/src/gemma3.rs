@@ -24,7 +24,7 @@ use ridge_gguf::GgufFile;
 use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
-use crate::model::{Model, RopeTable};
+use crate::model::{GateAct, Model, RopeTable};
 use crate::weights::vector;
 use crate::{Batch, KvCache, ModelError, Workspace};
 
@@ -84,9 +84,7 @@ pub(crate) fn layers(
 
         // Feed-forward block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        m.gate_up(l, n, ws);
-        ops::gelu_tanh_mul(m.isa, &mut ws.gate, &ws.up);
-        m.mm(m.act.down, &l.w_down, &ws.gate, n, &mut ws.xn, &mut ws.mm);
+        m.ffn(l, n, ws, GateAct::GeluTanh);
         ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_ffn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
     }

@@ -22,6 +22,7 @@ mod gemma3;
 mod kv_cache;
 mod llama;
 mod model;
+mod moe;
 pub mod registry;
 pub mod synthetic;
 mod weights;
@@ -30,7 +31,7 @@ mod zeroed;
 
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
-pub use config::{Architecture, ModelConfig, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE};
+pub use config::{Architecture, ModelConfig, MoeConfig, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::Model;

@@ -20,7 +20,7 @@
 
 use ridge_kernels::ops;
 
-use crate::model::{Model, RopeTable};
+use crate::model::{GateAct, Model, RopeTable};
 use crate::{Batch, KvCache, Workspace};
 
 /// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
@@ -48,9 +48,7 @@ pub(crate) fn layers(
 
         // Feed-forward block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        m.gate_up(l, n, ws);
-        ops::silu_mul(m.isa, &mut ws.gate, &ws.up);
-        m.mm(m.act.down, &l.w_down, &ws.gate, n, &mut ws.xn, &mut ws.mm);
+        m.ffn(l, n, ws, GateAct::Silu); // dense, or routed over experts
         ops::add_inplace(&mut ws.x, &ws.xn);
     }
 }

@@ -24,7 +24,7 @@ use crate::attend::LayerAttention;
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
-use crate::{gemma3, llama, ActPolicy, Batch, KvCache, ModelError, Workspace};
+use crate::{gemma3, llama, moe, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// The weights every architecture's layer has.
 pub(crate) struct Layer {
@@ -34,16 +34,38 @@ pub(crate) struct Layer {
     pub wv: MatRef,
     pub wo: MatRef,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: MatRef,
-    pub w_up: MatRef,
-    pub w_down: MatRef,
+    /// The feed-forward: dense, or routed over experts.
+    pub ffn: Ffn,
     /// Biases added to the Q, K and V projections (qwen2; `None` where the file has none).
     pub qkv_bias: Option<QkvBias>,
     /// Per-head RMSNorm weights for queries and keys, applied before RoPE (gemma3, qwen3).
     pub qk_norm: Option<QkNorm>,
 }
 
-/// The per-head RMSNorm weights of a layer's queries and keys (one head wide each).
+/// A layer's feed-forward, chosen at bind time: every architecture's loop calls
+/// [`Model::ffn`], which runs either kind.
+pub(crate) enum Ffn {
+    /// `down(act(gate · x) ⊙ (up · x))`.
+    Dense {
+        gate: MatRef,
+        up: MatRef,
+        down: MatRef,
+    },
+    /// A mixture of experts (`moe.rs`).
+    Routed(Box<moe::Experts>),
+}
+
+/// The activation of a dense feed-forward's gate.
+#[derive(Clone, Copy)]
+pub(crate) enum GateAct {
+    /// SwiGLU (llama, qwen, every routed expert).
+    Silu,
+    /// GeGLU with the tanh approximation (gemma3).
+    GeluTanh,
+}
+
+/// The per-head RMSNorm weights of a layer's queries and keys (one head wide each; the whole
+/// query / key width for OLMoE).
 pub(crate) struct QkNorm {
     pub q: Vec<f32>,
     pub k: Vec<f32>,
@@ -56,9 +78,14 @@ impl QkNorm {
             return Ok(None);
         }
         let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (q, k) = if cfg.arch.qk_norm_full_width() {
+            (cfg.q_dim(), cfg.kv_dim())
+        } else {
+            (cfg.head_dim, cfg.head_dim)
+        };
         Ok(Some(QkNorm {
-            q: vector(f, &n("attn_q_norm"), cfg.head_dim)?,
-            k: vector(f, &n("attn_k_norm"), cfg.head_dim)?,
+            q: vector(f, &n("attn_q_norm"), q)?,
+            k: vector(f, &n("attn_k_norm"), k)?,
         }))
     }
 
@@ -81,7 +108,7 @@ impl QkvBias {
     fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}.bias");
         let names = [n("attn_q"), n("attn_k"), n("attn_v")];
-        if cfg.arch != Architecture::Qwen2 && !names.iter().any(|t| f.has_tensor(t)) {
+        if !cfg.arch.requires_qkv_bias() && !names.iter().any(|t| f.has_tensor(t)) {
             return Ok(None);
         }
         Ok(Some(QkvBias {
@@ -98,17 +125,19 @@ impl QkvBias {
 }
 
 impl Layer {
-    /// The layer's seven matrices.
-    fn matrices_mut(&mut self) -> [&mut MatRef; 7] {
-        [
-            &mut self.wq,
-            &mut self.wk,
-            &mut self.wv,
-            &mut self.wo,
-            &mut self.w_gate,
-            &mut self.w_up,
-            &mut self.w_down,
-        ]
+    /// The layer's matrices that may be packed into tiles or re-encoded (see
+    /// [`moe::Experts::matrices_mut`] for a routed feed-forward's).
+    fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        let mut v = vec![&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo];
+        match &mut self.ffn {
+            Ffn::Dense { gate, up, down } => v.extend([gate, up, down]),
+            Ffn::Routed(e) => {
+                if let Some(moe) = &cfg.moe {
+                    v.extend(e.matrices_mut(moe, cfg.d_model));
+                }
+            }
+        }
+        v
     }
 }
 
@@ -217,9 +246,14 @@ impl Model {
                 wv: matrix(f, &n("attn_v"), kv, d)?,
                 wo: matrix(f, &n("attn_output"), d, q)?,
                 ffn_norm: vector(f, &n("ffn_norm"), d)?,
-                w_gate: matrix(f, &n("ffn_gate"), ffn, d)?,
-                w_up: matrix(f, &n("ffn_up"), ffn, d)?,
-                w_down: matrix(f, &n("ffn_down"), d, ffn)?,
+                ffn: match &cfg.moe {
+                    Some(moe) => Ffn::Routed(Box::new(moe::Experts::bind(f, &cfg, moe, i)?)),
+                    None => Ffn::Dense {
+                        gate: matrix(f, &n("ffn_gate"), ffn, d)?,
+                        up: matrix(f, &n("ffn_up"), ffn, d)?,
+                        down: matrix(f, &n("ffn_down"), d, ffn)?,
+                    },
+                },
                 qkv_bias: QkvBias::bind(f, &cfg, i)?,
                 qk_norm: QkNorm::bind(f, &cfg, i)?,
             });
@@ -247,7 +281,7 @@ impl Model {
         let head_rows = cfg.vocab;
         let mut output = output;
         let tiles = if isa.avx2() {
-            tile_matrices(f, &mut layers, &mut output)
+            tile_matrices(f, &cfg, &mut layers, &mut output)
         } else {
             Vec::new()
         };
@@ -307,14 +341,14 @@ impl Model {
         if policy == ActPolicy::F32 {
             self.tiles.clear();
             for l in self.layers.iter_mut() {
-                for m in l.matrices_mut() {
+                for m in l.matrices_mut(&self.cfg) {
                     m.tiles = None;
                 }
             }
             self.output.tiles = None;
         } else if self.tiles.is_empty() && Isa::detect().avx2() {
             let file = Arc::clone(&self.file);
-            self.tiles = tile_matrices(&file, &mut self.layers, &mut self.output);
+            self.tiles = tile_matrices(&file, &self.cfg, &mut self.layers, &mut self.output);
         }
     }
 
@@ -341,7 +375,7 @@ impl Model {
         let bytes = self.file.bytes();
         let mut mats: Vec<&mut MatRef> = vec![&mut self.output];
         for l in self.layers.iter_mut() {
-            mats.extend(l.matrices_mut());
+            mats.extend(l.matrices_mut(&self.cfg));
         }
         let mut saved = 0;
         for m in mats {
@@ -373,14 +407,23 @@ impl Model {
         self.head_rows
     }
 
-    /// Bytes of weights read for one decode step: every layer matrix, the norms and the output
-    /// head (the embedding table contributes one row per token, negligible).
+    /// Bytes of weights read for one decode step of one token: every layer matrix, the norms
+    /// and the output head (the embedding table contributes one row per token, negligible);
+    /// of a mixture of experts, the router, any shared expert and `k` of the `E` experts.
     pub fn weight_bytes_per_token(&self) -> usize {
         let layers: usize = self
             .layers
             .iter()
             .map(|l| {
-                [l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]
+                let ffn = match (&l.ffn, &self.cfg.moe) {
+                    (Ffn::Dense { gate, up, down }, _) => [gate, up, down]
+                        .iter()
+                        .map(|m| self.mat(m).data.len())
+                        .sum::<usize>(),
+                    (Ffn::Routed(e), Some(moe)) => e.bytes_per_token(self, moe),
+                    (Ffn::Routed(_), None) => 0,
+                };
+                ffn + [l.wq, l.wk, l.wv, l.wo]
                     .iter()
                     .map(|m| self.mat(m).data.len())
                     .sum::<usize>()
@@ -494,10 +537,14 @@ impl Model {
     ) -> Result<&'w [f32], ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
+        ws.moe.touched.clear();
         match self.cfg.arch {
-            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
-                llama::layers(self, batch, kv, ws, skip)
-            }
+            Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen2Moe
+            | Architecture::Qwen3Moe
+            | Architecture::Olmoe => llama::layers(self, batch, kv, ws, skip),
             Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
@@ -597,13 +644,35 @@ impl Model {
         }
     }
 
-    /// `gate, up = xn · Wgate/Wupᵀ`.
-    pub(crate) fn gate_up(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let mut ys = [
-            (self.mat(&l.w_gate), &mut ws.gate[..]),
-            (self.mat(&l.w_up), &mut ws.up[..]),
-        ];
-        matmul_many(self.isa, self.act.gate_up, &mut ys, &ws.xn, n, &mut ws.mm);
+    /// The layer's feed-forward of the `n` normed rows in `ws.xn`, leaving its output in
+    /// `ws.xn`: dense (`act` on the gate) or routed over experts (SwiGLU experts).
+    pub(crate) fn ffn(&self, l: &Layer, n: usize, ws: &mut Workspace, act: GateAct) {
+        match (&l.ffn, &self.cfg.moe) {
+            (Ffn::Dense { gate, up, down }, _) => {
+                let mut ys = [
+                    (self.mat(gate), &mut ws.gate[..]),
+                    (self.mat(up), &mut ws.up[..]),
+                ];
+                matmul_many(self.isa, self.act.gate_up, &mut ys, &ws.xn, n, &mut ws.mm);
+                match act {
+                    GateAct::Silu => ops::silu_mul(self.isa, &mut ws.gate, &ws.up),
+                    GateAct::GeluTanh => ops::gelu_tanh_mul(self.isa, &mut ws.gate, &ws.up),
+                }
+                matmul(
+                    self.isa,
+                    self.act.down,
+                    &self.mat(down),
+                    &ws.gate,
+                    n,
+                    &mut ws.xn,
+                    &mut ws.mm,
+                );
+            }
+            (Ffn::Routed(e), Some(moe)) => moe::forward(self, e, moe, n, ws),
+            (Ffn::Routed(_), None) => {
+                unreachable!("routed layers are bound only with a MoE config")
+            }
+        }
     }
 
     /// Rotates every head of `ws.q` and `ws.k` by its token's position (`neox`: halves
@@ -748,7 +817,12 @@ fn rope_table_scaled(
 /// pages the copies replace, so resident memory stays about the file's size. (A head tied to
 /// the embeddings keeps its file bytes for the embedding lookups, which fault back in only
 /// the rows of the tokens they read.)
-fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec<PackedMatrix> {
+fn tile_matrices(
+    f: &GgufFile,
+    cfg: &ModelConfig,
+    layers: &mut [Layer],
+    output: &mut MatRef,
+) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
     let mut one = |m: &mut MatRef| {
         if m.tiles.is_some() {
@@ -766,7 +840,7 @@ fn tile_matrices(f: &GgufFile, layers: &mut [Layer], output: &mut MatRef) -> Vec
     };
     one(output);
     for l in layers.iter_mut() {
-        for m in l.matrices_mut() {
+        for m in l.matrices_mut(cfg) {
             one(m);
         }
     }

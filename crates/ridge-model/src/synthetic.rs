@@ -45,6 +45,29 @@ pub struct SyntheticSpec {
     /// original context of `ctx_len` (so that on a tiny head some dimensions keep their
     /// frequency, some are divided by 8 and some fall in the smoothed band between).
     pub rope_freqs: bool,
+    /// A routed feed-forward (required for qwen2moe, qwen3moe and olmoe; with llama, a
+    /// Mixtral-style file); `None`: dense.
+    pub moe: Option<SyntheticMoe>,
+}
+
+/// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
+/// (`[d, E]`, f32) and stacked `ffn_{gate,up}_exps` (`[d, f, E]`) and `ffn_down_exps`
+/// (`[f, d, E]`) in the spec's format; for qwen2moe also the shared expert (`ffn_*_shexp`,
+/// `ffn_gate_inp_shexp`).
+#[derive(Clone, Debug)]
+pub struct SyntheticMoe {
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_used: usize,
+    /// One expert's width (written as `expert_feed_forward_length` for the qwen mixtures;
+    /// llama and olmoe take `ffn_dim` as their experts' width, so it must equal it there).
+    pub expert_ffn: usize,
+    /// The shared expert's width (qwen2moe; written as `expert_shared_feed_forward_length`).
+    pub shared_ffn: Option<usize>,
+    /// Scale of the router weights over `1/√d`: larger spreads the router's logits, so the
+    /// top-k choice is far from ties.
+    pub router_scale: f32,
 }
 
 impl Default for SyntheticSpec {
@@ -64,6 +87,7 @@ impl Default for SyntheticSpec {
             separate_output: false,
             seed: 1,
             rope_freqs: false,
+            moe: None,
         }
     }
 }
@@ -98,13 +122,16 @@ fn to_dtype_id(d: DType) -> GgmlType {
     }
 }
 
-struct Rng(u64);
+/// xorshift64 behind a `Cell`, so every tensor writer can draw from the one stream.
+struct Rng(std::cell::Cell<u64>);
 impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    fn next(&self) -> f32 {
+        let mut x = self.0.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0.set(x);
+        ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 }
 
@@ -122,10 +149,13 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
 /// gets random Q/K/V biases (`blk.N.attn_{q,k,v}.bias`, f32) and RoPE base 1 000 000; a qwen3
 /// model no biases, per-head `attn_q_norm`/`attn_k_norm` and RoPE base 1 000 000.
 pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
-    let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let rng = Rng(std::cell::Cell::new(
+        spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+    ));
     let gemma = spec.arch == Architecture::Gemma3;
-    let qwen2 = spec.arch == Architecture::Qwen2;
-    let qwen3 = spec.arch == Architecture::Qwen3;
+    let qwen2 = spec.arch.requires_qkv_bias();
+    let qwen3 = matches!(spec.arch, Architecture::Qwen3 | Architecture::Qwen3Moe);
+    let olmoe = spec.arch == Architecture::Olmoe;
     let rope_base = if gemma || qwen2 || qwen3 {
         1e6
     } else {
@@ -163,6 +193,16 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     if gemma {
         w.meta(&k("attention.sliding_window"), u(spec.sliding_window));
     }
+    if let Some(moe) = &spec.moe {
+        w.meta(&k("expert_count"), u(moe.n_expert))
+            .meta(&k("expert_used_count"), u(moe.n_used));
+        if matches!(spec.arch, Architecture::Qwen2Moe | Architecture::Qwen3Moe) {
+            w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
+        }
+        if let Some(sf) = moe.shared_ffn {
+            w.meta(&k("expert_shared_feed_forward_length"), u(sf));
+        }
+    }
     w.meta("tokenizer.ggml.model", s("gpt2"))
         .meta("tokenizer.ggml.pre", s("gpt-2")); // the name llama.cpp knows
     let mut tokens: Vec<String> = (0..=255u8).map(|b| gpt2_byte_char(b).to_string()).collect();
@@ -185,15 +225,14 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     .meta("tokenizer.ggml.eos_token_id", u(256))
     .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
 
-    let mut mat =
-        |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
-            let vals: Vec<f32> = (0..rows * cols).map(|_| rng.next() * scale).collect();
-            let data: Vec<u8> = vals
-                .chunks(cols)
-                .flat_map(|r| blocks::quantize_row(dt, r))
-                .collect();
-            w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
-        };
+    let mat = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
+        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.next() * scale).collect();
+        let data: Vec<u8> = vals
+            .chunks(cols)
+            .flat_map(|r| blocks::quantize_row(dt, r))
+            .collect();
+        w.tensor(name, &[cols as u64, rows as u64], to_dtype_id(dt), data);
+    };
     let ws = 1.0 / (d as f32).sqrt();
     let wo_scale = 1.0 / (q as f32).sqrt();
     mat(
@@ -223,23 +262,59 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
         mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
         norm(&mut w, &n("ffn_norm"), d, i + 1);
-        mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
-        mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
-        mat(
-            &mut w,
-            &n("ffn_down"),
-            d,
-            ffn,
-            spec.dtype,
-            1.0 / (ffn as f32).sqrt(),
-        );
+        let Some(moe) = &spec.moe else {
+            mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
+            mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+            mat(
+                &mut w,
+                &n("ffn_down"),
+                d,
+                ffn,
+                spec.dtype,
+                1.0 / (ffn as f32).sqrt(),
+            );
+            continue;
+        };
+        let (e, f) = (moe.n_expert, moe.expert_ffn);
+        let router = ws * moe.router_scale;
+        mat(&mut w, &n("ffn_gate_inp"), e, d, DType::F32, router);
+        // A stacked tensor is its experts' rows one after another: quantized row by row as
+        // one (E·rows) × cols matrix, with the 3-D shape.
+        let stacked = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, sc: f32| {
+            let vals: Vec<f32> = (0..e * rows * cols).map(|_| rng.next() * sc).collect();
+            let data: Vec<u8> = vals
+                .chunks(cols)
+                .flat_map(|r| blocks::quantize_row(spec.dtype, r))
+                .collect();
+            let dims = [cols as u64, rows as u64, e as u64];
+            w.tensor(name, &dims, to_dtype_id(spec.dtype), data);
+        };
+        stacked(&mut w, &n("ffn_gate_exps"), f, d, ws);
+        stacked(&mut w, &n("ffn_up_exps"), f, d, ws);
+        stacked(&mut w, &n("ffn_down_exps"), d, f, 1.0 / (f as f32).sqrt());
+        if let Some(sf) = moe.shared_ffn {
+            mat(&mut w, &n("ffn_gate_shexp"), sf, d, spec.dtype, ws);
+            mat(&mut w, &n("ffn_up_shexp"), sf, d, spec.dtype, ws);
+            mat(
+                &mut w,
+                &n("ffn_down_shexp"),
+                d,
+                sf,
+                spec.dtype,
+                1.0 / (sf as f32).sqrt(),
+            );
+            let g: Vec<f32> = (0..d).map(|_| rng.next() * ws * 4.0).collect();
+            let data = blocks::quantize_row(DType::F32, &g);
+            w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
+        }
     }
     norm(&mut w, "output_norm.weight", d, 3);
-    if gemma || qwen3 {
+    if gemma || qwen3 || olmoe {
+        let (qn, kn) = if olmoe { (q, kv) } else { (head_dim, head_dim) };
         for i in 0..spec.n_layers {
             let n = |x: &str| format!("blk.{i}.{x}.weight");
-            norm(&mut w, &n("attn_q_norm"), head_dim, i + 2);
-            norm(&mut w, &n("attn_k_norm"), head_dim, i + 4);
+            norm(&mut w, &n("attn_q_norm"), qn, i + 2);
+            norm(&mut w, &n("attn_k_norm"), kn, i + 4);
             if gemma {
                 norm(&mut w, &n("post_attention_norm"), d, i + 3);
                 norm(&mut w, &n("post_ffw_norm"), d, i + 1);

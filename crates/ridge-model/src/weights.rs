@@ -101,6 +101,48 @@ pub(crate) fn matrix(
     })
 }
 
+/// Binds a mixture's stacked expert tensor: `n_expert` matrices of `rows` outputs by `cols`
+/// inputs (GGUF dims `[cols, rows, n_expert]`), as one matrix of `n_expert · rows` rows in
+/// which expert `e` holds rows `e · rows .. (e + 1) · rows`.
+pub(crate) fn experts(
+    f: &GgufFile,
+    name: &str,
+    n_expert: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<MatRef, ModelError> {
+    let t = f.tensor(name)?;
+    if t.dims != [cols as u64, rows as u64, n_expert as u64] {
+        return Err(shape_err(
+            f,
+            name,
+            format!(
+                "shape {:?}, expected [{cols}, {rows}, {n_expert}] ({n_expert} experts of {rows} × {cols})",
+                t.dims
+            ),
+        ));
+    }
+    let dtype = dtype_of(t.ty).ok_or_else(|| {
+        shape_err(
+            f,
+            name,
+            format!(
+                "weight type {} is not supported ({})",
+                t.ty,
+                supported_list()
+            ),
+        )
+    })?;
+    Ok(MatRef {
+        dtype,
+        rows: n_expert * rows,
+        cols,
+        offset: t.offset,
+        len: t.size,
+        tiles: None,
+    })
+}
+
 /// Reads a 1-D vector of `n` elements (norm weights) into f32; these are a few KB per layer.
 pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
     let t = f.tensor(name)?;

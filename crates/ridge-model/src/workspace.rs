@@ -33,6 +33,8 @@ pub struct Workspace {
     /// with the offset of its partial in `att_partials`.
     pub(crate) att_tasks: Vec<AttnTask>,
     pub(crate) att_partials: Vec<f32>,
+    /// The routed feed-forward's buffers (mixtures of experts).
+    pub(crate) moe: crate::moe::MoeScratch,
 }
 
 /// One task of decode attention split by position chunks (see `Model::attention`).

@@ -4,7 +4,7 @@
 //! and asks for the fixture to be regenerated.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::SyntheticSpec;
+use ridge_model::synthetic::{SyntheticMoe, SyntheticSpec};
 use ridge_model::Architecture;
 
 /// Context length of the perplexity protocol (llama-perplexity's `-c`).
@@ -53,7 +53,110 @@ pub fn specs() -> Vec<(&'static str, SyntheticSpec)> {
                 arch: Architecture::Llama,
                 rope_freqs: true,
                 seed: 9,
-                ..base
+                ..base.clone()
+            },
+        ),
+    ]
+    .into_iter()
+    .chain(moe_specs(&base))
+    .collect()
+}
+
+fn moe(n_expert: usize, n_used: usize, expert_ffn: usize, shared: Option<usize>) -> SyntheticMoe {
+    SyntheticMoe {
+        n_expert,
+        n_used,
+        expert_ffn,
+        shared_ffn: shared,
+        router_scale: 4.0,
+    }
+}
+
+/// The mixtures of experts: every routed architecture, expert counts 8–128, top-k 1–8,
+/// expert widths that are and are not multiples of eight (tiled or not), f32 weights, and two
+/// quantized files for the default (integer) activations.
+fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
+    vec![
+        (
+            "qwen3moe_e8_k2",
+            SyntheticSpec {
+                arch: Architecture::Qwen3Moe,
+                head_dim: Some(32),
+                moe: Some(moe(8, 2, 44, None)),
+                seed: 11,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen3moe_e128_k8",
+            SyntheticSpec {
+                arch: Architecture::Qwen3Moe,
+                moe: Some(moe(128, 8, 40, None)),
+                seed: 13,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen2moe_e16_k4_shared",
+            SyntheticSpec {
+                arch: Architecture::Qwen2Moe,
+                moe: Some(moe(16, 4, 32, Some(80))),
+                seed: 15,
+                ..base.clone()
+            },
+        ),
+        (
+            "llama_moe_e8_k1",
+            SyntheticSpec {
+                arch: Architecture::Llama,
+                moe: Some(moe(8, 1, base.ffn_dim, None)),
+                seed: 17,
+                ..base.clone()
+            },
+        ),
+        (
+            "olmoe_e64_k8",
+            SyntheticSpec {
+                arch: Architecture::Olmoe,
+                n_kv_heads: 4,
+                moe: Some(moe(64, 8, base.ffn_dim, None)),
+                seed: 19,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen3moe_q4_0_e32_k4",
+            SyntheticSpec {
+                arch: Architecture::Qwen3Moe,
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                moe: Some(moe(32, 4, 96, None)),
+                seed: 21,
+                ..base.clone()
+            },
+        ),
+        // Control for the quantized mixtures: the same attention and widths, dense, so the gap
+        // llama.cpp's 8-bit activations leave is measured without experts.
+        (
+            "qwen3_q4_0_dense",
+            SyntheticSpec {
+                arch: Architecture::Qwen3,
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                ffn_dim: 96,
+                seed: 21,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen2moe_q8_0_e16_k2_shared",
+            SyntheticSpec {
+                arch: Architecture::Qwen2Moe,
+                dtype: DType::Q8_0,
+                embd_dtype: DType::Q8_0,
+                moe: Some(moe(16, 2, 64, Some(96))),
+                seed: 23,
+                ..base.clone()
             },
         ),
     ]

@@ -1,0 +1,302 @@
+//! The routed (mixture-of-experts) feed-forward: a router picks `k` of `E` experts per token,
+//! and the layer's output is the router-weighted sum of those experts' SwiGLU feed-forwards
+//! (plus, for qwen2moe, a shared expert every token goes through, scaled by a sigmoid gate).
+//!
+//! Why tokens are grouped by expert: an expert's weights are the step's bytes, and a step is
+//! memory-bound, so each chosen expert streams its three matrices once for all the tokens the
+//! batch sent to it (one product of `m` rows), and an expert no token chose is never touched.
+//! At batch 1 that is `k` experts per layer; in prefill or batched decode of `B` tokens about
+//! `E·(1 − (1 − k/E)^B)`.
+//!
+//! Layout: llama.cpp stores each layer's experts stacked in one 3-D tensor
+//! (`ffn_{gate,up,down}_exps`, `[cols, rows, E]`), bound here as one matrix of `E · rows` rows
+//! whose expert `e` is the row range `e · rows ..` ([`WeightMatrix::row_range`]); the range is
+//! a whole number of tile groups when `rows` is a multiple of eight, so the experts are packed
+//! into tiles at load with the dense matrices and run on the same kernels.
+//!
+//! Routing follows llama.cpp's `build_moe_ffn` for the softmax gating these architectures use:
+//! softmax over all `E` router logits (f32 activations, so the choice is not perturbed by
+//! 8-bit rounding), the `k` largest probabilities, optionally renormalised to sum to one
+//! (qwen3moe, Mixtral; the sum clamped below at 2⁻¹⁴ as llama.cpp does) and scaled by
+//! `expert_weights_scale`.
+
+use ridge_gguf::GgufFile;
+use ridge_kernels::{matmul, matmul_many, ops, ActPrecision, WeightMatrix};
+
+use crate::config::{ModelConfig, MoeConfig};
+use crate::model::Model;
+use crate::weights::{experts, matrix, vector, MatRef};
+use crate::workspace::fit;
+use crate::{ModelError, Workspace};
+
+/// Smallest sum the renormalised router weights are divided by (llama.cpp's clamp: the
+/// smallest normal f16).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+/// One layer's experts: the router and the stacked expert matrices.
+pub(crate) struct Experts {
+    /// `E × d`: one logit per expert.
+    pub router: MatRef,
+    /// `(E · f) × d` each.
+    pub gate: MatRef,
+    pub up: MatRef,
+    /// `(E · d) × f`.
+    pub down: MatRef,
+    /// The shared expert (qwen2moe).
+    pub shared: Option<SharedExpert>,
+}
+
+/// A dense feed-forward every token goes through beside the routed ones, scaled per token by
+/// `sigmoid(x · gate_inp)`.
+pub(crate) struct SharedExpert {
+    pub gate: MatRef,
+    pub up: MatRef,
+    pub down: MatRef,
+    pub gate_inp: Vec<f32>,
+}
+
+impl Experts {
+    /// Binds layer `i`'s router and experts (and shared expert where the configuration has
+    /// one), every shape checked against the metadata.
+    pub(crate) fn bind(
+        f: &GgufFile,
+        cfg: &ModelConfig,
+        moe: &MoeConfig,
+        i: usize,
+    ) -> Result<Self, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (d, e, ff) = (cfg.d_model, moe.n_expert, moe.expert_ffn);
+        let shared = match moe.shared_ffn {
+            Some(sf) => Some(SharedExpert {
+                gate: matrix(f, &n("ffn_gate_shexp"), sf, d)?,
+                up: matrix(f, &n("ffn_up_shexp"), sf, d)?,
+                down: matrix(f, &n("ffn_down_shexp"), d, sf)?,
+                gate_inp: vector(f, &n("ffn_gate_inp_shexp"), d)?,
+            }),
+            None => None,
+        };
+        Ok(Experts {
+            router: matrix(f, &n("ffn_gate_inp"), e, d)?,
+            gate: experts(f, &n("ffn_gate_exps"), e, ff, d)?,
+            up: experts(f, &n("ffn_up_exps"), e, ff, d)?,
+            down: experts(f, &n("ffn_down_exps"), e, d, ff)?,
+            shared,
+        })
+    }
+
+    /// The matrices that may be packed into tiles or re-encoded: the experts only where each
+    /// expert is a whole number of tile groups (so it stays a row range), and the shared
+    /// expert. The router stays as stored (it is f32 in practice, and read in f32).
+    pub(crate) fn matrices_mut(&mut self, moe: &MoeConfig, d: usize) -> Vec<&mut MatRef> {
+        let tile = ridge_kernels::packed::TILE_ROWS;
+        let mut v = Vec::new();
+        if moe.expert_ffn.is_multiple_of(tile) {
+            v.push(&mut self.gate);
+            v.push(&mut self.up);
+        }
+        if d.is_multiple_of(tile) {
+            v.push(&mut self.down);
+        }
+        if let Some(s) = &mut self.shared {
+            v.extend([&mut s.gate, &mut s.up, &mut s.down]);
+        }
+        v
+    }
+
+    /// Bytes one token's step reads: the router, the shared expert, and `k` of the `E`
+    /// experts.
+    pub(crate) fn bytes_per_token(&self, m: &Model, moe: &MoeConfig) -> usize {
+        let experts = [self.gate, self.up, self.down]
+            .iter()
+            .map(|x| m.mat(x).data.len())
+            .sum::<usize>();
+        let shared = self.shared.as_ref().map_or(0, |s| {
+            [s.gate, s.up, s.down]
+                .iter()
+                .map(|x| m.mat(x).data.len())
+                .sum::<usize>()
+                + 4 * s.gate_inp.len()
+        });
+        m.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used
+    }
+}
+
+/// Scratch of the routed feed-forward, reused across layers and calls.
+#[derive(Default)]
+pub(crate) struct MoeScratch {
+    /// `n × E` router logits, then probabilities.
+    probs: Vec<f32>,
+    /// Per token, its `k` experts and their weights.
+    chosen: Vec<(u32, f32)>,
+    /// `(token, weight)` of every routed pair, grouped by expert: expert `e`'s are
+    /// `pairs[start[e]..start[e + 1]]`, tokens in batch order.
+    pairs: Vec<(u32, f32)>,
+    start: Vec<usize>,
+    /// The gathered inputs of one expert's tokens, its gate/up activations and its output.
+    x: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    y: Vec<f32>,
+    /// The layer's output, accumulated over experts.
+    out: Vec<f32>,
+    /// Experts chosen by at least one token in the last forward pass, per layer (for the
+    /// roofline: the bytes a step really read).
+    pub(crate) touched: Vec<usize>,
+}
+
+/// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
+pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
+    let d = m.cfg.d_model;
+    let ne = moe.n_expert;
+    let s = &mut ws.moe;
+    route(m, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
+    fit(&mut s.out, n * d);
+    s.out.iter_mut().for_each(|v| *v = 0.0);
+    let (gate_all, up_all, down_all) = (m.mat(&e.gate), m.mat(&e.up), m.mat(&e.down));
+    let ff = moe.expert_ffn;
+    let mut touched = 0;
+    for x in 0..ne {
+        let pairs = &s.pairs[s.start[x]..s.start[x + 1]];
+        let rows = pairs.len();
+        if rows == 0 {
+            continue;
+        }
+        touched += 1;
+        fit(&mut s.x, rows * d);
+        for (i, &(t, _)) in pairs.iter().enumerate() {
+            let t = t as usize;
+            s.x[i * d..(i + 1) * d].copy_from_slice(&ws.xn[t * d..(t + 1) * d]);
+        }
+        fn slice<'a>(w: &WeightMatrix<'a>, x: usize, r: usize) -> WeightMatrix<'a> {
+            w.row_range(x * r, r)
+                .expect("an expert's rows lie within its stacked tensor (checked at bind)")
+        }
+        let (g, u, dn) = (
+            slice(&gate_all, x, ff),
+            slice(&up_all, x, ff),
+            slice(&down_all, x, d),
+        );
+        fit(&mut s.gate, rows * ff);
+        fit(&mut s.up, rows * ff);
+        fit(&mut s.y, rows * d);
+        let mut ys = [(g, &mut s.gate[..]), (u, &mut s.up[..])];
+        matmul_many(m.isa, m.act.gate_up, &mut ys, &s.x, rows, &mut ws.mm);
+        ops::silu_mul(m.isa, &mut s.gate, &s.up);
+        matmul(m.isa, m.act.down, &dn, &s.gate, rows, &mut s.y, &mut ws.mm);
+        for (i, &(t, w)) in pairs.iter().enumerate() {
+            let t = t as usize;
+            let (out, y) = (&mut s.out[t * d..(t + 1) * d], &s.y[i * d..(i + 1) * d]);
+            for (o, &v) in out.iter_mut().zip(y) {
+                *o += w * v;
+            }
+        }
+    }
+    s.touched.push(touched);
+    if let Some(sh) = &e.shared {
+        shared_expert(m, sh, n, ws);
+    }
+    let s = &mut ws.moe;
+    ws.xn[..n * d].copy_from_slice(&s.out[..n * d]);
+}
+
+/// Router logits → softmax → top-k per token, then the pairs grouped by expert.
+fn route(
+    m: &Model,
+    e: &Experts,
+    moe: &MoeConfig,
+    xn: &[f32],
+    n: usize,
+    s: &mut MoeScratch,
+    mm: &mut ridge_kernels::MatmulScratch,
+) {
+    let (ne, k) = (moe.n_expert, moe.n_used);
+    fit(&mut s.probs, n * ne);
+    let router = m.mat(&e.router);
+    matmul(m.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
+    s.chosen.clear();
+    for row in s.probs.chunks_exact_mut(ne) {
+        ops::softmax_inplace(row);
+        let first = s.chosen.len();
+        for _ in 0..k {
+            // The largest probability not yet taken (the lowest index among ties).
+            let mut best: Option<(usize, f32)> = None;
+            for (j, &p) in row.iter().enumerate() {
+                let taken = s.chosen[first..].iter().any(|&(c, _)| c as usize == j);
+                if !taken && best.is_none_or(|(_, b)| p > b) {
+                    best = Some((j, p));
+                }
+            }
+            let (j, p) = best.unwrap_or((0, 0.0));
+            s.chosen.push((j as u32, p));
+        }
+        let picked = &mut s.chosen[first..];
+        if moe.norm_topk {
+            let sum = picked
+                .iter()
+                .map(|&(_, p)| p)
+                .sum::<f32>()
+                .max(MIN_WEIGHT_SUM);
+            picked.iter_mut().for_each(|(_, p)| *p /= sum);
+        }
+        if moe.weights_scale != 1.0 {
+            picked.iter_mut().for_each(|(_, p)| *p *= moe.weights_scale);
+        }
+    }
+    s.start.clear();
+    s.start.resize(ne + 1, 0);
+    for &(x, _) in &s.chosen {
+        s.start[x as usize + 1] += 1;
+    }
+    for x in 0..ne {
+        s.start[x + 1] += s.start[x];
+    }
+    s.pairs.clear();
+    s.pairs.resize(n * k, (0, 0.0));
+    let mut next = s.start.clone();
+    for (i, &(x, w)) in s.chosen.iter().enumerate() {
+        let slot = &mut next[x as usize];
+        s.pairs[*slot] = ((i / k) as u32, w);
+        *slot += 1;
+    }
+}
+
+/// `out += sigmoid(x · gate_inp) · FFN_shared(x)` for every token.
+fn shared_expert(m: &Model, sh: &SharedExpert, n: usize, ws: &mut Workspace) {
+    let d = m.cfg.d_model;
+    let s = &mut ws.moe;
+    let sf = sh.gate.rows;
+    fit(&mut s.gate, n * sf);
+    fit(&mut s.up, n * sf);
+    fit(&mut s.y, n * d);
+    let mut ys = [
+        (m.mat(&sh.gate), &mut s.gate[..]),
+        (m.mat(&sh.up), &mut s.up[..]),
+    ];
+    matmul_many(
+        m.isa,
+        m.act.gate_up,
+        &mut ys,
+        &ws.xn[..n * d],
+        n,
+        &mut ws.mm,
+    );
+    ops::silu_mul(m.isa, &mut s.gate, &s.up);
+    matmul(
+        m.isa,
+        m.act.down,
+        &m.mat(&sh.down),
+        &s.gate,
+        n,
+        &mut s.y,
+        &mut ws.mm,
+    );
+    for t in 0..n {
+        let x = &ws.xn[t * d..(t + 1) * d];
+        let logit: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
+        let g = 1.0 / (1.0 + (-logit).exp());
+        let (out, y) = (&mut s.out[t * d..(t + 1) * d], &s.y[t * d..(t + 1) * d]);
+        for (o, &v) in out.iter_mut().zip(y) {
+            *o += g * v;
+        }
+    }
+}
