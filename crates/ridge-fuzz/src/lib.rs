@@ -311,7 +311,40 @@ fn seed_gguf_files() -> Vec<Vec<u8>> {
     out.push(w.to_bytes());
     out.push(vocab::bpe_gguf());
     out.push(vocab::spm_gguf());
+    out.extend(
+        moe_seed_specs()
+            .iter()
+            .map(ridge_model::synthetic::synthetic_model),
+    );
     out
+}
+
+/// Tiny mixtures of experts (qwen3moe; qwen2moe with a shared expert), small enough that the
+/// `gguf` target runs their routed forward pass.
+pub fn moe_seed_specs() -> Vec<ridge_model::synthetic::SyntheticSpec> {
+    use ridge_model::synthetic::{SyntheticMoe, SyntheticSpec};
+    use ridge_model::Architecture;
+    let spec = |arch, shared_ffn| SyntheticSpec {
+        arch,
+        n_layers: 1,
+        d_model: 32,
+        n_heads: 2,
+        n_kv_heads: 1,
+        ffn_dim: 32,
+        ctx_len: 16,
+        moe: Some(SyntheticMoe {
+            n_expert: 4,
+            n_used: 2,
+            expert_ffn: 32,
+            shared_ffn,
+            router_scale: 4.0,
+        }),
+        ..Default::default()
+    };
+    vec![
+        spec(Architecture::Qwen3Moe, None),
+        spec(Architecture::Qwen2Moe, Some(32)),
+    ]
 }
 
 /// Seed inputs for every target: well-formed examples of each input format, so the fuzzers

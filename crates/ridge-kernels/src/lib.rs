@@ -39,5 +39,7 @@ pub mod pool;
 
 pub use cpu::Isa;
 pub use dtype::DType;
-pub use matmul::{matmul, matmul_many, ActPrecision, Layout, MatmulScratch, WeightMatrix};
+pub use matmul::{
+    matmul, matmul_each, matmul_many, ActPrecision, Layout, MatmulScratch, WeightMatrix,
+};
 pub use packed::PackedMatrix;

@@ -452,70 +452,191 @@ pub fn matmul_many(
             act::split16(&scratch.act16[..n * nb], &mut scratch.split16[..n * nb]);
         }
     }
-    let threads = pool::threads();
-    // Per matrix: enough chunks to balance, each big enough to amortise the task overhead;
-    // task numbers run through the matrices' chunks in order, so each thread's range of tasks
-    // (see `pool`) is consecutive rows.
-    let mut jobs: [(WeightMatrix<'_>, SharedMut<f32>, usize, usize, Path); MAX_FUSED] =
-        std::array::from_fn(|_| {
-            (
-                WeightMatrix {
-                    dtype: DType::F32,
-                    rows: 0,
-                    cols: 0,
-                    data: &[],
-                    layout: Layout::Rows,
-                },
-                SharedMut(std::ptr::null_mut()),
-                0,
-                0,
-                Path::F32,
-            )
-        });
-    let mut n_tasks = 0;
-    for (i, (w, y)) in ys.iter_mut().enumerate() {
-        let mut chunk = (w.rows / (threads * 8)).clamp(8, 256).min(w.rows.max(1));
-        if w.layout == Layout::Tiles8 {
-            // Whole tile groups; pairs of them where later passes over a chunk take the
-            // 512-bit kernels (an odd group per chunk would go through the 256-bit ones).
-            let unit = if isa == Isa::Avx512 && n > crate::dot_tiles_vnni::MAX_TOKENS {
-                2 * TILE_ROWS
-            } else {
-                TILE_ROWS
-            };
-            chunk = chunk.next_multiple_of(unit);
-        }
-        let path = paths[i].unwrap_or(Path::F32);
-        jobs[i] = (*w, SharedMut(y.as_mut_ptr()), chunk, n_tasks, path);
-        n_tasks += w.rows.div_ceil(chunk);
-    }
-    let n_jobs = ys.len();
     let (q8, q16, s16) = (&scratch.act[..], &scratch.act16[..], &scratch.split16[..]);
-    pool::parallel_for(n_tasks, |task| {
-        let mut j = 0;
-        while j + 1 < n_jobs && jobs[j + 1].3 <= task {
-            j += 1;
-        }
-        let (w, yp, chunk, first, path) = &jobs[j];
-        let r0 = (task - first) * chunk;
-        let r1 = (r0 + chunk).min(w.rows);
-        let a = CallActs {
-            path: *path,
+    let mut jobs: [Job<'_, '_>; MAX_FUSED] = std::array::from_fn(|_| Job::EMPTY);
+    for (i, (w, y)) in ys.iter_mut().enumerate() {
+        let path = paths[i].unwrap_or(Path::F32);
+        let acts = CallActs {
+            path,
             cols,
-            q8: &q8[..if *path == Path::Int8 { n * nb } else { 0 }],
-            q16: &q16[..if *path == Path::Int16 { n * nb } else { 0 }],
-            s16: &s16[..if *path == Path::Int16 && w.layout == Layout::Tiles8 {
+            q8: &q8[..if path == Path::Int8 { n * nb } else { 0 }],
+            q16: &q16[..if path == Path::Int16 { n * nb } else { 0 }],
+            s16: &s16[..if path == Path::Int16 && w.layout == Layout::Tiles8 {
                 n * nb
             } else {
                 0
             }],
             f: x,
         };
-        // SAFETY: chunks partition each matrix's rows and each matrix has its own output, so
-        // this task alone writes rows r0..r1 of y (n · w.rows floats, asserted above), which
-        // outlives parallel_for.
-        unsafe { rows_of_chunk(isa, w, &a, n, r0, r1, *yp, w.rows) };
+        jobs[i] = Job {
+            w: *w,
+            y: SharedMut(y.as_mut_ptr()),
+            n,
+            acts,
+        };
+    }
+    run_jobs(isa, &jobs[..ys.len()]);
+}
+
+/// One product of a [`run_jobs`] loop: `n` activation rows (in `acts`) times `w`, into `y`.
+struct Job<'w, 'x> {
+    w: WeightMatrix<'w>,
+    y: SharedMut<f32>,
+    n: usize,
+    acts: CallActs<'x>,
+}
+
+impl Job<'_, '_> {
+    const EMPTY: Job<'static, 'static> = Job {
+        w: WeightMatrix {
+            dtype: DType::F32,
+            rows: 0,
+            cols: 0,
+            data: &[],
+            layout: Layout::Rows,
+        },
+        y: SharedMut(std::ptr::null_mut()),
+        n: 0,
+        acts: CallActs {
+            path: Path::F32,
+            cols: 0,
+            q8: &[],
+            q16: &[],
+            s16: &[],
+            f: &[],
+        },
+    };
+}
+
+/// Runs every job's rows in one parallel loop: per matrix, enough chunks to balance, each big
+/// enough to amortise the task overhead; task numbers run through the matrices' chunks in
+/// order, so each thread's range of tasks (see `pool`) is consecutive rows.
+fn run_jobs(isa: Isa, jobs: &[Job<'_, '_>]) {
+    let threads = pool::threads();
+    // (chunk rows, first task) per job.
+    let mut plan: [(usize, usize); MAX_FUSED] = [(0, 0); MAX_FUSED];
+    let mut heap: Vec<(usize, usize)> = Vec::new();
+    let plan: &mut [(usize, usize)] = if jobs.len() <= MAX_FUSED {
+        &mut plan[..jobs.len()]
+    } else {
+        heap.resize(jobs.len(), (0, 0));
+        &mut heap
+    };
+    let mut n_tasks = 0;
+    for (job, p) in jobs.iter().zip(plan.iter_mut()) {
+        let w = &job.w;
+        let mut chunk = (w.rows / (threads * 8)).clamp(8, 256).min(w.rows.max(1));
+        if w.layout == Layout::Tiles8 {
+            // Whole tile groups; pairs of them where later passes over a chunk take the
+            // 512-bit kernels (an odd group per chunk would go through the 256-bit ones).
+            let unit = if isa == Isa::Avx512 && job.n > crate::dot_tiles_vnni::MAX_TOKENS {
+                2 * TILE_ROWS
+            } else {
+                TILE_ROWS
+            };
+            chunk = chunk.next_multiple_of(unit);
+        }
+        *p = (chunk, n_tasks);
+        n_tasks += w.rows.div_ceil(chunk);
+    }
+    let plan = &*plan;
+    pool::parallel_for(n_tasks, |task| {
+        // The job whose tasks include `task`: the last one starting at or before it.
+        let j = plan.partition_point(|&(_, first)| first <= task) - 1;
+        let (job, (chunk, first)) = (&jobs[j], plan[j]);
+        let r0 = (task - first) * chunk;
+        let r1 = (r0 + chunk).min(job.w.rows);
+        // SAFETY: chunks partition each matrix's rows and each job has its own output, so
+        // this task alone writes rows r0..r1 of its y (n · w.rows floats, checked by the
+        // callers), which outlives parallel_for.
+        unsafe { rows_of_chunk(isa, &job.w, &job.acts, job.n, r0, r1, job.y, job.w.rows) };
     });
+}
+
+/// Several products, each of its own activations: `items[i].3 = items[i].1 · items[i].0ᵀ`
+/// for the `items[i].2` rows of `items[i].1` — a mixture's experts, each over the tokens the
+/// router sent to it, in one parallel loop (the threads meet once for all the experts, not
+/// once per expert). Each output element is computed exactly as [`matmul`] computes it alone.
+///
+/// Panics if a slice length does not match the shapes (caller bugs, not input-driven).
+#[allow(clippy::type_complexity)]
+pub fn matmul_each(
+    isa: Isa,
+    precision: ActPrecision,
+    items: &mut [(WeightMatrix<'_>, &[f32], usize, &mut [f32])],
+    scratch: &mut MatmulScratch,
+) {
+    // Each item's activations in its path's form, one after another in the scratch.
+    let (mut n8, mut n16, mut ns16) = (0, 0, 0);
+    for (w, x, n, y) in items.iter() {
+        assert_eq!(x.len(), n * w.cols, "matmul_each: x shape");
+        assert_eq!(y.len(), n * w.rows, "matmul_each: y shape");
+        let nb = w.cols / 32;
+        match Path::of(w.dtype, precision, w.layout) {
+            Path::Int8 => n8 += n * nb,
+            Path::Int16 if w.layout == Layout::Tiles8 => {
+                n16 += n * nb;
+                ns16 += n * nb;
+            }
+            Path::Int16 => n16 += n * nb,
+            Path::F32 => {}
+        }
+    }
+    if scratch.act.len() < n8 {
+        scratch.act.resize(n8, ActBlock::default());
+    }
+    if scratch.act16.len() < n16 {
+        scratch.act16.resize(n16, Act16Block::default());
+    }
+    if scratch.split16.len() < ns16 {
+        scratch.split16.resize(ns16, ActSplit16::default());
+    }
+    let (mut o8, mut o16, mut os16) = (0, 0, 0);
+    let mut spans = Vec::with_capacity(items.len());
+    for (w, x, n, _) in items.iter() {
+        let len = n * (w.cols / 32);
+        let path = Path::of(w.dtype, precision, w.layout);
+        let span = (path, o8, o16, os16, len);
+        match path {
+            Path::Int8 => {
+                act::quantize(isa, x, &mut scratch.act[o8..o8 + len]);
+                o8 += len;
+            }
+            Path::Int16 => {
+                act::quantize16(isa, x, &mut scratch.act16[o16..o16 + len]);
+                if w.layout == Layout::Tiles8 {
+                    let (src, dst) = (&scratch.act16[o16..o16 + len], &mut scratch.split16);
+                    act::split16(src, &mut dst[os16..os16 + len]);
+                    os16 += len;
+                }
+                o16 += len;
+            }
+            Path::F32 => {}
+        }
+        spans.push(span);
+    }
+    let (q8, q16, s16) = (&scratch.act[..], &scratch.act16[..], &scratch.split16[..]);
+    let jobs: Vec<Job<'_, '_>> = items
+        .iter_mut()
+        .zip(&spans)
+        .map(|((w, x, n, y), &(path, a8, a16, as16, len))| {
+            let tiled16 = path == Path::Int16 && w.layout == Layout::Tiles8;
+            Job {
+                w: *w,
+                y: SharedMut(y.as_mut_ptr()),
+                n: *n,
+                acts: CallActs {
+                    path,
+                    cols: w.cols,
+                    q8: &q8[a8..a8 + if path == Path::Int8 { len } else { 0 }],
+                    q16: &q16[a16..a16 + if path == Path::Int16 { len } else { 0 }],
+                    s16: &s16[as16..as16 + if tiled16 { len } else { 0 }],
+                    f: x,
+                },
+            }
+        })
+        .collect();
+    run_jobs(isa, &jobs);
 }
 
 /// Rows `r0..r1` of `w` for all `n` activation rows, into `y` (row-major, `rows` floats per

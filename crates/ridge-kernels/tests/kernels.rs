@@ -6,7 +6,9 @@ use rand::{Rng, SeedableRng};
 use ridge_kernels::act::{quantize16_scalar, quantize_scalar, Act16Block, ActBlock};
 use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
-use ridge_kernels::{matmul, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix};
+use ridge_kernels::{
+    matmul, matmul_each, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
+};
 
 const ALL: [DType; 11] = [
     DType::F32,
@@ -818,6 +820,66 @@ fn row_ranges_give_their_outputs_bitwise() {
                         &all[t * rows + r0..t * rows + r0 + len],
                         "{dtype:?} {:?} {isa:?} {prec:?} token {t}",
                         m.layout
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Several products with their own activations in one loop (a mixture's experts) give each
+/// product's outputs exactly as a lone `matmul` does: tiled and stored layouts, every path,
+/// different token counts per product (none too).
+#[test]
+fn matmul_each_is_bitwise_each_matmul() {
+    let mut rng = StdRng::seed_from_u64(47);
+    let cols = 256;
+    for dtype in [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q6_K,
+        DType::F32,
+    ] {
+        let mats: Vec<(Vec<u8>, usize)> = [24, 40, 16]
+            .into_iter()
+            .map(|rows| (random_rows(&mut rng, dtype, rows, cols), rows))
+            .collect();
+        let plain: Vec<WeightMatrix<'_>> = mats
+            .iter()
+            .map(|(w, rows)| WeightMatrix::new(dtype, *rows, cols, w).unwrap())
+            .collect();
+        let packed: Vec<Option<PackedMatrix>> = plain.iter().map(PackedMatrix::pack).collect();
+        let tiled: Vec<WeightMatrix<'_>> = plain
+            .iter()
+            .zip(&packed)
+            .map(|(p, t)| t.as_ref().map_or(*p, |t| t.view()))
+            .collect();
+        let ns = [3usize, 0, 9];
+        let xs: Vec<Vec<f32>> = ns.iter().map(|&n| randv(&mut rng, n * cols)).collect();
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+            for ws in [&plain, &tiled] {
+                let mut outs: Vec<Vec<f32>> = ws
+                    .iter()
+                    .zip(&ns)
+                    .map(|(w, &n)| vec![0f32; n * w.rows])
+                    .collect();
+                let mut items: Vec<_> = ws
+                    .iter()
+                    .zip(&xs)
+                    .zip(&ns)
+                    .zip(outs.iter_mut())
+                    .map(|(((w, x), &n), y)| (*w, &x[..], n, &mut y[..]))
+                    .collect();
+                matmul_each(isa, prec, &mut items, &mut MatmulScratch::default());
+                for (i, (w, &n)) in ws.iter().zip(&ns).enumerate() {
+                    let mut want = vec![0f32; n * w.rows];
+                    let mut s = MatmulScratch::default();
+                    matmul(isa, prec, w, &xs[i], n, &mut want, &mut s);
+                    assert_eq!(
+                        outs[i], want,
+                        "{dtype:?} {:?} {isa:?} {prec:?} item {i}",
+                        w.layout
                     );
                 }
             }

@@ -21,7 +21,7 @@
 //! `expert_weights_scale`.
 
 use ridge_gguf::GgufFile;
-use ridge_kernels::{matmul, matmul_many, ops, ActPrecision, WeightMatrix};
+use ridge_kernels::{matmul, matmul_each, matmul_many, ops, ActPrecision, WeightMatrix};
 
 use crate::config::{ModelConfig, MoeConfig};
 use crate::model::Model;
@@ -145,58 +145,80 @@ pub(crate) struct MoeScratch {
 }
 
 /// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
+///
+/// Every routed (token, expert) pair's input row is gathered in expert order, so expert `e`'s
+/// tokens are one block of rows; then one parallel loop runs every chosen expert's gate and
+/// up products, one its down products ([`matmul_each`]: the threads meet twice per layer,
+/// not twice per expert), and the weighted outputs are summed back per token.
 pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
     let d = m.cfg.d_model;
-    let ne = moe.n_expert;
+    let ff = moe.expert_ffn;
     let s = &mut ws.moe;
     route(m, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
+    let pairs = s.pairs.len();
+    fit(&mut s.x, pairs * d);
+    for (i, &(t, _)) in s.pairs.iter().enumerate() {
+        let t = t as usize;
+        s.x[i * d..(i + 1) * d].copy_from_slice(&ws.xn[t * d..(t + 1) * d]);
+    }
+    fit(&mut s.gate, pairs * ff);
+    fit(&mut s.up, pairs * ff);
+    fit(&mut s.y, pairs * d);
+    let (gate_all, up_all, down_all) = (m.mat(&e.gate), m.mat(&e.up), m.mat(&e.down));
+    // The experts some token chose, with their blocks of pairs.
+    let chosen = |start: &[usize]| -> Vec<(usize, usize, usize)> {
+        (0..moe.n_expert)
+            .filter(|&x| start[x + 1] > start[x])
+            .map(|x| (x, start[x], start[x + 1] - start[x]))
+            .collect()
+    };
+    let experts = chosen(&s.start);
+    {
+        let mut items = Vec::with_capacity(2 * experts.len());
+        let (mut gate, mut up) = (&mut s.gate[..], &mut s.up[..]);
+        for &(x, p0, rows) in &experts {
+            let (g, rest_g) = std::mem::take(&mut gate).split_at_mut(rows * ff);
+            let (u, rest_u) = std::mem::take(&mut up).split_at_mut(rows * ff);
+            (gate, up) = (rest_g, rest_u);
+            let xs = &s.x[p0 * d..(p0 + rows) * d];
+            items.push((expert(&gate_all, x, ff), xs, rows, g));
+            items.push((expert(&up_all, x, ff), xs, rows, u));
+        }
+        matmul_each(m.isa, m.act.gate_up, &mut items, &mut ws.mm);
+    }
+    ops::silu_mul(m.isa, &mut s.gate, &s.up);
+    {
+        let mut items = Vec::with_capacity(experts.len());
+        let mut y = &mut s.y[..];
+        for &(x, p0, rows) in &experts {
+            let (yx, rest) = std::mem::take(&mut y).split_at_mut(rows * d);
+            y = rest;
+            let act = &s.gate[p0 * ff..(p0 + rows) * ff];
+            items.push((expert(&down_all, x, d), act, rows, yx));
+        }
+        matmul_each(m.isa, m.act.down, &mut items, &mut ws.mm);
+    }
     fit(&mut s.out, n * d);
     s.out.iter_mut().for_each(|v| *v = 0.0);
-    let (gate_all, up_all, down_all) = (m.mat(&e.gate), m.mat(&e.up), m.mat(&e.down));
-    let ff = moe.expert_ffn;
-    let mut touched = 0;
-    for x in 0..ne {
-        let pairs = &s.pairs[s.start[x]..s.start[x + 1]];
-        let rows = pairs.len();
-        if rows == 0 {
-            continue;
-        }
-        touched += 1;
-        fit(&mut s.x, rows * d);
-        for (i, &(t, _)) in pairs.iter().enumerate() {
-            let t = t as usize;
-            s.x[i * d..(i + 1) * d].copy_from_slice(&ws.xn[t * d..(t + 1) * d]);
-        }
-        fn slice<'a>(w: &WeightMatrix<'a>, x: usize, r: usize) -> WeightMatrix<'a> {
-            w.row_range(x * r, r)
-                .expect("an expert's rows lie within its stacked tensor (checked at bind)")
-        }
-        let (g, u, dn) = (
-            slice(&gate_all, x, ff),
-            slice(&up_all, x, ff),
-            slice(&down_all, x, d),
-        );
-        fit(&mut s.gate, rows * ff);
-        fit(&mut s.up, rows * ff);
-        fit(&mut s.y, rows * d);
-        let mut ys = [(g, &mut s.gate[..]), (u, &mut s.up[..])];
-        matmul_many(m.isa, m.act.gate_up, &mut ys, &s.x, rows, &mut ws.mm);
-        ops::silu_mul(m.isa, &mut s.gate, &s.up);
-        matmul(m.isa, m.act.down, &dn, &s.gate, rows, &mut s.y, &mut ws.mm);
-        for (i, &(t, w)) in pairs.iter().enumerate() {
-            let t = t as usize;
-            let (out, y) = (&mut s.out[t * d..(t + 1) * d], &s.y[i * d..(i + 1) * d]);
-            for (o, &v) in out.iter_mut().zip(y) {
-                *o += w * v;
-            }
+    for (i, &(t, w)) in s.pairs.iter().enumerate() {
+        let t = t as usize;
+        let (out, y) = (&mut s.out[t * d..(t + 1) * d], &s.y[i * d..(i + 1) * d]);
+        for (o, &v) in out.iter_mut().zip(y) {
+            *o += w * v;
         }
     }
-    s.touched.push(touched);
+    s.touched.push(experts.len());
     if let Some(sh) = &e.shared {
         shared_expert(m, sh, n, ws);
     }
     let s = &mut ws.moe;
     ws.xn[..n * d].copy_from_slice(&s.out[..n * d]);
+}
+
+/// Expert `x`'s `rows`-row block of a stacked expert matrix.
+fn expert<'a>(w: &WeightMatrix<'a>, x: usize, rows: usize) -> WeightMatrix<'a> {
+    w.row_range(x * rows, rows)
+        .expect("an expert's rows lie within its stacked tensor (bound so, tiled only whole)")
 }
 
 /// Router logits → softmax → top-k per token, then the pairs grouped by expert.

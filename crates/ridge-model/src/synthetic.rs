@@ -45,6 +45,9 @@ pub struct SyntheticSpec {
     /// original context of `ctx_len` (so that on a tiny head some dimensions keep their
     /// frequency, some are divided by 8 and some fall in the smoothed band between).
     pub rope_freqs: bool,
+    /// Tokens in the vocabulary: the 257 of [`SYNTHETIC_VOCAB`], padded with plain tokens
+    /// `<|pad_N|>` up to this count when larger (a real model's head size for speed runs).
+    pub vocab: usize,
     /// A routed feed-forward (required for qwen2moe, qwen3moe and olmoe; with llama, a
     /// Mixtral-style file); `None`: dense.
     pub moe: Option<SyntheticMoe>,
@@ -87,6 +90,7 @@ impl Default for SyntheticSpec {
             separate_output: false,
             seed: 1,
             rope_freqs: false,
+            vocab: SYNTHETIC_VOCAB,
             moe: None,
         }
     }
@@ -209,6 +213,9 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     tokens.push("<|endoftext|>".into());
     let mut types = vec![1i32; 256];
     types.push(3);
+    let vocab = spec.vocab.max(SYNTHETIC_VOCAB);
+    tokens.extend((SYNTHETIC_VOCAB..vocab).map(|i| format!("<|pad_{i}|>")));
+    types.resize(vocab, 1);
     w.meta(
         "tokenizer.ggml.tokens",
         MetadataValue::Array(ArrayValue::String(tokens)),
@@ -235,14 +242,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     };
     let ws = 1.0 / (d as f32).sqrt();
     let wo_scale = 1.0 / (q as f32).sqrt();
-    mat(
-        &mut w,
-        "token_embd.weight",
-        SYNTHETIC_VOCAB,
-        d,
-        spec.embd_dtype,
-        1.0,
-    );
+    mat(&mut w, "token_embd.weight", vocab, d, spec.embd_dtype, 1.0);
     let norm = |w: &mut GgufWriter, name: &str, n: usize, seed: usize| {
         let vals: Vec<f32> = (0..n)
             .map(|i| 1.0 + 0.1 * ((i * 7 + seed) % 5) as f32)
@@ -331,7 +331,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         );
     }
     if spec.separate_output && !gemma {
-        mat(&mut w, "output.weight", SYNTHETIC_VOCAB, d, spec.dtype, ws);
+        mat(&mut w, "output.weight", vocab, d, spec.dtype, ws);
     }
     if qwen2 {
         for i in 0..spec.n_layers {
