@@ -161,13 +161,19 @@ pub struct BenchResult {
 pub fn roofline_inputs(model: &Model) -> RooflineInputs {
     let cfg = model.config();
     let windowed = (0..cfg.n_layers).filter(|&l| cfg.is_sliding(l)).count();
-    RooflineInputs::with_f16_kv_windowed(
+    let mut r = RooflineInputs::with_f16_kv_windowed(
         model.weight_bytes_per_token(),
         cfg.n_layers,
         cfg.kv_dim(),
         windowed,
         cfg.sliding_window.unwrap_or(usize::MAX),
-    )
+    );
+    r.experts = cfg.moe.as_ref().map(|moe| ridge_roofline::RoutedExperts {
+        bytes_per_expert: model.expert_bytes(),
+        n_expert: moe.n_expert,
+        n_used: moe.n_used,
+    });
+    r
 }
 
 /// The roofline TPOT in ms of `batch` sequences with `prompt` prompt tokens generating `gen`
@@ -442,6 +448,7 @@ mod tests {
             weight_bytes: 1_000_000,
             kv_bytes_per_token: 100,
             window: None,
+            experts: None,
         };
         // B = 3, P = 8, G = 4: steps attend over 9, 10, 11 positions, mean 10;
         // bytes = 1e6 + 3 · 100 · 10 = 1 003 000; at 10 GB/s: 0.1003 ms.

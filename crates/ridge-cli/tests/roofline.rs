@@ -335,3 +335,52 @@ fn errors_are_one_line() {
         "config.json models",
     );
 }
+
+/// A mixture of experts' floor counts the experts a step reads: one token's `k` of `E` (the
+/// bytes ridge's forward pass reads, to the byte), a batch of `B` the expected distinct
+/// `E · (1 − (1 − k/E)^B)` per layer; the file's total beside it.
+#[test]
+fn a_mixture_reads_its_chosen_experts() {
+    use ridge_model::synthetic::{synthetic_model, SyntheticMoe, SyntheticSpec};
+    let spec = SyntheticSpec {
+        arch: ridge_model::Architecture::Qwen3Moe,
+        dtype: ridge_kernels::DType::Q8_0,
+        moe: Some(SyntheticMoe {
+            n_expert: 32,
+            n_used: 4,
+            expert_ffn: 64,
+            shared_ffn: None,
+            router_scale: 1.0,
+        }),
+        ..SyntheticSpec::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moe.gguf");
+    std::fs::write(&path, synthetic_model(&spec)).unwrap();
+    let p = path.to_str().unwrap();
+    let args = ["roofline", "--model", p, "--hardware", "h100-sxm", "--json"];
+    let rows = lines(&run(
+        &[&args[..], &["--batch", "1,16", "--context", "0"]].concat()
+    ));
+    let model = ridge_model::Model::load(&path).unwrap();
+    let one = model.weight_bytes_per_token() as f64;
+    let expert = model.expert_bytes() as f64;
+    let total = std::fs::metadata(&path).unwrap().len() as f64;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(num(&rows[0], "weights_bytes"), one, "{}", rows[0]);
+    assert_eq!(num(&rows[0], "step_weight_bytes"), one);
+    assert_eq!(rows[0]["experts"]["n_expert"], 32);
+    assert_eq!(rows[0]["experts"]["n_used"], 4);
+    assert_eq!(num(&rows[0]["experts"], "bytes_per_expert"), expert);
+    let distinct = 32.0 * (1.0 - (1.0 - 4.0 / 32.0f64).powi(16));
+    let want = one + (distinct - 4.0) * expert;
+    assert!(
+        (num(&rows[1], "step_weight_bytes") - want).abs() < 1e-6,
+        "{}",
+        rows[1]
+    );
+    assert!((num(&rows[1]["experts"], "distinct_per_layer") - distinct).abs() < 1e-9);
+    // The whole file's weights are more than one token reads and less than the file.
+    let all = num(&rows[0], "total_weight_bytes");
+    assert!(one < all && all < total, "{one} {all} {total}");
+}

@@ -319,6 +319,15 @@ impl ModelConfig {
     }
 }
 
+/// A reader error's message without the file's path in front (for messages that a caller
+/// prefixes with the path itself).
+fn without_path(f: &GgufFile, e: ridge_gguf::GgufError) -> String {
+    let msg = e.to_string();
+    let prefix = format!("{}: ", f.path().display());
+    msg.strip_prefix(&prefix)
+        .map_or(msg.clone(), str::to_string)
+}
+
 /// Reads the mixture-of-experts keys of `arch` (`None` for a dense model), checking that they
 /// are present where the architecture needs them and consistent (1 ≤ top-k ≤ experts).
 fn moe_config(
@@ -343,7 +352,8 @@ fn moe_config(
         f.get_usize_in(&k(key), range)
             .map_err(|e| match f.get(&k(key)) {
                 None => format!("`{}` is missing (a mixture of experts needs it)", k(key)),
-                Some(_) => e.to_string(),
+                // The reader's message names the file, which the caller's error names too.
+                Some(_) => without_path(f, e),
             })
     };
     let n_expert = usize_in("expert_count", 1..=MAX_EXPERTS)?;

@@ -437,6 +437,27 @@ impl Model {
         layers + extra + head + 4 * self.cfg.d_model
     }
 
+    /// Bytes of one routed expert in every layer together (its gate, up and down slices, as
+    /// the products read them); 0 for a dense model.
+    pub fn expert_bytes(&self) -> usize {
+        let Some(moe) = &self.cfg.moe else {
+            return 0;
+        };
+        self.layers
+            .iter()
+            .map(|l| match &l.ffn {
+                Ffn::Routed(e) => {
+                    [e.gate, e.up, e.down]
+                        .iter()
+                        .map(|m| self.mat(m).data.len())
+                        .sum::<usize>()
+                        / moe.n_expert
+                }
+                Ffn::Dense { .. } => 0,
+            })
+            .sum()
+    }
+
     /// The matrix bytes of the mapped file.
     #[inline]
     pub(crate) fn bytes(&self) -> &[u8] {

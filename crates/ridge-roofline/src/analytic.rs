@@ -207,7 +207,8 @@ impl Setup {
         }
         let (bw, peak) = self.roofs()?;
         let kv_per_tok = self.kv_bytes_per_token(m);
-        let w = m.weight_bytes as f64;
+        // A mixture reads the distinct experts the batch's tokens choose.
+        let w = m.weight_bytes_for(batch);
         let b = batch as f64;
         // Per layer-position attended (see `ModelSpec::attended`): K and V bytes, and FLOPs.
         let kv_per_layer_pos = kv_per_tok / m.n_layers.max(1) as f64;
@@ -236,7 +237,7 @@ impl Setup {
         let p = prompt_len as f64;
         let prefill_flops =
             2.0 * m.params as f64 * p + attn_per_layer_pos * m.attended_prefill(prompt_len);
-        let prefill_bytes = w + p * kv_per_tok;
+        let prefill_bytes = m.weight_bytes_for(prompt_len) + p * kv_per_tok;
         let (pm, pc) = (prefill_bytes / bw, prefill_flops / peak);
         let (ttft_s, prefill_bound) = if pc > pm {
             (pc, Bound::Compute)
@@ -290,6 +291,8 @@ mod tests {
             params: 134_479_872,
             weights_format: "Q4_1".into(),
             sliding_window: None,
+            experts: None,
+            total_weight_bytes: weight_bytes,
         }
     }
 

@@ -52,6 +52,6 @@ pub mod spec;
 
 pub use analytic::{Bound, KvDtype, OperatingPoint, Setup};
 pub use hardware::{Hardware, Precision};
-pub use model::{floor_ms, step_bytes, RooflineInputs, WindowedKv};
+pub use model::{floor_ms, step_bytes, RooflineInputs, RoutedExperts, WindowedKv};
 pub use probe::{memory_level, CacheProbe, FloorBandwidth, ProbeConfig, ProbeReport};
 pub use spec::{ModelSpec, SlidingWindow};

@@ -12,6 +12,33 @@ pub struct RooflineInputs {
     /// Layers that attend through a sliding window (Gemma 3: five of six), if any: they read at
     /// most `window.positions` positions per sequence, whatever the context.
     pub window: Option<WindowedKv>,
+    /// A mixture of experts' routed experts, if any: `weight_bytes` counts the `k` a single
+    /// token reads; a step of more tokens reads the distinct experts they chose.
+    pub experts: Option<RoutedExperts>,
+}
+
+/// The routed experts of a mixture, for the bytes a step of several tokens reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutedExperts {
+    /// Bytes of one expert in every layer together (its gate, up and down slices).
+    pub bytes_per_expert: usize,
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_used: usize,
+}
+
+impl RoutedExperts {
+    /// Expected distinct experts per layer that `tokens` independently routed tokens choose:
+    /// `E · (1 − (1 − k/E)^B)` (each expert is missed by one token with probability
+    /// `1 − k/E`); `k` for one token, at most `E`.
+    pub fn expected_distinct(&self, tokens: usize) -> f64 {
+        let (e, k) = (self.n_expert as f64, self.n_used as f64);
+        if tokens == 0 || e == 0.0 {
+            return 0.0;
+        }
+        e * (1.0 - (1.0 - k / e).powi(tokens.min(i32::MAX as usize) as i32))
+    }
 }
 
 /// The KV reads of a model's sliding-window layers.
@@ -32,6 +59,7 @@ impl RooflineInputs {
             weight_bytes,
             kv_bytes_per_token: 2 * n_layers * kv_dim * 2,
             window: None,
+            experts: None,
         }
     }
 
@@ -52,6 +80,7 @@ impl RooflineInputs {
                 positions: window,
                 bytes_per_token: 2 * windowed_layers * kv_dim * 2,
             }),
+            experts: None,
         }
     }
 
@@ -72,7 +101,20 @@ impl RooflineInputs {
     /// Bytes one forward pass reads when the batch's sequences attend over `contexts` tokens
     /// each: the weights once, plus each sequence's KV reads ([`RooflineInputs::kv_bytes`]).
     pub fn step_bytes(&self, contexts: &[usize]) -> usize {
-        self.weight_bytes + contexts.iter().map(|&c| self.kv_bytes(c)).sum::<usize>()
+        self.weights_for(contexts.len()) + contexts.iter().map(|&c| self.kv_bytes(c)).sum::<usize>()
+    }
+
+    /// Weight bytes a step of `tokens` tokens reads: `weight_bytes`, plus for a mixture the
+    /// expected distinct experts beyond the `k` one token reads
+    /// ([`RoutedExperts::expected_distinct`]).
+    pub fn weights_for(&self, tokens: usize) -> usize {
+        match self.experts {
+            Some(x) if tokens > 1 => {
+                let extra = x.expected_distinct(tokens) - x.n_used as f64;
+                self.weight_bytes + (extra.max(0.0) * x.bytes_per_expert as f64).round() as usize
+            }
+            _ => self.weight_bytes,
+        }
     }
 
     /// The latency floor in milliseconds of a step over `contexts` at `bw_gbs` GB/s.
@@ -109,6 +151,27 @@ pub fn floor_ms(bytes: usize, bw_gbs: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_of_many_tokens_reads_the_distinct_experts_they_chose() {
+        let x = RoutedExperts {
+            bytes_per_expert: 1000,
+            n_expert: 128,
+            n_used: 8,
+        };
+        assert_eq!(x.expected_distinct(1), 8.0);
+        // 16 tokens: 128 · (1 − (120/128)^16) = 82.42 of 128.
+        assert!((x.expected_distinct(16) - 82.4225).abs() < 1e-3);
+        assert!(x.expected_distinct(4096) <= 128.0 && x.expected_distinct(4096) > 127.99);
+        let r = RooflineInputs {
+            weight_bytes: 50_000,
+            kv_bytes_per_token: 0,
+            window: None,
+            experts: Some(x),
+        };
+        assert_eq!(r.step_bytes(&[0]), 50_000);
+        assert_eq!(r.step_bytes(&[0; 16]), 50_000 + 74_423);
+    }
 
     #[test]
     fn step_bytes_adds_each_sequences_cache() {

@@ -66,6 +66,11 @@ pub struct ModelSpec {
     pub weights_format: String,
     /// Layers that attend through a sliding window, if any (they read at most its positions).
     pub sliding_window: Option<SlidingWindow>,
+    /// A mixture of experts' routed experts: `weight_bytes` and `params` count the `k` of `E`
+    /// one token reads; a step of `B` tokens reads the distinct experts they choose.
+    pub experts: Option<crate::RoutedExperts>,
+    /// Bytes of every weight in the file (for a mixture, all experts; else `weight_bytes`).
+    pub total_weight_bytes: u64,
 }
 
 /// A model's sliding-window attention layers.
@@ -111,16 +116,41 @@ impl ModelSpec {
             });
         }
         let tied = !f.has_tensor("output.weight");
-        let mut weight_bytes = 0u64;
+        // A mixture's stacked expert tensors (`…_exps`, `[cols, rows, E]`): one token reads
+        // `k` of the `E` experts in each.
+        let (n_expert, n_used) = match f.get(&k("expert_count")) {
+            Some(_) => (
+                f.get_u64(&k("expert_count"))?,
+                f.get_u64(&k("expert_used_count"))?,
+            ),
+            None => (0, 0),
+        };
+        if n_expert > 0 && !(1..=n_expert).contains(&n_used) {
+            return Err(SpecError::Unsupported {
+                path,
+                message: format!("{n_used} experts used of {n_expert}: expected 1..={n_expert}"),
+            });
+        }
+        let (mut weight_bytes, mut total_weight_bytes, mut expert_bytes) = (0u64, 0u64, 0u64);
         let mut params = 0u64;
         let mut formats: Vec<(String, u64)> = Vec::new();
         for t in f.tensors() {
             if t.name == "token_embd.weight" && !tied {
                 continue; // looked up one row per token, not read whole
             }
-            weight_bytes += t.size as u64;
+            total_weight_bytes += t.size as u64;
+            let routed = n_expert > 0 && t.dims.len() == 3 && t.name.ends_with("_exps.weight");
+            if routed {
+                expert_bytes += t.size as u64 / n_expert;
+                weight_bytes += t.size as u64 / n_expert * n_used;
+                params += t.n_elements() / n_expert * n_used;
+            } else {
+                weight_bytes += t.size as u64;
+            }
             if t.dims.len() >= 2 {
-                params += t.n_elements();
+                if !routed {
+                    params += t.n_elements();
+                }
                 let name = format!("{:?}", t.ty);
                 match formats.iter_mut().find(|(n, _)| *n == name) {
                     Some(e) => e.1 += t.size as u64,
@@ -165,7 +195,25 @@ impl ModelSpec {
             params,
             weights_format,
             sliding_window,
+            experts: (n_expert > 0).then_some(crate::RoutedExperts {
+                bytes_per_expert: expert_bytes as usize,
+                n_expert: n_expert as usize,
+                n_used: n_used as usize,
+            }),
+            total_weight_bytes,
         })
+    }
+
+    /// Weight bytes one step of `tokens` tokens reads: `weight_bytes`, and for a mixture the
+    /// expected distinct experts beyond the `k` one token reads.
+    pub fn weight_bytes_for(&self, tokens: u64) -> f64 {
+        match self.experts {
+            Some(x) if tokens > 1 => {
+                let extra = x.expected_distinct(tokens as usize) - x.n_used as f64;
+                self.weight_bytes as f64 + extra.max(0.0) * x.bytes_per_expert as f64
+            }
+            _ => self.weight_bytes as f64,
+        }
     }
 
     /// Builds the spec of a dense decoder from a Hugging Face `config.json` (`text` is its
@@ -286,6 +334,8 @@ impl ModelSpec {
             params: matrices,
             weights_format: format.to_string(),
             sliding_window,
+            experts: None,
+            total_weight_bytes: weight_bytes,
         })
     }
 

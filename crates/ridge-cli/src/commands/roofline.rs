@@ -146,6 +146,14 @@ pub fn main(a: Args) -> Result<()> {
                     "tpot_min_ms": p.tpot_min_ms,
                     "ttft_min_ms": p.ttft_min_ms,
                     "weights_bytes": p.weights_bytes,
+                    "total_weight_bytes": spec.total_weight_bytes,
+                    "step_weight_bytes": spec.weight_bytes_for(p.batch),
+                    "experts": spec.experts.map(|x| serde_json::json!({
+                        "n_expert": x.n_expert,
+                        "n_used": x.n_used,
+                        "bytes_per_expert": x.bytes_per_expert,
+                        "distinct_per_layer": x.expected_distinct(p.batch as usize),
+                    })),
                     "kv_bytes_per_token": p.kv_bytes_per_token,
                     "kv_bytes": p.kv_bytes,
                     "step_bytes": p.step_bytes,
@@ -203,6 +211,15 @@ fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
         setup.kv_bytes_per_token(spec),
         setup.kv_dtype.name()
     );
+    if let Some(x) = spec.experts {
+        println!(
+            "mixture of experts: {} of {} experts per token; {:.1} MB of {:.1} MB read by one token, a batch of B reads E·(1 − (1 − k/E)^B) experts per layer",
+            x.n_used,
+            x.n_expert,
+            spec.weight_bytes as f64 / 1e6,
+            spec.total_weight_bytes as f64 / 1e6
+        );
+    }
     println!(
         "{} ({}): {:.1} GB/s, {:.1} TFLOP/s {}; ridge point {:.1} FLOP/byte",
         hw.description,
