@@ -72,33 +72,7 @@ pub(crate) fn matrix(
     rows: usize,
     cols: usize,
 ) -> Result<MatRef, ModelError> {
-    let t = f.tensor(name)?;
-    let dtype = dtype_of(t.ty).ok_or_else(|| {
-        shape_err(
-            f,
-            name,
-            format!(
-                "weight type {} is not supported ({})",
-                t.ty,
-                supported_list()
-            ),
-        )
-    })?;
-    if t.dims != [cols as u64, rows as u64] {
-        return Err(shape_err(
-            f,
-            name,
-            format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
-        ));
-    }
-    Ok(MatRef {
-        dtype,
-        rows,
-        cols,
-        offset: t.offset,
-        len: t.size,
-        tiles: None,
-    })
+    bind(f, name, &[cols as u64, rows as u64], String::new(), rows)
 }
 
 /// Binds a mixture's stacked expert tensor: `n_expert` matrices of `rows` outputs by `cols`
@@ -111,17 +85,21 @@ pub(crate) fn experts(
     rows: usize,
     cols: usize,
 ) -> Result<MatRef, ModelError> {
+    let dims = [cols as u64, rows as u64, n_expert as u64];
+    let what = format!(" ({n_expert} experts of {rows} × {cols})");
+    bind(f, name, &dims, what, n_expert * rows)
+}
+
+/// Binds tensor `name` of GGUF dims `dims` (`dims[0]` elements per row) as a matrix of
+/// `rows` rows in a computed format; `what` follows the expected shape in the error.
+fn bind(
+    f: &GgufFile,
+    name: &str,
+    dims: &[u64],
+    what: String,
+    rows: usize,
+) -> Result<MatRef, ModelError> {
     let t = f.tensor(name)?;
-    if t.dims != [cols as u64, rows as u64, n_expert as u64] {
-        return Err(shape_err(
-            f,
-            name,
-            format!(
-                "shape {:?}, expected [{cols}, {rows}, {n_expert}] ({n_expert} experts of {rows} × {cols})",
-                t.dims
-            ),
-        ));
-    }
     let dtype = dtype_of(t.ty).ok_or_else(|| {
         shape_err(
             f,
@@ -133,10 +111,17 @@ pub(crate) fn experts(
             ),
         )
     })?;
+    if t.dims != dims {
+        return Err(shape_err(
+            f,
+            name,
+            format!("shape {:?}, expected {dims:?}{what}", t.dims),
+        ));
+    }
     Ok(MatRef {
         dtype,
-        rows: n_expert * rows,
-        cols,
+        rows,
+        cols: dims[0] as usize,
         offset: t.offset,
         len: t.size,
         tiles: None,
