@@ -558,7 +558,6 @@ impl Model {
     ) -> Result<&'w [f32], ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
-        ws.moe.touched.clear();
         match self.cfg.arch {
             Architecture::Llama
             | Architecture::Qwen2

@@ -139,9 +139,6 @@ pub(crate) struct MoeScratch {
     y: Vec<f32>,
     /// The layer's output, accumulated over experts.
     out: Vec<f32>,
-    /// Experts chosen by at least one token in the last forward pass, per layer (for the
-    /// roofline: the bytes a step really read).
-    pub(crate) touched: Vec<usize>,
 }
 
 /// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
@@ -165,14 +162,11 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
     fit(&mut s.up, pairs * ff);
     fit(&mut s.y, pairs * d);
     let (gate_all, up_all, down_all) = (m.mat(&e.gate), m.mat(&e.up), m.mat(&e.down));
-    // The experts some token chose, with their blocks of pairs.
-    let chosen = |start: &[usize]| -> Vec<(usize, usize, usize)> {
-        (0..moe.n_expert)
-            .filter(|&x| start[x + 1] > start[x])
-            .map(|x| (x, start[x], start[x + 1] - start[x]))
-            .collect()
-    };
-    let experts = chosen(&s.start);
+    // The experts some token chose: (expert, first pair, pairs).
+    let experts: Vec<(usize, usize, usize)> = (0..moe.n_expert)
+        .filter(|&x| s.start[x + 1] > s.start[x])
+        .map(|x| (x, s.start[x], s.start[x + 1] - s.start[x]))
+        .collect();
     {
         let mut items = Vec::with_capacity(2 * experts.len());
         let (mut gate, mut up) = (&mut s.gate[..], &mut s.up[..]);
@@ -207,7 +201,6 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
             *o += w * v;
         }
     }
-    s.touched.push(experts.len());
     if let Some(sh) = &e.shared {
         shared_expert(m, sh, n, ws);
     }
