@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1 and k-quant block formats.
+"""Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1, MXFP4 and k-quant block
+formats.
 
 For each format: a few blocks of random bytes (the f16 scale fields replaced by random finite
-values, so no block decodes to inf/NaN), dequantized by the `gguf` Python package
+values, and MXFP4's e8m0 scale byte drawn from 96..=160, so no block decodes to inf/NaN),
+dequantized by the `gguf` Python package
 (`gguf.quants.dequantize`), the independent reference. Writes, per format,
 
     crates/ridge-kernels/tests/data/<fmt>.blocks   the raw block bytes
     crates/ridge-kernels/tests/data/<fmt>.f32      the expected values, little-endian f32
 
 Run from the repository root: python3 tools/reference/quant_fixtures.py
-Requires only numpy and gguf. Deterministic (fixed seed).
+Requires only numpy and gguf (a gguf new enough to know MXFP4). Deterministic (fixed seed).
 """
 
 import os
@@ -29,7 +31,11 @@ FORMATS = {
     "q6_k": (T.Q6_K, 3, [208]),
     # Appended last so the fixtures above keep their bytes (one random stream for all).
     "q5_1": (T.Q5_1, 8, [0, 2]),
+    "mxfp4": (T.MXFP4, 8, []),
 }
+
+# format -> byte offset of an e8m0 scale (a power of two: 2^(e - 127))
+E8M0_FIELDS = {"mxfp4": 0}
 
 
 def main():
@@ -41,6 +47,8 @@ def main():
         for off in f16_fields:
             d = rng.uniform(-2.0, 2.0, size=n_blocks).astype(np.float16)
             raw[:, off : off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+        if name in E8M0_FIELDS:
+            raw[:, E8M0_FIELDS[name]] = rng.integers(96, 161, size=n_blocks, dtype=np.uint8)
         vals = dequantize(raw.reshape(-1), qtype).astype("<f4")
         assert vals.size == n_blocks * block_size and np.isfinite(vals).all()
         raw.tofile(os.path.join(OUT, f"{name}.blocks"))

@@ -25,6 +25,8 @@ pub enum GgmlType {
     I64,
     F64,
     BF16,
+    /// OCP microscaling FP4: 32 × e2m1 with one e8m0 (power-of-two) scale.
+    MXFP4,
 }
 
 impl GgmlType {
@@ -52,6 +54,7 @@ impl GgmlType {
             27 => I64,
             28 => F64,
             30 => BF16,
+            39 => MXFP4,
             _ => return None,
         })
     }
@@ -61,7 +64,7 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | MXFP4 => 32,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => 256,
         }
     }
@@ -86,6 +89,7 @@ impl GgmlType {
             Q5_K => 176,
             Q6_K => 210,
             Q8_K => 292,
+            MXFP4 => 17,
         }
     }
 

@@ -8,6 +8,8 @@
 //! - Q4_1: `d: f16, m: f16, qs: [u8; 16]` (nibbles as Q4_0), x = d·q + m.
 //! - Q5_0: `d: f16, qh: u32, qs: [u8; 16]` (low four bits as Q4_0's nibbles; bit j of `qh` is
 //!   element j's fifth, top bit), x = d·(q − 16).
+//! - MXFP4: `e: u8, qs: [u8; 16]` (nibbles as Q4_0's), x = 2^(e − 128) · K[q] with
+//!   [`MXFP4_VALUES`] the doubled e2m1 values (so the scale is half the e8m0 `2^(e − 127)`).
 //! - Q4_K, Q5_K, Q6_K: 256-element super-blocks, see [`crate::kquant`].
 
 use crate::kquant::{self, QK_K};
@@ -18,6 +20,22 @@ use half::{bf16, f16};
 #[inline(always)]
 pub fn f16_at(b: &[u8]) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+}
+
+/// The doubled e2m1 values an MXFP4 code stands for (bit 3 is the sign; code 8 is −0).
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// An MXFP4 block's scale: half the e8m0 value `2^(e − 127)`, i.e. `2^(e − 128)`, exact in
+/// f32 for every byte (the two smallest are subnormal). The all-ones byte, NaN in the OCP
+/// specification, reads as 2¹²⁷ as ggml reads it.
+#[inline(always)]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        ((e as u32) - 1) << 23
+    };
+    f32::from_bits(bits)
 }
 
 /// Dequantizes one row (`out.len()` elements) stored in `dtype` into f32.
@@ -55,6 +73,15 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 for j in 0..16 {
                     o[j] = d * ((b[2 + j] & 0x0F) as i32 - 8) as f32;
                     o[j + 16] = d * ((b[2 + j] >> 4) as i32 - 8) as f32;
+                }
+            }
+        }
+        DType::MXFP4 => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(17)) {
+                let d = e8m0_half(b[0]);
+                for j in 0..16 {
+                    o[j] = d * MXFP4_VALUES[(b[1 + j] & 0x0F) as usize] as f32;
+                    o[j + 16] = d * MXFP4_VALUES[(b[1 + j] >> 4) as usize] as f32;
                 }
             }
         }
@@ -155,6 +182,29 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
                 }
             }
         }
+        DType::MXFP4 => {
+            for b in x.chunks_exact(32) {
+                let e = mxfp4_exponent(b);
+                let d = e8m0_half(e);
+                out.push(e);
+                // The nearest representable magnitude (the smaller one at a tie), signed.
+                let q = |v: f32| {
+                    let a = v.abs() / d;
+                    let m = [0.5f32, 1.5, 2.5, 3.5, 5.0, 7.0, 10.0]
+                        .iter()
+                        .filter(|&&t| a > t)
+                        .count() as u8;
+                    if v < 0.0 && m > 0 {
+                        m | 8
+                    } else {
+                        m
+                    }
+                };
+                for j in 0..16 {
+                    out.push(q(b[j]) | (q(b[j + 16]) << 4));
+                }
+            }
+        }
         DType::Q4_1 => {
             for b in x.chunks_exact(32) {
                 let (min, d, id) = min_scale(b, 15.0);
@@ -219,4 +269,13 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The smallest MXFP4 scale byte whose largest value (12 · 2^(e − 128)) covers the block's
+/// largest magnitude, so nothing clips (2 for an all-zero block).
+fn mxfp4_exponent(b: &[f32]) -> u8 {
+    let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
+    (2..=254u8)
+        .find(|&e| 12.0 * e8m0_half(e) >= amax)
+        .unwrap_or(254)
 }

@@ -177,6 +177,7 @@ pub(crate) const FMT_Q4_0: u8 = 0;
 pub(crate) const FMT_Q4_1: u8 = 1;
 pub(crate) const FMT_Q8_0: u8 = 2;
 pub(crate) const FMT_Q5_0: u8 = 3;
+pub(crate) const FMT_MXFP4: u8 = 4;
 
 #[inline(always)]
 const fn block_bytes(fmt: u8) -> usize {
@@ -184,6 +185,7 @@ const fn block_bytes(fmt: u8) -> usize {
         FMT_Q4_0 => 18,
         FMT_Q4_1 => 20,
         FMT_Q5_0 => 22,
+        FMT_MXFP4 => 17,
         _ => 34,
     }
 }
@@ -214,6 +216,23 @@ unsafe fn q5_0_bytes(b: *const u8) -> __m256i {
     _mm256_or_si256(lo, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
 }
 
+/// An MXFP4 block's 32 values as signed bytes in element order (the doubled e2m1 values
+/// looked up from the nibbles, which lie as Q4_0's after the scale byte at `b`).
+#[inline(always)]
+unsafe fn mxfp4_bytes(b: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(b.add(1) as *const __m128i);
+    let codes = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+        _mm256_set1_epi8(0x0F),
+    );
+    let k = crate::blocks::MXFP4_VALUES;
+    let table = _mm_setr_epi8(
+        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
+        k[14], k[15],
+    );
+    _mm256_shuffle_epi8(_mm256_set_m128i(table, table), codes)
+}
+
 /// Integer products of one weight block with one activation block, 8 f32 lanes (unscaled).
 #[inline(always)]
 unsafe fn block_products(fmt: u8, b: *const u8, xv: __m256i) -> __m256 {
@@ -223,6 +242,10 @@ unsafe fn block_products(fmt: u8, b: *const u8, xv: __m256i) -> __m256 {
             _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w))
         }
         FMT_Q5_0 => _mm256_maddubs_epi16(q5_0_bytes(b), xv),
+        FMT_MXFP4 => {
+            let w = mxfp4_bytes(b);
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w))
+        }
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -252,6 +275,23 @@ unsafe fn f16_lanes<const R: usize>(p: *const u8, stride: usize) -> __m128 {
         0,
     );
     _mm_cvtph_ps(v)
+}
+
+/// The block scales of `R` (≤ 4) rows as f32 lanes: f16 at the block's start, or for MXFP4
+/// its e8m0 byte (see [`crate::blocks::e8m0_half`]).
+#[inline(always)]
+unsafe fn scale_lanes<const FMT: u8, const R: usize>(p: *const u8, stride: usize) -> __m128 {
+    if FMT != FMT_MXFP4 {
+        return f16_lanes::<R>(p, stride);
+    }
+    let e = |r: usize| {
+        if r < R {
+            crate::blocks::e8m0_half(*p.add(r * stride))
+        } else {
+            0.0
+        }
+    };
+    _mm_setr_ps(e(0), e(1), e(2), e(3))
 }
 
 /// Lane `r` of `v` in all eight lanes of a ymm register.
@@ -306,7 +346,7 @@ pub(crate) unsafe fn dot_rows<const FMT: u8, const R: usize>(
         prefetch_span(pf, R * bb);
         let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
         let blk = rows.add(i * bb);
-        let dw = f16_lanes::<R>(blk, stride);
+        let dw = scale_lanes::<FMT, R>(blk, stride);
         let sc = _mm_mul_ps(dw, _mm_set1_ps(a.d));
         for r in 0..R {
             let p = block_products(FMT, blk.add(r * stride), xv);
@@ -331,6 +371,10 @@ unsafe fn unpack_block(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
             (_mm256_sign_epi8(w, w), w)
         }
         FMT_Q5_0 => (q5_0_bytes(b), _mm256_setzero_si256()),
+        FMT_MXFP4 => {
+            let w = mxfp4_bytes(b);
+            (_mm256_sign_epi8(w, w), w)
+        }
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -346,7 +390,7 @@ unsafe fn unpack_block(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
 /// [`block_products`] from an unpacked block: the same instructions, so the same values.
 #[inline(always)]
 unsafe fn unpacked_products(fmt: u8, w: (__m256i, __m256i), xv: __m256i) -> __m256 {
-    let p16 = if fmt == FMT_Q8_0 {
+    let p16 = if fmt == FMT_Q8_0 || fmt == FMT_MXFP4 {
         _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(xv, w.1))
     } else {
         _mm256_maddubs_epi16(w.0, xv)
@@ -417,7 +461,7 @@ pub(crate) unsafe fn dot_rows_xt<A: BlockAct, const FMT: u8, const R: usize, con
     for i in 0..x[0].len() {
         prefetch_span(next.wrapping_add(i * R * bb), R * bb);
         let blk = rows.add(i * bb);
-        let dw = f16_lanes::<R>(blk, stride);
+        let dw = scale_lanes::<FMT, R>(blk, stride);
         let mut sc = [_mm_setzero_ps(); T];
         for t in 0..T {
             sc[t] = _mm_mul_ps(dw, _mm_set1_ps(x[t].get_unchecked(i).scale()));
@@ -461,6 +505,13 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
                 _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w, 1)),
             )
         }
+        FMT_MXFP4 => {
+            let w = mxfp4_bytes(b);
+            (
+                _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+                _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)),
+            )
+        }
         _ => {
             // Each byte widened to a 16-bit lane holds its two nibbles: the low one (element
             // j) under a mask, the high one (element j + 16) a shift away, no mask needed.
@@ -474,7 +525,8 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
     }
 }
 
-/// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q5_0, Q8_0).
+/// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q5_0, Q8_0,
+/// MXFP4).
 /// (No closures here: a closure does not inherit the caller's target features, so intrinsics
 /// inside one would compile to slow out-of-line calls.)
 #[inline(always)]
@@ -491,6 +543,17 @@ unsafe fn dequant_block(fmt: u8, b: *const u8) -> [__m256; 4] {
             _mm256_mul_ps(_mm256_cvtepi32_ps(q2), dv),
             _mm256_mul_ps(_mm256_cvtepi32_ps(q3), dv),
         ];
+    }
+    if fmt == FMT_MXFP4 {
+        let dv = _mm256_set1_ps(crate::blocks::e8m0_half(*b));
+        let w = mxfp4_bytes(b);
+        let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        let parts = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
+        let mut out = [_mm256_setzero_ps(); 4];
+        for k in 0..4 {
+            out[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), dv);
+        }
+        return out;
     }
     if fmt == FMT_Q5_0 {
         let d = f16_ptr(b);

@@ -2,7 +2,7 @@
 //! row. Every SIMD path is tested against these.
 
 use crate::act::IntActBlock;
-use crate::blocks::f16_at;
+use crate::blocks::{e8m0_half, f16_at, MXFP4_VALUES};
 use crate::kquant::{self, QK_K};
 use half::{bf16, f16};
 
@@ -29,6 +29,21 @@ pub fn dot_q4_0<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
             s += (b[2 + j] >> 4) as i32 * a.q(j + 16);
         }
         sum += f16_at(b) * a.scale() * (s - 8 * a.qsum()) as f32;
+    }
+    sum
+}
+
+/// MXFP4 row · 8- or 16-bit activations.
+pub fn dot_mxfp4<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
+    let k = |q: u8| MXFP4_VALUES[q as usize] as i32;
+    let mut sum = 0f32;
+    for (b, a) in row.chunks_exact(17).zip(x) {
+        let mut s = 0i32;
+        for j in 0..16 {
+            s += k(b[1 + j] & 0x0F) * a.q(j);
+            s += k(b[1 + j] >> 4) * a.q(j + 16);
+        }
+        sum += e8m0_half(b[0]) * a.scale() * s as f32;
     }
     sum
 }
@@ -104,6 +119,21 @@ pub fn dot_q4_0_f32(row: &[u8], x: &[f32]) -> f32 {
             s += ((b[2 + j] >> 4) as i32 - 8) as f32 * xb[j + 16];
         }
         sum += f16_at(b) * s;
+    }
+    sum
+}
+
+/// MXFP4 row · f32 activations.
+pub fn dot_mxfp4_f32(row: &[u8], x: &[f32]) -> f32 {
+    let k = |q: u8| MXFP4_VALUES[q as usize] as f32;
+    let mut sum = 0f32;
+    for (b, xb) in row.chunks_exact(17).zip(x.chunks_exact(32)) {
+        let mut s = 0f32;
+        for j in 0..16 {
+            s += k(b[1 + j] & 0x0F) * xb[j];
+            s += k(b[1 + j] >> 4) * xb[j + 16];
+        }
+        sum += e8m0_half(b[0]) * s;
     }
     sum
 }

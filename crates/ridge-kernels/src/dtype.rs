@@ -29,6 +29,10 @@ pub enum DType {
     Q5_K,
     /// 256 × 6-bit in 16 sub-blocks of 16 with int8 scales, value = d·sc·(q − 32) (210 bytes).
     Q6_K,
+    /// OCP microscaling FP4 (gpt-oss's experts): 32 × 4-bit e2m1 codes with one e8m0 scale
+    /// byte, value = 2^(e − 128) · K[q] for K the doubled e2m1 values
+    /// `0, 1, 2, 3, 4, 6, 8, 12` and their negatives (17 bytes).
+    MXFP4,
 }
 
 impl DType {
@@ -36,7 +40,9 @@ impl DType {
     pub fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::MXFP4 => {
+                32
+            }
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
@@ -54,6 +60,7 @@ impl DType {
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
+            DType::MXFP4 => 17,
         }
     }
 

@@ -98,7 +98,7 @@ impl<'a> WeightMatrix<'a> {
 pub enum ActPrecision {
     /// 8-bit activation blocks.
     Int8,
-    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K): integer dot products
+    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, MXFP4): integer dot products
     /// nearly as fast as 8-bit, with rounding ~256× finer. Other formats take the f32 path.
     Int16,
     /// f32 activations.
@@ -125,6 +125,7 @@ impl Path {
                 | DType::Q5_1
                 | DType::Q4_K
                 | DType::Q5_K
+                | DType::MXFP4
         ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
         match precision {
             _ if !dtype.is_quantized() => Path::F32,
@@ -190,6 +191,9 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         (DType::Q4_K, Path::Int8) => s::dot_q4_k(row, xq),
         (DType::Q5_K, Path::Int8) => s::dot_q5_k(row, xq),
         (DType::Q6_K, Path::Int8) => s::dot_q6_k(row, xq),
+        (DType::MXFP4, Path::Int8) => s::dot_mxfp4(row, xq),
+        (DType::MXFP4, Path::Int16) => s::dot_mxfp4(row, x16),
+        (DType::MXFP4, _) => s::dot_mxfp4_f32(row, xf),
         (DType::Q8_0, Path::Int16) => s::dot_q8_0(row, x16),
         (DType::Q4_0, Path::Int16) => s::dot_q4_0(row, x16),
         (DType::Q4_1, Path::Int16) => s::dot_q4_1(row, x16),
@@ -226,7 +230,7 @@ unsafe fn rows_t<const R: usize, const T: usize>(
     stride: usize,
     a: [Acts<'_>; T],
 ) -> [[f32; R]; T] {
-    use crate::dot_avx2::{self as k, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
+    use crate::dot_avx2::{self as k, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
     let mut o = [[0f32; R]; T];
     let xq = a.map(|a| a.q8);
     let x16 = a.map(|a| a.q16);
@@ -244,6 +248,9 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q8_0, Path::Int8) if T == 1 => {
             k::dot_rows::<FMT_Q8_0, R>(base, stride, xq[0], &mut o[0])
         }
+        (DType::MXFP4, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_MXFP4, R>(base, stride, xq[0], &mut o[0])
+        }
         (DType::Q4_0, Path::F32) if T == 1 => {
             k::dot_rows_f32::<FMT_Q4_0, R>(base, stride, xf[0], &mut o[0])
         }
@@ -255,6 +262,9 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         }
         (DType::Q8_0, Path::F32) if T == 1 => {
             k::dot_rows_f32::<FMT_Q8_0, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::MXFP4, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_MXFP4, R>(base, stride, xf[0], &mut o[0])
         }
         (DType::Q4_0, Path::Int8) => {
             k::dot_rows_xt::<ActBlock, FMT_Q4_0, R, T>(base, stride, xq, &mut o)
@@ -268,6 +278,9 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q8_0, Path::Int8) => {
             k::dot_rows_xt::<ActBlock, FMT_Q8_0, R, T>(base, stride, xq, &mut o)
         }
+        (DType::MXFP4, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_MXFP4, R, T>(base, stride, xq, &mut o)
+        }
         (DType::Q4_0, Path::Int16) => {
             k::dot_rows_xt::<Act16Block, FMT_Q4_0, R, T>(base, stride, x16, &mut o)
         }
@@ -280,6 +293,9 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q8_0, Path::Int16) => {
             k::dot_rows_xt::<Act16Block, FMT_Q8_0, R, T>(base, stride, x16, &mut o)
         }
+        (DType::MXFP4, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_MXFP4, R, T>(base, stride, x16, &mut o)
+        }
         (DType::Q4_K, Path::Int16) => {
             crate::dot_kquant_avx2::q45_rows::<Act16Block, false, R, T>(base, stride, x16, &mut o)
         }
@@ -290,6 +306,7 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q4_1, _) => k::dot_rows_f32_xt::<FMT_Q4_1, R, T>(base, stride, xf, &mut o),
         (DType::Q5_0, _) => k::dot_rows_f32_xt::<FMT_Q5_0, R, T>(base, stride, xf, &mut o),
         (DType::Q8_0, _) => k::dot_rows_f32_xt::<FMT_Q8_0, R, T>(base, stride, xf, &mut o),
+        (DType::MXFP4, _) => k::dot_rows_f32_xt::<FMT_MXFP4, R, T>(base, stride, xf, &mut o),
         (DType::Q4_K | DType::Q5_K | DType::Q6_K, _) => crate::dot_kquant_avx2::rows::<R, T>(
             dtype,
             path == Path::Int8,

@@ -10,7 +10,7 @@ use ridge_kernels::{
     matmul, matmul_each, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
 };
 
-const ALL: [DType; 11] = [
+const ALL: [DType; 12] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -22,6 +22,7 @@ const ALL: [DType; 11] = [
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::MXFP4,
 ];
 
 /// `cols` rounded up to a whole number of `dtype`'s blocks.
@@ -76,6 +77,7 @@ fn reference(
             | DType::Q5_1
             | DType::Q4_K
             | DType::Q5_K
+            | DType::MXFP4
     ) || (tiled && dtype == DType::Q6_K);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
@@ -365,6 +367,9 @@ fn quantize_round_trip_error_is_bounded() {
         (DType::Q5_K, 0.08),
         // Half a step of 2/31 per 16 elements (scales rounded up, so nothing clips).
         (DType::Q6_K, 0.035),
+        // The scale is the smallest power of two with 12·d ≥ max |x| (so d < max/6 = 1/3
+        // here), and the widest gap between the values, 8d to 12d, rounds by up to 2d.
+        (DType::MXFP4, 2.0 / 3.0),
     ] {
         let q = quantize_row(dtype, &x);
         assert_eq!(q.len(), dtype.row_bytes(x.len()));
@@ -568,7 +573,7 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
     }
 }
 
-/// Dequantization of Q5_0, Q5_1 and the k-quants against the `gguf` Python package's dequantizer on
+/// Dequantization of Q5_0, Q5_1, MXFP4 and the k-quants against the `gguf` Python package's dequantizer on
 /// random blocks (fixtures from `tools/reference/quant_fixtures.py`). Both evaluate the same
 /// f32 operations (d·sc in f32, times q, minus dmin·m), so the values agree to the bit.
 #[test]
@@ -580,6 +585,7 @@ fn dequantize_matches_gguf_reference_fixtures() {
         ("q5_k", DType::Q5_K),
         ("q6_k", DType::Q6_K),
         ("q5_1", DType::Q5_1),
+        ("mxfp4", DType::MXFP4),
     ] {
         let blocks = std::fs::read(format!("{dir}{name}.blocks")).unwrap();
         let want: Vec<f32> = std::fs::read(format!("{dir}{name}.f32"))
@@ -605,7 +611,13 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(13);
-    for dtype in [DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+    for dtype in [
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::MXFP4,
+    ] {
         let (rows, cols) = (9, 3 * 256);
         let mut w: Vec<u8> = (0..rows * dtype.row_bytes(cols))
             .map(|_| rng.random())
@@ -614,9 +626,14 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
         let scale_offsets: &[usize] = match dtype {
             DType::Q5_0 => &[0],
             DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::MXFP4 => &[],
             _ => &[208],
         };
         for b in w.chunks_exact_mut(dtype.block_bytes()) {
+            if dtype == DType::MXFP4 {
+                // An e8m0 scale between 2^-32 and 2^0.
+                b[0] = rng.random_range(96..=128);
+            }
             for &o in scale_offsets {
                 let v = f16::from_f32(rng.random_range(-1.0f32..1.0));
                 b[o..o + 2].copy_from_slice(&v.to_le_bytes());

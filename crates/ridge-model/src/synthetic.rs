@@ -123,6 +123,7 @@ fn to_dtype_id(d: DType) -> GgmlType {
         DType::Q4_K => GgmlType::Q4_K,
         DType::Q5_K => GgmlType::Q5_K,
         DType::Q6_K => GgmlType::Q6_K,
+        DType::MXFP4 => GgmlType::MXFP4,
     }
 }
 

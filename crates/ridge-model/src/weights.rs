@@ -33,7 +33,7 @@ impl MatRef {
 
 /// The file types ridge computes in, and the kernel format of each (the one list both the
 /// lookup and the "not supported" message read, so they cannot disagree).
-const FORMATS: [(GgmlType, DType); 11] = [
+const FORMATS: [(GgmlType, DType); 12] = [
     (GgmlType::F32, DType::F32),
     (GgmlType::F16, DType::F16),
     (GgmlType::BF16, DType::BF16),
@@ -45,6 +45,7 @@ const FORMATS: [(GgmlType, DType); 11] = [
     (GgmlType::Q4_K, DType::Q4_K),
     (GgmlType::Q5_K, DType::Q5_K),
     (GgmlType::Q6_K, DType::Q6_K),
+    (GgmlType::MXFP4, DType::MXFP4),
 ];
 
 fn dtype_of(t: GgmlType) -> Option<DType> {
