@@ -6,7 +6,10 @@
 //! * variables `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, plus any extra
 //!   context the caller passes (e.g. `enable_thinking`);
 //! * functions `raise_exception(msg)` (fails the render with `msg`) and `strftime_now(fmt)`
-//!   (UTC time);
+//!   (UTC time; [`ChatTemplate::with_fixed_time`] pins it for reproducible renders);
+//! * values print as Python's `str()` prints them, with `{{ x }}` and `x | string` alike:
+//!   `['a', 'b']`, `{'k': True}`, `None`, `1e-05` (a template that writes a schema's
+//!   `"type": ["string", "null"]` with `| string` gets `['string', 'null']`, as under jinja2);
 //! * Python string/list/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) through
 //!   `minijinja-contrib`'s pycompat callback;
 //! * `tojson` prints like Python's `json.dumps` (`", "` and `": "` separators, no HTML
@@ -67,6 +70,15 @@ pub struct ChatMessage {
     /// The tool's name, on a `tool` message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant turn's reasoning, apart from its `content` (Qwen3's and DeepSeek's
+    /// templates read `reasoning_content`; absent, Qwen3's takes it from `<think>` tags in the
+    /// content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// An assistant turn's reasoning under the name gpt-oss's harmony template reads
+    /// (`thinking`, its analysis channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl ChatMessage {
@@ -78,6 +90,8 @@ impl ChatMessage {
             tool_calls: None,
             tool_call_id: None,
             name: None,
+            reasoning_content: None,
+            thinking: None,
         }
     }
 }
@@ -145,6 +159,8 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
         env.add_filter("indent", bounded_indent);
+        env.add_filter("string", py_string);
+        env.set_formatter(py_formatter);
         let source = source.into();
         env.add_template_owned(NAME, source.clone())
             .map_err(template_error)?;
@@ -154,6 +170,18 @@ impl ChatTemplate {
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// Pins the clock `strftime_now` reads to `unix_secs` (UTC) instead of the current time, so
+    /// that renders of templates that print the date (gpt-oss's "Current date: ...") are
+    /// reproducible: for tests and comparisons with a reference renderer. Servers keep the
+    /// default, the current time.
+    pub fn with_fixed_time(mut self, unix_secs: i64) -> Self {
+        self.env
+            .add_function("strftime_now", move |format: String| {
+                strftime(unix_secs, &format)
+            });
+        self
     }
 
     /// Renders a conversation. With `add_generation_prompt`, the text ends with the header of
@@ -447,7 +475,7 @@ fn write_json_str(s: &str, ensure_ascii: bool, out: &mut String) {
     out.push('"');
 }
 
-/// Python's `repr(float)` for the common cases (`1.0`, `0.5`, `1e+20`, `NaN`, `Infinity`).
+/// A float as Python's `json.dumps` writes it: `repr(float)`, with `NaN` and `Infinity`.
 fn py_float(f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
@@ -455,11 +483,166 @@ fn py_float(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
     }
+    py_float_repr(f)
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, in exponent form below 1e-4 and from
+/// 1e16 on (`1e-05`, `1e+16`; Rust's `{:?}` switches at the same points but writes `1e-5`,
+/// `1e16`), `nan`, `inf`.
+fn py_float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "nan".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf" } else { "-inf" }.into();
+    }
     let s = format!("{f:?}");
     match s.split_once('e') {
-        Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
-        _ => s,
+        Some((m, e)) => {
+            let (sign, digits) = match e.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', e),
+            };
+            format!("{m}e{sign}{digits:0>2}")
+        }
+        None => s,
     }
+}
+
+/// The `string` filter as jinja2's: Python's `str(value)`, so containers print as Python
+/// prints them (`['a', 'b']`, `{'k': True}`), not as minijinja does (`["a", "b"]`).
+fn py_string(value: &Value) -> Result<Value, Error> {
+    Ok(match value.kind() {
+        ValueKind::String => value.clone(),
+        ValueKind::Undefined => Value::from(""),
+        _ => Value::from(py_str(value)?),
+    })
+}
+
+/// How `{{ value }}` prints: as jinja2 does, Python's `str(value)` for lists, dicts and floats;
+/// everything else as minijinja prints it (already Python's for strings, integers, `True`,
+/// `None`).
+fn py_formatter(
+    out: &mut minijinja::Output,
+    state: &minijinja::State,
+    value: &Value,
+) -> Result<(), Error> {
+    match value.kind() {
+        ValueKind::Seq | ValueKind::Map => out.write_str(&py_str(value)?).map_err(Error::from),
+        ValueKind::Number if !value.is_integer() => {
+            out.write_str(&py_str(value)?).map_err(Error::from)
+        }
+        _ => minijinja::escape_formatter(out, state, value),
+    }
+}
+
+/// Python's `str(value)`: a string as is, anything else as [`py_repr`]. A text longer than
+/// [`MAX_RENDER_BYTES`] is an error (shared nested lists print exponentially long).
+fn py_str(value: &Value) -> Result<String, Error> {
+    if let (ValueKind::String, Some(s)) = (value.kind(), value.as_str()) {
+        return Ok(s.to_string());
+    }
+    let mut out = String::new();
+    py_repr(value, 0, &mut out)?;
+    Ok(out)
+}
+
+/// Python's `repr(value)` for the values JSON and templates make: `None`, `True`, numbers,
+/// quoted strings, lists and dicts (nested deeper than 256 levels: `...`); an error once `out`
+/// passes [`MAX_RENDER_BYTES`].
+fn py_repr(value: &Value, level: usize, out: &mut String) -> Result<(), Error> {
+    if out.len() > MAX_RENDER_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("a printed value is longer than {MAX_RENDER_BYTES} bytes"),
+        ));
+    }
+    if level > 256 {
+        out.push_str("...");
+        return Ok(());
+    }
+    match value.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
+        ValueKind::Number if value.is_integer() => out.push_str(&value.to_string()),
+        ValueKind::Number => out.push_str(&py_float_repr(
+            f64::try_from(value.clone()).unwrap_or(f64::NAN),
+        )),
+        ValueKind::String => py_repr_str(value.as_str().unwrap_or(""), out),
+        ValueKind::Seq | ValueKind::Iterable => {
+            out.push('[');
+            for (i, item) in value.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(&item, level + 1, out)?;
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            for (i, key) in value.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(&key, level + 1, out)?;
+                out.push_str(": ");
+                py_repr(&value.get_item(&key)?, level + 1, out)?;
+            }
+            out.push('}');
+        }
+        _ => out.push_str(&value.to_string()),
+    }
+    Ok(())
+}
+
+/// Python's `repr(str)`: single quotes unless the text has `'` and no `"`; backslash escapes
+/// for the quote, `\\`, `\t`, `\n`, `\r`; `\xNN`/`\uNNNN`/`\UNNNNNNNN` for the characters
+/// Python deems unprintable (control and format characters, separators other than the
+/// space, private use; unassigned code points are kept as they are).
+fn py_repr_str(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if py_unprintable(c) => {
+                let n = c as u32;
+                if n <= 0xff {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else if n <= 0xffff {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+/// Whether Python's `str.isprintable()` is false for `c`: categories Cc, Cf, Co, Zl, Zp and Zs
+/// but the space (Cn, unassigned, is not tabulated).
+fn py_unprintable(c: char) -> bool {
+    matches!(c as u32,
+        0x00..=0x1f | 0x7f..=0xa0 | 0xad
+        | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x890..=0x891 | 0x8e2 | 0x1680 | 0x180e
+        | 0x2000..=0x200f | 0x2028..=0x202f | 0x205f..=0x2064 | 0x2066..=0x206f | 0x3000
+        | 0xe000..=0xf8ff | 0xfeff | 0xfff9..=0xfffb | 0x110bd | 0x110cd | 0x13430..=0x1343f
+        | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a | 0xe0001 | 0xe0020..=0xe007f
+        | 0xf0000..=0xffffd | 0x100000..=0x10fffd)
 }
 
 /// `strftime_now(format)`: the current UTC time formatted with the common `strftime`
@@ -691,6 +874,10 @@ mod tests {
             "longer than",
         );
         hostile("{{ 'x' * 50000000 }}", "longer than");
+        // Printing a list that holds itself twice, 40 levels deep (2^40 leaves, all shared).
+        let doubled = "{% set ns = namespace(a=['x' * 1000]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}";
+        hostile(&format!("{doubled}{{{{ ns.a }}}}"), "longer than");
+        hostile(&format!("{doubled}{{{{ ns.a | string }}}}"), "longer than");
         // Filters that would allocate a client- or template-chosen width.
         hostile("{{ 'a\nb' | indent(1000000000000) }}", "indent");
         hostile("{{ 'a\nb' | indent(width=99999) }}", "indent");
