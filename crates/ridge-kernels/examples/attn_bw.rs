@@ -105,6 +105,7 @@ fn main() {
                         &parts[g * nk * plen..(g + 1) * nk * plen],
                         group,
                         hd,
+                        None,
                         &mut out[g * group * hd..(g + 1) * group * hd],
                     );
                 }
@@ -125,6 +126,7 @@ fn main() {
                     h / group,
                     per_task,
                     &q[h * hd..(h + per_task) * hd],
+                    None,
                     out,
                 );
             });

@@ -180,8 +180,10 @@ pub fn partial_len(gs: usize, head_dim: usize) -> usize {
 /// pass the whole group, or a subset of its heads when they need more parallel tasks.
 ///
 /// `q` holds the heads' queries back to back (`gs · head_dim`), `out` receives their attended
-/// values in the same layout. `gs` is at most [`MAX_GROUP`]. The result is [`attend_chunk`] of
-/// every chunk, merged by [`merge_chunks`].
+/// values in the same layout. `gs` is at most [`MAX_GROUP`]. `sinks`, where the model has them
+/// (gpt-oss), holds one learnt logit per head that joins each head's softmax denominator and
+/// attends to nothing. The result is [`attend_chunk`] of every chunk, merged by
+/// [`merge_chunks`].
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     isa: Isa,
@@ -193,6 +195,7 @@ pub fn attend_group(
     group: usize,
     gs: usize,
     q: &[f32],
+    sinks: Option<&[f32]>,
     out: &mut [f32],
 ) {
     let ks = chunks(first, n_ctx);
@@ -206,7 +209,7 @@ pub fn attend_group(
             let p = &mut buf[i * plen..(i + 1) * plen];
             attend_chunk(isa, kv, table, first, n_ctx, shape, group, gs, q, k, p);
         }
-        merge_chunks(&buf[..ks.len() * plen], gs, shape.head_dim, out);
+        merge_chunks(&buf[..ks.len() * plen], gs, shape.head_dim, sinks, out);
     });
 }
 
@@ -309,8 +312,16 @@ pub fn attend_chunk(
 
 /// Merges a query's chunk partials (`partials`: whole [`partial_len`] records in chunk order)
 /// into the attended values of its `gs` heads: with `M` the highest chunk maximum and
-/// `w_c = e^(m_c − M)`, `out = Σ_c w_c · acc_c / Σ_c w_c · l_c`, summed in chunk order.
-pub fn merge_chunks(partials: &[f32], gs: usize, head_dim: usize, out: &mut [f32]) {
+/// `w_c = e^(m_c − M)`, `out = Σ_c w_c · acc_c / Σ_c w_c · l_c`, summed in chunk order. With
+/// `sinks` (one logit `s_h` per head), `M` also covers `s_h` and the denominator gains
+/// `e^(s_h − M)`: probability mass the head gives to no position.
+pub fn merge_chunks(
+    partials: &[f32],
+    gs: usize,
+    head_dim: usize,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let plen = partial_len(gs, head_dim);
     let n = partials.len() / plen;
     let out = &mut out[..gs * head_dim];
@@ -321,7 +332,10 @@ pub fn merge_chunks(partials: &[f32], gs: usize, head_dim: usize, out: &mut [f32
     let rec = |c: usize| &partials[c * plen..(c + 1) * plen];
     for h in 0..gs {
         let m = |c: usize| rec(c)[gs * head_dim + h];
-        let top = (0..n).fold(f32::NEG_INFINITY, |a, c| a.max(m(c)));
+        let mut top = (0..n).fold(f32::NEG_INFINITY, |a, c| a.max(m(c)));
+        if let Some(s) = sinks {
+            top = top.max(s[h]);
+        }
         let o = &mut out[h * head_dim..(h + 1) * head_dim];
         let mut sum = 0f32;
         for c in 0..n {
@@ -331,6 +345,9 @@ pub fn merge_chunks(partials: &[f32], gs: usize, head_dim: usize, out: &mut [f32
             for (o, &a) in o.iter_mut().zip(&r[h * head_dim..(h + 1) * head_dim]) {
                 *o += a * w;
             }
+        }
+        if let Some(s) = sinks {
+            sum += ops::exp_approx(s[h] - top);
         }
         let inv = 1.0 / sum;
         for v in o.iter_mut() {

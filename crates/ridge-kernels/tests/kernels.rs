@@ -484,12 +484,42 @@ fn paged_attention_matches_f64_reference() {
             }
             // The grouped kernels, one head at a time (as decode runs them).
             for isa in isas() {
-                attend_group(isa, &kvl, &table, first, n_ctx, &shape, g, 1, &q, &mut out);
+                attend_group(
+                    isa, &kvl, &table, first, n_ctx, &shape, g, 1, &q, None, &mut out,
+                );
                 for (a, b) in out.iter().zip(&want) {
                     assert!(
                         (*a as f64 - b).abs() < 1e-5,
                         "{isa:?} head {head}: {a} vs {b}"
                     );
+                }
+            }
+            // With a sink logit (gpt-oss), below, near and above the scores: the same values
+            // scaled by z / (z + e^(sink − m)).
+            for sink in [m as f32 - 3.0, m as f32, m as f32 + 2.0] {
+                let shrink = z / (z + (sink as f64 - m).exp());
+                for isa in isas() {
+                    let sk = [sink];
+                    attend_group(
+                        isa,
+                        &kvl,
+                        &table,
+                        first,
+                        n_ctx,
+                        &shape,
+                        g,
+                        1,
+                        &q,
+                        Some(&sk),
+                        &mut out,
+                    );
+                    for (a, b) in out.iter().zip(&want) {
+                        assert!(
+                            (*a as f64 - b * shrink).abs() < 1e-5,
+                            "{isa:?} head {head} sink {sink}: {a} vs {}",
+                            b * shrink
+                        );
+                    }
                 }
             }
         }
@@ -539,13 +569,13 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
                 for isa in isas() {
                     let mut group = vec![0f32; gs * hd];
                     attend_group(
-                        isa, &kvl, &table, first, n_ctx, &shape, g, gs, qg, &mut group,
+                        isa, &kvl, &table, first, n_ctx, &shape, g, gs, qg, None, &mut group,
                     );
                     for h in 0..gs {
                         let qh = &qg[h * hd..(h + 1) * hd];
                         let mut alone = vec![0f32; hd];
                         attend_group(
-                            isa, &kvl, &table, first, n_ctx, &shape, g, 1, qh, &mut alone,
+                            isa, &kvl, &table, first, n_ctx, &shape, g, 1, qh, None, &mut alone,
                         );
                         assert_eq!(
                             &group[h * hd..(h + 1) * hd],
@@ -692,7 +722,9 @@ fn q8_0_kv_attention_matches_reference_and_f16() {
             let qg = &q[g * 3 * hd..(g + 1) * 3 * hd];
             for isa in isas() {
                 let mut got = vec![0f32; 3 * hd];
-                attend_group(isa, &q8, &table, first, n_ctx, &shape, g, 3, qg, &mut got);
+                attend_group(
+                    isa, &q8, &table, first, n_ctx, &shape, g, 3, qg, None, &mut got,
+                );
                 for h in 0..3 {
                     let (mut want, mut exact) = (vec![0f32; hd], vec![0f32; hd]);
                     let head = g * 3 + h;

@@ -28,6 +28,8 @@ pub(crate) struct LayerAttention<'a> {
     pub(crate) group: usize,
     /// Sliding window: a token at `p` sees only `p − window + 1 ..= p`.
     pub(crate) window: Option<usize>,
+    /// One sink logit per query head (gpt-oss), joining each head's softmax denominator.
+    pub(crate) sinks: Option<&'a [f32]>,
 }
 
 impl LayerAttention<'_> {
@@ -66,6 +68,7 @@ impl LayerAttention<'_> {
                 g,
                 group,
                 &q[off..off + w],
+                self.sinks.map(|s| &s[g * group..(g + 1) * group]),
                 out,
             );
         });
@@ -137,6 +140,7 @@ impl LayerAttention<'_> {
                 &ws.att_partials[i * plen..j * plen],
                 per_task,
                 hd,
+                self.sinks.map(|s| &s[h0..h0 + per_task]),
                 &mut ws.att[off..off + per_task * hd],
             );
             i = j;

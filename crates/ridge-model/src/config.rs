@@ -28,6 +28,12 @@ pub enum Architecture {
     /// OLMoE: a routed feed-forward (top-k not renormalised) under attention with an RMSNorm
     /// over the whole query and key vectors (not per head), RoPE in the NEOX layout.
     Olmoe,
+    /// gpt-oss (gpt-oss-20b, gpt-oss-120b): biased attention with a learnt sink logit per
+    /// head, sliding-window attention on every other layer, YaRN RoPE, and a routed
+    /// feed-forward whose router and experts carry biases: top-k of the router logits,
+    /// softmax over those k, experts with a clamped SwiGLU (`x·σ(1.702x)·(y + 1)`), their
+    /// weights in MXFP4.
+    GptOss,
 }
 
 impl Architecture {
@@ -41,11 +47,12 @@ impl Architecture {
             Architecture::Qwen2Moe => "qwen2moe",
             Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Olmoe => "olmoe",
+            Architecture::GptOss => "gpt-oss",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 7] = [
+    pub const ALL: [Architecture; 8] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -53,6 +60,7 @@ impl Architecture {
         Architecture::Qwen2Moe,
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
+        Architecture::GptOss,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -82,9 +90,76 @@ impl Architecture {
     pub fn is_moe(self) -> bool {
         matches!(
             self,
-            Architecture::Qwen2Moe | Architecture::Qwen3Moe | Architecture::Olmoe
+            Architecture::Qwen2Moe
+                | Architecture::Qwen3Moe
+                | Architecture::Olmoe
+                | Architecture::GptOss
         )
     }
+}
+
+/// How a routed feed-forward turns router logits into the chosen experts' weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all `E` logits, then the `k` largest probabilities (qwen, OLMoE, Mixtral).
+    Softmax,
+    /// The `k` largest logits, then a softmax over those `k` (gpt-oss).
+    SoftmaxTopK,
+}
+
+/// An expert's activation: `act(gate) ⊙ up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertAct {
+    /// SwiGLU, `silu(g) · u`.
+    Silu,
+    /// gpt-oss's clamped SwiGLU: `g' = min(g, 7)`, `u' = clamp(u, −7, 7)`,
+    /// `g' · σ(1.702 g') · (u' + 1)`.
+    SwigluOai,
+}
+
+/// How positions turn into RoPE angles beyond the plain `pos · base^(−2i/d)`: llama.cpp's
+/// `rope.scaling.*` (linear interpolation, or YaRN), the identity when the file has none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// Factor on the angles of the global layers (`1 / rope.scaling.factor`).
+    pub freq_scale: f32,
+    /// Factor on the angles of the sliding-window layers (gpt-oss scales them as the global
+    /// ones; Gemma 3 leaves its local layers unscaled, as llama.cpp does).
+    pub freq_scale_swa: f32,
+    /// YaRN's blend of interpolated and original angles, where the type is `yarn`.
+    pub yarn: Option<Yarn>,
+    /// Magnitude factor on cos/sin before YaRN's own (`rope.scaling.attn_factor`, else 1; for
+    /// YaRN divided by YaRN's `1 + 0.1·ln(factor)`, which the table multiplies back).
+    pub attn_factor: f32,
+}
+
+impl RopeScaling {
+    /// No scaling.
+    pub const NONE: RopeScaling = RopeScaling {
+        freq_scale: 1.0,
+        freq_scale_swa: 1.0,
+        yarn: None,
+        attn_factor: 1.0,
+    };
+
+    /// Whether angles are the plain ones.
+    pub fn is_identity(&self) -> bool {
+        *self == RopeScaling::NONE
+    }
+}
+
+/// YaRN's parameters (llama.cpp's defaults: the file names only the factor and the original
+/// context).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Yarn {
+    /// The context the model was trained at before scaling (`rope.scaling.original_context_length`).
+    pub orig_ctx: usize,
+    /// Rotations over the original context above which a pair keeps its angle (32).
+    pub beta_fast: f32,
+    /// Rotations below which a pair is fully interpolated (1).
+    pub beta_slow: f32,
+    /// Weight of the extrapolated angle in the ramp (1).
+    pub ext_factor: f32,
 }
 
 /// The shape of a routed (mixture-of-experts) feed-forward, the same in every layer.
@@ -103,6 +178,10 @@ pub struct MoeConfig {
     pub weights_scale: f32,
     /// Width of the shared expert every token also goes through (qwen2moe), if any.
     pub shared_ffn: Option<usize>,
+    /// How router logits become expert weights.
+    pub gating: Gating,
+    /// The experts' activation.
+    pub act: ExpertAct,
 }
 
 /// Most experts a layer may have (llama.cpp's bound too).
@@ -112,6 +191,10 @@ pub const MAX_EXPERTS: usize = 1024;
 /// `(i + 1) % GEMMA3_SWA_PATTERN == 0`, else sliding-window. llama.cpp hard-codes the same
 /// pattern; the GGUF metadata does not carry it.
 pub const GEMMA3_SWA_PATTERN: usize = 6;
+
+/// gpt-oss alternates: even layers attend through the window, odd layers globally (llama.cpp's
+/// default when `attention.sliding_window_pattern` is absent).
+pub const GPT_OSS_SWA_PATTERN: usize = 2;
 
 /// RoPE base of Gemma 3's sliding-window layers (hard-coded by llama.cpp and Gemma's reference
 /// implementation, not in the metadata).
@@ -156,8 +239,13 @@ pub struct ModelConfig {
     /// Sliding-window length of the sliding layers (`attention.sliding_window`): a token at
     /// position `p` attends to positions `p − window + 1 ..= p`. `None`: every layer is global.
     pub sliding_window: Option<usize>,
+    /// Which layers attend through `sliding_window` (one flag per layer; all false without a
+    /// window).
+    pub sliding_layers: Vec<bool>,
     /// RoPE base of the sliding-window layers.
     pub rope_base_swa: f32,
+    /// Position scaling of the RoPE angles (identity for most files).
+    pub rope_scaling: RopeScaling,
     /// Final logit soft-capping `cap · tanh(logit / cap)`, when the metadata asks for it.
     pub logit_softcap: Option<f32>,
     /// The routed feed-forward's shape, for a mixture of experts (`None`: dense).
@@ -175,9 +263,10 @@ impl ModelConfig {
         self.n_heads * self.head_dim
     }
 
-    /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers).
+    /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers,
+    /// gpt-oss's even ones).
     pub fn is_sliding(&self, layer: usize) -> bool {
-        self.sliding_window.is_some() && !(layer + 1).is_multiple_of(GEMMA3_SWA_PATTERN)
+        self.sliding_window.is_some() && self.sliding_layers.get(layer).copied().unwrap_or(false)
     }
 
     /// Reads and validates the configuration.
@@ -244,28 +333,34 @@ impl ModelConfig {
         if vocab == 0 || vocab > 1 << 24 {
             return Err(bad(format!("vocabulary size {vocab} out of range")));
         }
-        // Position scaling by metadata (linear, YaRN, LongRoPE) is not implemented, so refuse it
-        // rather than run with wrong positions. Llama 3's scaling has no metadata key (its
-        // converter writes only the `rope_freqs.weight` factors; llama.cpp rejects any
-        // `rope.scaling.type` it does not know, `llama3` included), and is bound in `model.rs`.
-        for key in ["rope.scaling.type", "rope.scaling.factor"] {
-            if let Some(v) = f.get(&k(key)) {
-                let identity =
-                    v.as_str() == Some("none") || f.get_f64(&k(key)).is_ok_and(|x| x == 1.0);
-                if !identity {
-                    return Err(bad(format!("`{}` is not supported", k(key))));
-                }
-            }
-        }
+        let rope_scaling = rope_scaling(f, arch, arch_name, ctx_len).map_err(bad)?;
         if f.has_tensor("rope_freqs.weight") && arch != Architecture::Llama {
             return Err(bad(format!(
                 "per-dimension RoPE frequency factors (`rope_freqs.weight`) are supported for llama, not {arch_name}"
             )));
         }
         let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
+        let mut sliding_layers = Vec::new();
+        let mut rope_base_swa = rope_base;
+        if arch == Architecture::GptOss {
+            sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
+            sliding_layers = swa_layers(f, &k("attention.sliding_window_pattern"), n_layers)
+                .map_err(bad)?
+                .unwrap_or_else(|| pattern_layers(GPT_OSS_SWA_PATTERN, n_layers));
+            if f.get(&k("rope.freq_base_swa")).is_some() {
+                rope_base_swa = f.get_f64(&k("rope.freq_base_swa"))? as f32;
+                if !(rope_base_swa.is_finite() && rope_base_swa > 0.0) {
+                    return Err(bad(format!(
+                        "rope.freq_base_swa {rope_base_swa} out of range"
+                    )));
+                }
+            }
+        }
         if arch == Architecture::Gemma3 {
             embd_scale = (d_model as f32).sqrt();
             sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
+            sliding_layers = pattern_layers(GEMMA3_SWA_PATTERN, n_layers);
+            rope_base_swa = GEMMA3_SWA_ROPE_BASE;
             if rope_dim != head_dim {
                 return Err(bad(format!(
                     "gemma3 rotates whole heads; rope.dimension_count {rope_dim} != head dimension {head_dim}"
@@ -308,11 +403,9 @@ impl ModelConfig {
             },
             embd_scale,
             sliding_window,
-            rope_base_swa: if arch == Architecture::Gemma3 {
-                GEMMA3_SWA_ROPE_BASE
-            } else {
-                rope_base
-            },
+            sliding_layers,
+            rope_base_swa,
+            rope_scaling,
             logit_softcap,
             moe,
         })
@@ -367,6 +460,7 @@ fn moe_config(
     // llama.cpp's fallback for qwen2moe/qwen3moe without the key: the dense width over top-k.
     let expert_ffn = match (arch, f.get(&k("expert_feed_forward_length"))) {
         (Architecture::Llama | Architecture::Olmoe, _) => ffn_dim,
+        (Architecture::GptOss, _) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
     };
@@ -401,5 +495,127 @@ fn moe_config(
         norm_topk: matches!(arch, Architecture::Qwen3Moe | Architecture::Llama),
         weights_scale,
         shared_ffn,
+        gating: if arch == Architecture::GptOss {
+            Gating::SoftmaxTopK
+        } else {
+            Gating::Softmax
+        },
+        act: if arch == Architecture::GptOss {
+            ExpertAct::SwigluOai
+        } else {
+            ExpertAct::Silu
+        },
     }))
+}
+
+/// Layer flags of a period-`p` window pattern as llama.cpp sets them: layer `i` is windowed
+/// unless `i % p == p − 1` (every layer for `p = 0`).
+fn pattern_layers(p: usize, n_layers: usize) -> Vec<bool> {
+    (0..n_layers).map(|i| p == 0 || i % p < p - 1).collect()
+}
+
+/// `attention.sliding_window_pattern` as a period or as one flag per layer (`None` when
+/// absent).
+fn swa_layers(f: &GgufFile, key: &str, n_layers: usize) -> Result<Option<Vec<bool>>, String> {
+    use ridge_gguf::{ArrayValue, MetadataValue};
+    let Some(v) = f.get(key) else {
+        return Ok(None);
+    };
+    if let MetadataValue::Array(ArrayValue::Bool(flags)) = v {
+        if flags.len() != n_layers {
+            return Err(format!(
+                "`{key}` has {} flags for {n_layers} layers",
+                flags.len()
+            ));
+        }
+        return Ok(Some(flags.clone()));
+    }
+    let p = f
+        .get_usize_in(key, 0..=n_layers.max(1))
+        .map_err(|e| without_path(f, e))?;
+    Ok(Some(pattern_layers(p, n_layers)))
+}
+
+/// Reads `rope.scaling.*`: none, `linear` (angles times `1/factor`) or `yarn` (llama.cpp's
+/// YaRN with its default betas); LongRoPE and other types are refused rather than run with
+/// wrong positions. (Llama 3's scaling has no metadata key: its converter writes
+/// `rope_freqs.weight`, bound in `model.rs`.)
+fn rope_scaling(
+    f: &GgufFile,
+    arch: Architecture,
+    arch_name: &str,
+    ctx_len: usize,
+) -> Result<RopeScaling, String> {
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let kind = match f.get(&k("rope.scaling.type")) {
+        None => "linear".to_string(),
+        Some(v) => match v.as_str() {
+            Some(s) => s.to_string(),
+            None => return Err(format!("`{}` is not a string", k("rope.scaling.type"))),
+        },
+    };
+    let num = |key: &str| -> Result<Option<f32>, String> {
+        match f.get(&k(key)) {
+            None => Ok(None),
+            Some(_) => {
+                let v = f.get_f64(&k(key)).map_err(|e| without_path(f, e))? as f32;
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(format!("`{}` is {v}; it must be positive", k(key)));
+                }
+                Ok(Some(v))
+            }
+        }
+    };
+    if f.get(&k("rope.scaling.yarn_log_multiplier")).is_some() {
+        return Err(format!(
+            "`{}` is not supported",
+            k("rope.scaling.yarn_log_multiplier")
+        ));
+    }
+    // llama.cpp: type `none` never scales; a factor without a type is linear.
+    let factor = match kind.as_str() {
+        "none" => 1.0,
+        _ => num("rope.scaling.factor")?.unwrap_or(1.0),
+    };
+    let rope_attn_factor = num("rope.scaling.attn_factor")?.unwrap_or(1.0);
+    let freq_scale = 1.0 / factor;
+    let freq_scale_swa = if arch == Architecture::GptOss {
+        freq_scale
+    } else {
+        1.0
+    };
+    match kind.as_str() {
+        "none" | "linear" => Ok(RopeScaling {
+            freq_scale,
+            freq_scale_swa,
+            yarn: None,
+            attn_factor: rope_attn_factor,
+        }),
+        "yarn" => {
+            let orig_ctx = match f.get(&k("rope.scaling.original_context_length")) {
+                None => ctx_len,
+                Some(_) => f
+                    .get_usize_in(&k("rope.scaling.original_context_length"), 1..=1 << 24)
+                    .map_err(|e| without_path(f, e))?,
+            };
+            // llama.cpp: attn_factor = mscale(factor) / (1 + 0.1·ln factor) · attn_factor,
+            // and the table multiplies by 1 + 0.1·ln(1/freq_scale) again.
+            let mscale = |s: f32| if s <= 1.0 { 1.0 } else { 0.1 * s.ln() + 1.0 };
+            Ok(RopeScaling {
+                freq_scale,
+                freq_scale_swa,
+                yarn: Some(Yarn {
+                    orig_ctx,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    ext_factor: 1.0,
+                }),
+                attn_factor: mscale(factor) / (1.0 + 0.1 * factor.ln()) * rope_attn_factor,
+            })
+        }
+        other => Err(format!(
+            "`{}` = `{other}` is not supported (supported: none, linear, yarn)",
+            k("rope.scaling.type")
+        )),
+    }
 }

@@ -24,7 +24,7 @@ use ridge_gguf::GgufFile;
 use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
-use crate::model::{GateAct, Model, RopeTable};
+use crate::model::{GateAct, Model};
 use crate::weights::vector;
 use crate::{Batch, KvCache, ModelError, Workspace};
 
@@ -65,12 +65,7 @@ pub(crate) fn layers(
         if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
             continue;
         }
-        let sliding = cfg.is_sliding(li);
-        let (table, window) = if sliding {
-            (RopeTable::Swa, cfg.sliding_window)
-        } else {
-            (RopeTable::Global, None)
-        };
+        let (table, window) = m.window_of(li);
 
         // Attention block.
         ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
@@ -78,7 +73,7 @@ pub(crate) fn layers(
         m.qk_norm(l, n, ws);
         m.rope_and_store(li, batch, kv, ws, table, true);
         m.attention(li, batch, kv, ws, window);
-        m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
+        m.attn_out(l, n, ws);
         ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_attn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
 

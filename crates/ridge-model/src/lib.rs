@@ -24,6 +24,7 @@ mod llama;
 mod model;
 mod moe;
 pub mod registry;
+mod rope;
 pub mod synthetic;
 mod weights;
 mod workspace;
@@ -31,7 +32,10 @@ mod zeroed;
 
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
-pub use config::{Architecture, ModelConfig, MoeConfig, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE};
+pub use config::{
+    Architecture, ExpertAct, Gating, ModelConfig, MoeConfig, RopeScaling, Yarn, GEMMA3_SWA_PATTERN,
+    GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
+};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::Model;

@@ -12,6 +12,11 @@
 //! (`attn_q_norm`, `attn_k_norm`, bound in `model.rs` as Gemma 3's are and applied by
 //! `Model::qk_norm`); its head dimension may differ from `d_model / n_heads`.
 //!
+//! gpt-oss runs this stack too: biases on Q/K/V and the output projection, a learnt sink logit
+//! per head in the attention softmax (`Model::attention`), a sliding window on every other
+//! layer (`Model::window_of`), YaRN RoPE (`rope.rs`), and its routed feed-forward (`moe.rs`);
+//! its pre-FFN norm is stored as `post_attention_norm`, bound as `ffn_norm`.
+//!
 //! Llama 3.1's RoPE scaling is data too: `rope_freqs.weight` divides each pair's frequency,
 //! folded into the RoPE tables once per batch (`Model::embed`).
 //!
@@ -20,7 +25,7 @@
 
 use ridge_kernels::ops;
 
-use crate::model::{GateAct, Model, RopeTable};
+use crate::model::{GateAct, Model};
 use crate::{Batch, KvCache, Workspace};
 
 /// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
@@ -37,13 +42,14 @@ pub(crate) fn layers(
         if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
             continue;
         }
-        // Attention block.
+        // Attention block (windowed on gpt-oss's even layers).
+        let (table, window) = m.window_of(li);
         ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
         m.qkv(l, n, ws);
         m.qk_norm(l, n, ws); // qwen3 only
-        m.rope_and_store(li, batch, kv, ws, RopeTable::Global, m.cfg.rope_neox);
-        m.attention(li, batch, kv, ws, None);
-        m.mm(m.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
+        m.rope_and_store(li, batch, kv, ws, table, m.cfg.rope_neox);
+        m.attention(li, batch, kv, ws, window); // with gpt-oss's sinks
+        m.attn_out(l, n, ws); // + gpt-oss's bias
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.

@@ -24,7 +24,7 @@ use crate::attend::LayerAttention;
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
-use crate::{gemma3, llama, moe, ActPolicy, Batch, KvCache, ModelError, Workspace};
+use crate::{gemma3, llama, moe, rope, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// The weights every architecture's layer has.
 pub(crate) struct Layer {
@@ -40,6 +40,11 @@ pub(crate) struct Layer {
     pub qkv_bias: Option<QkvBias>,
     /// Per-head RMSNorm weights for queries and keys, applied before RoPE (gemma3, qwen3).
     pub qk_norm: Option<QkNorm>,
+    /// Bias added to the attention output projection (gpt-oss; `None` where the file has
+    /// none).
+    pub o_bias: Option<Vec<f32>>,
+    /// One learnt sink logit per query head (gpt-oss's `attn_sinks`).
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// A layer's feed-forward, chosen at bind time: every architecture's loop calls
@@ -237,15 +242,23 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut gemma = Vec::new();
+        let gpt_oss = cfg.arch == Architecture::GptOss;
+        // gpt-oss names its pre-FFN norm after the attention it follows.
+        let ffn_norm = if gpt_oss {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        };
         for i in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
+            let o_bias = format!("blk.{i}.attn_output.bias");
             layers.push(Layer {
                 attn_norm: vector(f, &n("attn_norm"), d)?,
                 wq: matrix(f, &n("attn_q"), q, d)?,
                 wk: matrix(f, &n("attn_k"), kv, d)?,
                 wv: matrix(f, &n("attn_v"), kv, d)?,
                 wo: matrix(f, &n("attn_output"), d, q)?,
-                ffn_norm: vector(f, &n("ffn_norm"), d)?,
+                ffn_norm: vector(f, &n(ffn_norm), d)?,
                 ffn: match &cfg.moe {
                     Some(moe) => Ffn::Routed(Box::new(moe::Experts::bind(f, &cfg, moe, i)?)),
                     None => Ffn::Dense {
@@ -256,6 +269,14 @@ impl Model {
                 },
                 qkv_bias: QkvBias::bind(f, &cfg, i)?,
                 qk_norm: QkNorm::bind(f, &cfg, i)?,
+                o_bias: match gpt_oss || f.has_tensor(&o_bias) {
+                    true => Some(vector(f, &o_bias, d)?),
+                    false => None,
+                },
+                sinks: match gpt_oss {
+                    true => Some(vector(f, &n("attn_sinks"), cfg.n_heads)?),
+                    false => None,
+                },
             });
             if cfg.arch == Architecture::Gemma3 {
                 gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
@@ -430,6 +451,8 @@ impl Model {
                     + 8 * self.cfg.d_model
                     + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
                     + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
+                    + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
+                    + 4 * l.sinks.as_ref().map_or(0, Vec::len)
             })
             .sum();
         let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
@@ -564,7 +587,8 @@ impl Model {
             | Architecture::Qwen3
             | Architecture::Qwen2Moe
             | Architecture::Qwen3Moe
-            | Architecture::Olmoe => llama::layers(self, batch, kv, ws, skip),
+            | Architecture::Olmoe
+            | Architecture::GptOss => llama::layers(self, batch, kv, ws, skip),
             Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
@@ -599,12 +623,20 @@ impl Model {
                 ops::scale_inplace(row, cfg.embd_scale);
             }
         }
+        let scaling = &cfg.rope_scaling;
         for (t, &pos) in batch.positions.iter().enumerate() {
             let r = t * half..(t + 1) * half;
             let (cos, sin) = (&mut ws.cos[r.clone()], &mut ws.sin[r]);
-            match &self.rope_freqs {
+            let ff = self.rope_freqs.as_deref();
+            match ff {
+                _ if !scaling.is_identity() => {
+                    let s = scaling.freq_scale;
+                    rope::table(pos, cfg.rope_dim, cfg.rope_base, ff, s, scaling, cos, sin)
+                }
                 None => ops::rope_table(pos, cfg.rope_dim, cfg.rope_base, cos, sin),
-                Some(ff) => rope_table_scaled(pos, cfg.rope_dim, cfg.rope_base, ff, cos, sin),
+                Some(ff) => {
+                    rope::table_with_factors(pos, cfg.rope_dim, cfg.rope_base, ff, cos, sin)
+                }
             }
         }
         if cfg.sliding_window.is_some() {
@@ -612,13 +644,14 @@ impl Model {
             fit(&mut ws.sin_swa, n * half);
             for (t, &pos) in batch.positions.iter().enumerate() {
                 let r = t * half..(t + 1) * half;
-                ops::rope_table(
-                    pos,
-                    cfg.rope_dim,
-                    cfg.rope_base_swa,
-                    &mut ws.cos_swa[r.clone()],
-                    &mut ws.sin_swa[r],
-                );
+                let (cos, sin) = (&mut ws.cos_swa[r.clone()], &mut ws.sin_swa[r]);
+                let base = cfg.rope_base_swa;
+                if scaling.is_identity() {
+                    ops::rope_table(pos, cfg.rope_dim, base, cos, sin);
+                } else {
+                    let s = scaling.freq_scale_swa;
+                    rope::table(pos, cfg.rope_dim, base, None, s, scaling, cos, sin);
+                }
             }
         }
     }
@@ -651,6 +684,27 @@ impl Model {
                     ops::add_inplace(row, bias);
                 }
             }
+        }
+    }
+
+    /// The attention output projection of the `n` rows of `ws.att` into `ws.xn` (+ its bias,
+    /// where the layer has one).
+    pub(crate) fn attn_out(&self, l: &Layer, n: usize, ws: &mut Workspace) {
+        self.mm(self.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
+        if let Some(b) = &l.o_bias {
+            for row in ws.xn[..n * b.len()].chunks_exact_mut(b.len()) {
+                ops::add_inplace(row, b);
+            }
+        }
+    }
+
+    /// Layer `li`'s RoPE table and attention window: the sliding-window ones where the
+    /// layer is windowed (Gemma 3's local layers, gpt-oss's even ones), else the global.
+    pub(crate) fn window_of(&self, li: usize) -> (RopeTable, Option<usize>) {
+        if self.cfg.is_sliding(li) {
+            (RopeTable::Swa, self.cfg.sliding_window)
+        } else {
+            (RopeTable::Global, None)
         }
     }
 
@@ -755,6 +809,7 @@ impl Model {
             kv: kv.layer(li),
             group: kv.group_of(li),
             window,
+            sinks: self.layers[li].sinks.as_deref(),
         };
         // Whole KV groups per task (each K/V row read once per group) when the batch has
         // enough of them to keep every thread busy (prefill, batched decode).
@@ -811,24 +866,6 @@ impl Model {
             ops::softcap_inplace(&mut ws.logits, cap);
         }
         &ws.logits[..m * w.rows]
-    }
-}
-
-/// [`ops::rope_table`] with Llama 3's per-pair frequency divisors: pair `i` turns by
-/// `pos · base^(−2i/dim) / factors[i]`.
-fn rope_table_scaled(
-    pos: usize,
-    dim: usize,
-    base: f32,
-    factors: &[f32],
-    cos: &mut [f32],
-    sin: &mut [f32],
-) {
-    for (i, ((c, s), &ff)) in cos.iter_mut().zip(sin.iter_mut()).zip(factors).enumerate() {
-        let freq = (base as f64).powf(-2.0 * i as f64 / dim as f64) / ff as f64;
-        let a = pos as f64 * freq;
-        *c = a.cos() as f32;
-        *s = a.sin() as f32;
     }
 }
 

@@ -18,12 +18,14 @@
 //! softmax over all `E` router logits (f32 activations, so the choice is not perturbed by
 //! 8-bit rounding), the `k` largest probabilities, optionally renormalised to sum to one
 //! (qwen3moe, Mixtral; the sum clamped below at 2⁻¹⁴ as llama.cpp does) and scaled by
-//! `expert_weights_scale`.
+//! `expert_weights_scale`. gpt-oss instead takes the `k` largest logits (after the router's
+//! bias) and a softmax over those `k`, adds per-expert biases after each expert product, and
+//! activates with its clamped SwiGLU.
 
 use ridge_gguf::GgufFile;
 use ridge_kernels::{matmul, matmul_each, matmul_many, ops, ActPrecision, WeightMatrix};
 
-use crate::config::{ModelConfig, MoeConfig};
+use crate::config::{ExpertAct, Gating, ModelConfig, MoeConfig};
 use crate::model::Model;
 use crate::weights::{experts, matrix, vector, MatRef};
 use crate::workspace::fit;
@@ -44,6 +46,18 @@ pub(crate) struct Experts {
     pub down: MatRef,
     /// The shared expert (qwen2moe).
     pub shared: Option<SharedExpert>,
+    /// The router's bias, one per expert (gpt-oss).
+    pub router_bias: Option<Vec<f32>>,
+    /// Biases of every expert's products (gpt-oss).
+    pub biases: Option<ExpertBiases>,
+}
+
+/// Per-expert biases added to the gate, up and down products: expert `e`'s are the `e`-th
+/// `f` (gate, up) or `d` (down) values of each.
+pub(crate) struct ExpertBiases {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 /// A dense feed-forward every token goes through beside the routed ones, scaled per token by
@@ -75,7 +89,23 @@ impl Experts {
             }),
             None => None,
         };
+        let b = |s: &str| format!("blk.{i}.{s}.bias");
+        let gpt_oss = moe.gating == crate::config::Gating::SoftmaxTopK;
+        let (router_bias, biases) = if gpt_oss {
+            (
+                Some(vector(f, &b("ffn_gate_inp"), e)?),
+                Some(ExpertBiases {
+                    gate: rows_of(f, &b("ffn_gate_exps"), ff, e)?,
+                    up: rows_of(f, &b("ffn_up_exps"), ff, e)?,
+                    down: rows_of(f, &b("ffn_down_exps"), d, e)?,
+                }),
+            )
+        } else {
+            (None, None)
+        };
         Ok(Experts {
+            router_bias,
+            biases,
             router: matrix(f, &n("ffn_gate_inp"), e, d)?,
             gate: experts(f, &n("ffn_gate_exps"), e, ff, d)?,
             up: experts(f, &n("ffn_up_exps"), e, ff, d)?,
@@ -117,7 +147,10 @@ impl Experts {
                 .sum::<usize>()
                 + 4 * s.gate_inp.len()
         });
-        m.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used
+        let biases = self.biases.as_ref().map_or(0, |b| {
+            4 * (b.gate.len() + b.up.len() + b.down.len()) / moe.n_expert * moe.n_used
+        }) + 4 * self.router_bias.as_ref().map_or(0, Vec::len);
+        m.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used + biases
     }
 }
 
@@ -180,7 +213,21 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
         }
         matmul_each(m.isa, m.act.gate_up, &mut items, &mut ws.mm);
     }
-    ops::silu_mul(m.isa, &mut s.gate, &s.up);
+    if let Some(b) = &e.biases {
+        for &(x, p0, rows) in &experts {
+            for (g, u) in s.gate[p0 * ff..(p0 + rows) * ff]
+                .chunks_exact_mut(ff)
+                .zip(s.up[p0 * ff..(p0 + rows) * ff].chunks_exact_mut(ff))
+            {
+                ops::add_inplace(g, &b.gate[x * ff..(x + 1) * ff]);
+                ops::add_inplace(u, &b.up[x * ff..(x + 1) * ff]);
+            }
+        }
+    }
+    match moe.act {
+        ExpertAct::Silu => ops::silu_mul(m.isa, &mut s.gate, &s.up),
+        ExpertAct::SwigluOai => swiglu_oai(&mut s.gate[..pairs * ff], &s.up[..pairs * ff]),
+    }
     {
         let mut items = Vec::with_capacity(experts.len());
         let mut y = &mut s.y[..];
@@ -191,6 +238,13 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
             items.push((expert(&down_all, x, d), act, rows, yx));
         }
         matmul_each(m.isa, m.act.down, &mut items, &mut ws.mm);
+    }
+    if let Some(b) = &e.biases {
+        for &(x, p0, rows) in &experts {
+            for y in s.y[p0 * d..(p0 + rows) * d].chunks_exact_mut(d) {
+                ops::add_inplace(y, &b.down[x * d..(x + 1) * d]);
+            }
+        }
     }
     fit(&mut s.out, n * d);
     s.out.iter_mut().for_each(|v| *v = 0.0);
@@ -230,7 +284,12 @@ fn route(
     matmul(m.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
     s.chosen.clear();
     for row in s.probs.chunks_exact_mut(ne) {
-        ops::softmax_inplace(row);
+        if let Some(b) = &e.router_bias {
+            ops::add_inplace(row, b);
+        }
+        if moe.gating == Gating::Softmax {
+            ops::softmax_inplace(row);
+        }
         let first = s.chosen.len();
         for _ in 0..k {
             // The largest probability not yet taken (the lowest index among ties).
@@ -245,6 +304,14 @@ fn route(
             s.chosen.push((j as u32, p));
         }
         let picked = &mut s.chosen[first..];
+        if moe.gating == Gating::SoftmaxTopK {
+            // The k chosen logits' softmax (they are in descending order: the first is the
+            // maximum).
+            let top = picked[0].1;
+            picked.iter_mut().for_each(|(_, p)| *p = (*p - top).exp());
+            let sum: f32 = picked.iter().map(|&(_, p)| p).sum();
+            picked.iter_mut().for_each(|(_, p)| *p /= sum);
+        }
         if moe.norm_topk {
             let sum = picked
                 .iter()
@@ -314,4 +381,21 @@ fn shared_expert(m: &Model, sh: &SharedExpert, n: usize, ws: &mut Workspace) {
             *o += g * v;
         }
     }
+}
+
+/// gpt-oss's clamped SwiGLU in place: `g ← min(g, 7) · σ(1.702 · min(g, 7)) · (clamp(u, −7, 7) + 1)`.
+fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(LIMIT);
+        let y = u.clamp(-LIMIT, LIMIT);
+        *g = x / (1.0 + (-ALPHA * x).exp()) * (y + 1.0);
+    }
+}
+
+/// A 2-D f32 tensor of `n` rows of `len` values (GGUF dims `[len, n]`), flattened: a stacked
+/// experts' bias, expert `e`'s at `e · len`.
+fn rows_of(f: &GgufFile, name: &str, len: usize, n: usize) -> Result<Vec<f32>, ModelError> {
+    crate::weights::f32_rows(f, name, len, n)
 }

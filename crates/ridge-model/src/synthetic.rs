@@ -26,7 +26,7 @@ pub struct SyntheticSpec {
     /// Elements per head; `None` is `d_model / n_heads`. Written as `attention.key_length`
     /// for gemma3 (`n_heads · head_dim` must be a multiple of 32).
     pub head_dim: Option<usize>,
-    /// Gemma 3's `attention.sliding_window` (ignored for llama).
+    /// Gemma 3's and gpt-oss's `attention.sliding_window` (ignored for the others).
     pub sliding_window: usize,
     /// FFN width (multiple of 32).
     pub ffn_dim: usize,
@@ -51,6 +51,9 @@ pub struct SyntheticSpec {
     /// A routed feed-forward (required for qwen2moe, qwen3moe and olmoe; with llama, a
     /// Mixtral-style file); `None`: dense.
     pub moe: Option<SyntheticMoe>,
+    /// Format of the stacked expert tensors where it differs from `dtype` (gpt-oss ships its
+    /// experts in MXFP4 beside 8-bit attention).
+    pub expert_dtype: Option<DType>,
 }
 
 /// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
@@ -92,6 +95,7 @@ impl Default for SyntheticSpec {
             rope_freqs: false,
             vocab: SYNTHETIC_VOCAB,
             moe: None,
+            expert_dtype: None,
         }
     }
 }
@@ -150,7 +154,10 @@ pub fn synthetic_llama(spec: &SyntheticSpec) -> Vec<u8> {
 ///
 /// A gemma3 model gets the extra per-layer norms (`attn_q_norm`, `attn_k_norm`,
 /// `post_attention_norm`, `post_ffw_norm`), `attention.key_length`, `attention.sliding_window`
-/// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head. A qwen2 model
+/// and RoPE base 1 000 000 (its sliding layers use 10 000), and a tied head. A gpt-oss model
+/// gets biases on Q/K/V, the output projection, the router and the experts, `attn_sinks`,
+/// `post_attention_norm` as its pre-FFN norm, a sliding window, RoPE base 150 000 with YaRN
+/// (factor 32 over 4096 positions), and its experts in `expert_dtype`. A qwen2 model
 /// gets random Q/K/V biases (`blk.N.attn_{q,k,v}.bias`, f32) and RoPE base 1 000 000; a qwen3
 /// model no biases, per-head `attn_q_norm`/`attn_k_norm` and RoPE base 1 000 000.
 pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
@@ -161,8 +168,11 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let qwen2 = spec.arch.requires_qkv_bias();
     let qwen3 = matches!(spec.arch, Architecture::Qwen3 | Architecture::Qwen3Moe);
     let olmoe = spec.arch == Architecture::Olmoe;
+    let gpt_oss = spec.arch == Architecture::GptOss;
     let rope_base = if gemma || qwen2 || qwen3 {
         1e6
+    } else if gpt_oss {
+        150000.0
     } else {
         10000.0
     };
@@ -191,17 +201,26 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             &k("attention.layer_norm_rms_epsilon"),
             MetadataValue::F32(if gemma { 1e-6 } else { 1e-5 }),
         );
-    if gemma || spec.head_dim.is_some() {
+    if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
             .meta(&k("attention.value_length"), u(head_dim));
     }
-    if gemma {
+    if gemma || gpt_oss {
         w.meta(&k("attention.sliding_window"), u(spec.sliding_window));
+    }
+    if gpt_oss {
+        // gpt-oss's published scaling: YaRN, factor 32 over an original context of 4096.
+        w.meta(&k("rope.scaling.type"), s("yarn"))
+            .meta(&k("rope.scaling.factor"), MetadataValue::F32(32.0))
+            .meta(&k("rope.scaling.original_context_length"), u(4096));
     }
     if let Some(moe) = &spec.moe {
         w.meta(&k("expert_count"), u(moe.n_expert))
             .meta(&k("expert_used_count"), u(moe.n_used));
-        if matches!(spec.arch, Architecture::Qwen2Moe | Architecture::Qwen3Moe) {
+        if matches!(
+            spec.arch,
+            Architecture::Qwen2Moe | Architecture::Qwen3Moe | Architecture::GptOss
+        ) {
             w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
         }
         if let Some(sf) = moe.shared_ffn {
@@ -262,7 +281,23 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
         mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
         mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
-        norm(&mut w, &n("ffn_norm"), d, i + 1);
+        let ffn_norm = if gpt_oss {
+            "post_attention_norm"
+        } else {
+            "ffn_norm"
+        };
+        norm(&mut w, &n(ffn_norm), d, i + 1);
+        if gpt_oss {
+            let b = |x: &str| format!("blk.{i}.{x}.bias");
+            for (name, len, sc) in [("attn_q", q, 0.5), ("attn_k", kv, 0.5), ("attn_v", kv, 0.5)]
+                .into_iter()
+                .chain([("attn_output", d, 0.2)])
+            {
+                f32_tensor(&mut w, &b(name), &[len], &rng, sc);
+            }
+            // Sinks around the scores' own range, so some heads give them real weight.
+            f32_tensor(&mut w, &n("attn_sinks"), &[spec.n_heads], &rng, 2.0);
+        }
         let Some(moe) = &spec.moe else {
             mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
             mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
@@ -279,20 +314,28 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         let (e, f) = (moe.n_expert, moe.expert_ffn);
         let router = ws * moe.router_scale;
         mat(&mut w, &n("ffn_gate_inp"), e, d, DType::F32, router);
+        let edt = spec.expert_dtype.unwrap_or(spec.dtype);
         // A stacked tensor is its experts' rows one after another: quantized row by row as
         // one (E·rows) × cols matrix, with the 3-D shape.
         let stacked = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, sc: f32| {
             let vals: Vec<f32> = (0..e * rows * cols).map(|_| rng.next() * sc).collect();
             let data: Vec<u8> = vals
                 .chunks(cols)
-                .flat_map(|r| blocks::quantize_row(spec.dtype, r))
+                .flat_map(|r| blocks::quantize_row(edt, r))
                 .collect();
             let dims = [cols as u64, rows as u64, e as u64];
-            w.tensor(name, &dims, to_dtype_id(spec.dtype), data);
+            w.tensor(name, &dims, to_dtype_id(edt), data);
         };
         stacked(&mut w, &n("ffn_gate_exps"), f, d, ws);
         stacked(&mut w, &n("ffn_up_exps"), f, d, ws);
         stacked(&mut w, &n("ffn_down_exps"), d, f, 1.0 / (f as f32).sqrt());
+        if gpt_oss {
+            let b = |x: &str| format!("blk.{i}.{x}.bias");
+            f32_tensor(&mut w, &b("ffn_gate_inp"), &[e], &rng, 0.5);
+            f32_tensor(&mut w, &b("ffn_gate_exps"), &[f, e], &rng, 0.3);
+            f32_tensor(&mut w, &b("ffn_up_exps"), &[f, e], &rng, 0.3);
+            f32_tensor(&mut w, &b("ffn_down_exps"), &[d, e], &rng, 0.1);
+        }
         if let Some(sf) = moe.shared_ffn {
             mat(&mut w, &n("ffn_gate_shexp"), sf, d, spec.dtype, ws);
             mat(&mut w, &n("ffn_up_shexp"), sf, d, spec.dtype, ws);
@@ -348,6 +391,19 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         }
     }
     w.to_bytes()
+}
+
+/// Writes an f32 tensor of shape `dims` (GGUF order) of uniform values in `[−scale, scale)`.
+fn f32_tensor(w: &mut GgufWriter, name: &str, dims: &[usize], rng: &Rng, scale: f32) {
+    let n: usize = dims.iter().product();
+    let vals: Vec<f32> = (0..n).map(|_| rng.next() * scale).collect();
+    let dims: Vec<u64> = dims.iter().map(|&x| x as u64).collect();
+    w.tensor(
+        name,
+        &dims,
+        GgmlType::F32,
+        blocks::quantize_row(DType::F32, &vals),
+    );
 }
 
 /// Llama 3.1's RoPE frequency factors for a head of `dim` rotated dimensions (the published

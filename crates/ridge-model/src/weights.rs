@@ -131,6 +131,22 @@ fn bind(
 
 /// Reads a 1-D vector of `n` elements (norm weights) into f32; these are a few KB per layer.
 pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
+    float_tensor(f, name, &[n as u64])
+}
+
+/// Binds a float tensor of `n` rows of `len` values (GGUF dims `[len, n]`, e.g. a stacked
+/// experts' bias) into f32, row after row.
+pub(crate) fn f32_rows(
+    f: &GgufFile,
+    name: &str,
+    len: usize,
+    n: usize,
+) -> Result<Vec<f32>, ModelError> {
+    float_tensor(f, name, &[len as u64, n as u64])
+}
+
+/// A float (F32, F16, BF16) tensor of exactly `dims`, into f32.
+fn float_tensor(f: &GgufFile, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
     let t = f.tensor(name)?;
     let dtype = dtype_of(t.ty)
         .filter(|d| !d.is_quantized())
@@ -141,14 +157,14 @@ pub(crate) fn vector(f: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, Mod
                 format!("type {} (expected F32, F16 or BF16)", t.ty),
             )
         })?;
-    if t.dims != [n as u64] {
+    if t.dims != dims {
         return Err(shape_err(
             f,
             name,
-            format!("shape {:?}, expected [{n}]", t.dims),
+            format!("shape {:?}, expected {dims:?}", t.dims),
         ));
     }
-    let mut out = vec![0f32; n];
+    let mut out = vec![0f32; dims.iter().product::<u64>() as usize];
     blocks::dequantize_row(dtype, f.tensor_data(t), &mut out);
     Ok(out)
 }

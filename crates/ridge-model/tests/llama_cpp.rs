@@ -254,3 +254,28 @@ fn dense_q4_0_control_shows_llama_cpps_activation_rounding() {
         MOE_TOL_DEFAULT,
     );
 }
+
+/// gpt-oss in f32: biased attention with sinks, the window on even layers, YaRN RoPE, the
+/// biased router's top-k softmax and the clamped SwiGLU experts with their biases.
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    check_moe("gpt_oss_e8_k2");
+    let (_f, m) = load(&synthetic_model(&spec("gpt_oss_e8_k2")));
+    let c = m.config();
+    assert_eq!(
+        (c.q_dim(), c.d_model, c.sliding_window),
+        (128, 64, Some(12))
+    );
+    assert_eq!(
+        (0..c.n_layers).map(|l| c.is_sliding(l)).collect::<Vec<_>>(),
+        [true, false]
+    );
+}
+
+/// gpt-oss's real layout: MXFP4 experts (widths 96 and 32) beside Q8_0 attention, 32 experts
+/// top-4 and 128 top-8.
+#[test]
+fn gpt_oss_mxfp4_matches_llama_cpp() {
+    check_moe("gpt_oss_mxfp4_e32_k4");
+    check_moe("gpt_oss_mxfp4_e128_k8");
+}

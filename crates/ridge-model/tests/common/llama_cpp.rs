@@ -159,5 +159,50 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 ..base.clone()
             },
         ),
+        // gpt-oss: biases everywhere, sinks, a window of 12 on even layers, YaRN; 16-wide heads
+        // (q_dim 128 over d_model 64). f32, then its real layout: MXFP4 experts (widths 96
+        // and 32, not multiples of 256) beside 8-bit attention.
+        (
+            "gpt_oss_e8_k2",
+            SyntheticSpec {
+                arch: Architecture::GptOss,
+                n_heads: 8,
+                head_dim: Some(16),
+                sliding_window: 12,
+                moe: Some(moe(8, 2, 48, None)),
+                seed: 25,
+                ..base.clone()
+            },
+        ),
+        (
+            "gpt_oss_mxfp4_e32_k4",
+            SyntheticSpec {
+                arch: Architecture::GptOss,
+                n_heads: 8,
+                head_dim: Some(16),
+                sliding_window: 12,
+                dtype: DType::Q8_0,
+                embd_dtype: DType::Q8_0,
+                expert_dtype: Some(DType::MXFP4),
+                moe: Some(moe(32, 4, 96, None)),
+                seed: 27,
+                ..base.clone()
+            },
+        ),
+        (
+            "gpt_oss_mxfp4_e128_k8",
+            SyntheticSpec {
+                arch: Architecture::GptOss,
+                n_layers: 3,
+                head_dim: Some(16),
+                sliding_window: 20,
+                dtype: DType::Q8_0,
+                embd_dtype: DType::Q8_0,
+                expert_dtype: Some(DType::MXFP4),
+                moe: Some(moe(128, 8, 32, None)),
+                seed: 29,
+                ..base.clone()
+            },
+        ),
     ]
 }
