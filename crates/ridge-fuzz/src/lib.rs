@@ -344,6 +344,14 @@ pub fn moe_seed_specs() -> Vec<ridge_model::synthetic::SyntheticSpec> {
     vec![
         spec(Architecture::Qwen3Moe, None),
         spec(Architecture::Qwen2Moe, Some(32)),
+        // gpt-oss: sinks, biases, YaRN, a window, MXFP4 experts.
+        SyntheticSpec {
+            arch: Architecture::GptOss,
+            sliding_window: 4,
+            dtype: ridge_kernels::DType::Q8_0,
+            expert_dtype: Some(ridge_kernels::DType::MXFP4),
+            ..spec(Architecture::GptOss, None)
+        },
     ]
 }
 

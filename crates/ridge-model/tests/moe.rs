@@ -68,6 +68,8 @@ enum Edit {
     Keep,
     /// New dims and data.
     Replace(Vec<u64>, Vec<u8>),
+    /// Left out of the file.
+    Drop,
 }
 
 /// `bytes` written again with the metadata passed through `meta` (`None` drops the key) plus
@@ -93,6 +95,7 @@ fn rewrite(
         match tensor(t, data) {
             Edit::Keep => w.tensor(&t.name, &t.dims, t.ty, data.to_vec()),
             Edit::Replace(dims, data) => w.tensor(&t.name, &dims, t.ty, data),
+            Edit::Drop => &mut w,
         };
     }
     w.to_bytes()
@@ -470,6 +473,125 @@ fn routed_logits_do_not_depend_on_batching() {
         seed: 35,
         ..Default::default()
     });
+    // gpt-oss: MXFP4 experts, sinks, a window shorter than the prompt on even layers.
+    batch_invariance(&gpt_oss());
+}
+
+/// gpt-oss with Q8_0 attention and MXFP4 experts: 16 experts top-4 of width 96, a window of 4.
+fn gpt_oss() -> SyntheticSpec {
+    SyntheticSpec {
+        arch: Architecture::GptOss,
+        n_layers: 2,
+        d_model: 64,
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: Some(16),
+        sliding_window: 4,
+        dtype: DType::Q8_0,
+        embd_dtype: DType::Q8_0,
+        expert_dtype: Some(DType::MXFP4),
+        moe: Some(moe(16, 4, 96, None)),
+        seed: 37,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_gpt_oss_file_loads_with_its_parts() {
+    let (_f, m) = load(&synthetic_model(&gpt_oss()));
+    let c = m.config();
+    let moe = c.moe.clone().unwrap();
+    assert_eq!(moe.gating, ridge_model::Gating::SoftmaxTopK);
+    assert_eq!(moe.act, ridge_model::ExpertAct::SwigluOai);
+    assert!(!moe.norm_topk);
+    assert_eq!(
+        (c.q_dim(), c.kv_dim(), c.sliding_window),
+        (128, 32, Some(4))
+    );
+    let y = c.rope_scaling.yarn.clone().expect("YaRN");
+    assert_eq!((y.orig_ctx, c.rope_scaling.freq_scale), (4096, 1.0 / 32.0));
+    assert_eq!(c.rope_scaling.freq_scale_swa, c.rope_scaling.freq_scale);
+}
+
+#[test]
+fn gpt_oss_without_its_sinks_or_biases_names_the_tensor() {
+    let bytes = synthetic_model(&gpt_oss());
+    for name in [
+        "blk.1.attn_sinks.weight",
+        "blk.0.ffn_gate_inp.bias",
+        "blk.0.ffn_down_exps.bias",
+        "blk.1.attn_output.bias",
+    ] {
+        let e = load_error(&rewrite(&bytes, keep_meta, &[], |t, _| {
+            if t.name == name {
+                Edit::Drop
+            } else {
+                Edit::Keep
+            }
+        }));
+        assert_mentions(&e, &[name]);
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    // Sinks for 7 of 8 heads, an expert bias for 15 of 16 experts.
+    for (name, dims) in [
+        ("blk.0.attn_sinks.weight", vec![7u64]),
+        ("blk.0.ffn_up_exps.bias", vec![96, 15]),
+    ] {
+        let e = load_error(&rewrite(&bytes, keep_meta, &[], |t, d| {
+            if t.name == name {
+                let n: u64 = dims.iter().product();
+                Edit::Replace(dims.clone(), d[..4 * n as usize].to_vec())
+            } else {
+                Edit::Keep
+            }
+        }));
+        assert_mentions(&e, &[name, "shape"]);
+    }
+}
+
+#[test]
+fn rope_scaling_and_window_patterns_it_cannot_run_are_refused() {
+    let bytes = synthetic_model(&gpt_oss());
+    let with = |key: &str, v: MetadataValue| {
+        let key = key.to_string();
+        load_error(&rewrite(
+            &bytes,
+            |k, old| if k == key { None } else { Some(old.clone()) },
+            &[(key.as_str(), v)],
+            keep_tensor,
+        ))
+    };
+    let e = with(
+        "gpt-oss.rope.scaling.type",
+        MetadataValue::String("longrope".into()),
+    );
+    assert_mentions(&e, &["gpt-oss.rope.scaling.type", "longrope", "yarn"]);
+    let e = with("gpt-oss.rope.scaling.factor", MetadataValue::F32(-2.0));
+    assert_mentions(&e, &["gpt-oss.rope.scaling.factor", "positive"]);
+    let flags = ridge_gguf::ArrayValue::Bool(vec![true, false, true]);
+    let e = with(
+        "gpt-oss.attention.sliding_window_pattern",
+        MetadataValue::Array(flags),
+    );
+    assert_mentions(&e, &["sliding_window_pattern", "3 flags for 2 layers"]);
+    // A period, or flags for every layer, are read as llama.cpp reads them.
+    for (v, want) in [
+        (MetadataValue::U32(1), [false, false]),
+        (
+            MetadataValue::Array(ridge_gguf::ArrayValue::Bool(vec![false, true])),
+            [false, true],
+        ),
+    ] {
+        let b = rewrite(
+            &bytes,
+            keep_meta,
+            &[("gpt-oss.attention.sliding_window_pattern", v)],
+            keep_tensor,
+        );
+        let (_f, m) = load(&b);
+        let c = m.config();
+        assert_eq!([c.is_sliding(0), c.is_sliding(1)], want);
+    }
 }
 
 /// Bytes of `f`'s tensors: `(expert stacks per layer, everything else)`, where the embedding
