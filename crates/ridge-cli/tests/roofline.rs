@@ -384,3 +384,70 @@ fn a_mixture_reads_its_chosen_experts() {
     let all = num(&rows[0], "total_weight_bytes");
     assert!(one < all && all < total, "{one} {all} {total}");
 }
+
+/// The mixtures people run, from their published config.json (tests/data/configs): active
+/// parameters per token counted by hand from each config — attention `d·H·hd + 2·d·KV·hd +
+/// H·hd·d`, router `E·d`, `k` experts of `3·d·f` per layer, plus the head `vocab·d` — and the
+/// totals (all `E` experts, plus the embedding table the floor does not read) within 2% of
+/// the parameter counts the model cards publish. gpt-oss's experts count at MXFP4's 17 bytes
+/// per 32 weights, as its config's quantization says.
+#[test]
+fn named_mixtures_from_their_configs() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/configs");
+    // (folder, active params, vocab·d, published total params, MXFP4 experts)
+    let cases = [
+        // 48·(18 874 368 + 262 144 + 8·4 718 592) + 151 936·2048
+        (
+            "qwen3-30b-a3b",
+            3_041_656_832u64,
+            311_164_928u64,
+            30.5e9,
+            false,
+        ),
+        // 24·(26 542 080 + 92 160 + 4·24 883 200) + 201 088·2880
+        ("gpt-oss-20b", 3_607_142_400, 579_133_440, 20.9e9, true),
+        // 36·(26 542 080 + 368 640 + 4·24 883 200) + 201 088·2880
+        ("gpt-oss-120b", 5_131_100_160, 579_133_440, 116.8e9, true),
+        // 32·(41 943 040 + 32 768 + 2·176 160 768) + 32 000·4096
+        ("mixtral-8x7b", 12_748_587_008, 131_072_000, 46.7e9, false),
+    ];
+    for (name, active, embd, published, mxfp4) in cases {
+        let cfg = format!("{dir}/{name}/config.json");
+        let args = [
+            "roofline",
+            "--model",
+            &cfg,
+            "--hardware",
+            "h100-sxm",
+            "--json",
+        ];
+        let rows = lines(&run(
+            &[&args[..], &["--batch", "1,16", "--context", "0"]].concat()
+        ));
+        let r = &rows[0];
+        assert_eq!(num(r, "params"), active as f64, "{name}: {r}");
+        let (e, k) = (num(&r["experts"], "n_expert"), num(&r["experts"], "n_used"));
+        // Bytes: bf16 for all but MXFP4 experts; the total over all E experts.
+        let per_expert = num(&r["experts"], "bytes_per_expert");
+        let (one, all) = (num(r, "weights_bytes"), num(r, "total_weight_bytes"));
+        assert!(
+            (all - one - (e - k) * per_expert).abs() < 2.0,
+            "{name}: {r}"
+        );
+        let expert_bpp = if mxfp4 { 17.0 / 32.0 } else { 2.0 };
+        let expert_params = per_expert / expert_bpp * e;
+        let dense_params = (one - k * per_expert) / 2.0;
+        let total = expert_params + dense_params + embd as f64;
+        assert!(
+            (total / published - 1.0).abs() < 0.02,
+            "{name}: {total:.4e} parameters vs {published:.4e} published"
+        );
+        // Batch 16 reads the expected distinct experts.
+        let distinct = e * (1.0 - (1.0 - k / e).powi(16));
+        let want = one + (distinct - k) * per_expert;
+        assert!(
+            (num(&rows[1], "step_weight_bytes") - want).abs() < 1.0,
+            "{name}"
+        );
+    }
+}

@@ -2,12 +2,16 @@
 //! llama.cpp where no weights of that model reach the machine (random weights, the synthetic
 //! byte vocabulary padded to the real head size):
 //!
-//!     cargo run --release -p ridge-model --example write_moe_shape -- OUT.gguf [LAYERS] [DTYPE]
+//!     cargo run --release -p ridge-model --example write_moe_shape -- OUT.gguf [LAYERS] [DTYPE] [SHAPE]
 //!
-//! The shape is Qwen3-30B-A3B's (d_model 2048, 32 query / 4 KV heads of 128, 128 experts of
-//! width 768, 8 used, vocabulary 151 936), `LAYERS` of its 48 layers (default 12), every
+//! `SHAPE` `qwen3-30b-a3b` (default): d_model 2048, 32 query / 4 KV heads of 128, 128 experts
+//! of width 768, 8 used, vocabulary 151 936, `LAYERS` of its 48 layers (default 12), every
 //! matrix in `DTYPE` (`q4_0` default, `q4_k`, `q8_0`), the embedding table too; the router is
 //! f32 as in the real files.
+//!
+//! `SHAPE` `gpt-oss-20b`: d_model 2880, 64 query / 8 KV heads of 64, 32 experts of width 2880,
+//! 4 used, a window of 128 on even layers, vocabulary 201 088, `LAYERS` of its 24; attention,
+//! embeddings and head in `DTYPE`, the experts in MXFP4 as in the published files.
 
 use ridge_kernels::DType;
 use ridge_model::synthetic::{synthetic_model, SyntheticMoe, SyntheticSpec};
@@ -15,9 +19,9 @@ use ridge_model::Architecture;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let out = args
-        .next()
-        .ok_or("usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0]")?;
+    let out = args.next().ok_or(
+        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|gpt-oss-20b]",
+    )?;
     let layers: usize = args.next().map_or(Ok(12), |s| s.parse())?;
     let dtype = match args.next().as_deref().unwrap_or("q4_0") {
         "q4_0" => DType::Q4_0,
@@ -25,7 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "q8_0" => DType::Q8_0,
         other => return Err(format!("unknown DTYPE {other}").into()),
     };
-    let spec = SyntheticSpec {
+    let shape = args.next().unwrap_or_else(|| "qwen3-30b-a3b".into());
+    let qwen3 = SyntheticSpec {
         arch: Architecture::Qwen3Moe,
         n_layers: layers,
         d_model: 2048,
@@ -47,6 +52,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             router_scale: 4.0,
         }),
         ..SyntheticSpec::default()
+    };
+    let spec = match shape.as_str() {
+        "qwen3-30b-a3b" => qwen3,
+        "gpt-oss-20b" => SyntheticSpec {
+            arch: Architecture::GptOss,
+            d_model: 2880,
+            n_heads: 64,
+            n_kv_heads: 8,
+            head_dim: Some(64),
+            ffn_dim: 2880,
+            sliding_window: 128,
+            vocab: 201_088,
+            expert_dtype: Some(DType::MXFP4),
+            moe: Some(SyntheticMoe {
+                n_expert: 32,
+                n_used: 4,
+                expert_ffn: 2880,
+                shared_ffn: None,
+                router_scale: 4.0,
+            }),
+            ..qwen3
+        },
+        other => return Err(format!("unknown SHAPE {other}").into()),
     };
     let t = std::time::Instant::now();
     std::fs::write(&out, synthetic_model(&spec))?;

@@ -223,8 +223,16 @@ impl ModelSpec {
     /// each), `o` (`H · hd · d`), the gated MLP (`3 · d · ff`) and two norms (`2 · d`); then the
     /// final norm (`d`) and the output head (`vocab · d`, tied or not — the head is read either
     /// way). A multimodal config's `text_config` is used when the top level has no
-    /// `hidden_size`. Mixture-of-experts configs are refused: which experts a batch touches
-    /// decides their bytes, and that is not a function of the config.
+    /// `hidden_size`.
+    ///
+    /// A mixture of experts (`num_local_experts` or `num_experts`, top-k from
+    /// `num_experts_per_tok` / `experts_per_token`, expert width `moe_intermediate_size`, else
+    /// `intermediate_size`) reads per layer its router (`E · d`), any shared expert
+    /// (`shared_expert_intermediate_size`: `3 · d · f_s + d`) and `k` experts of `3 · d · f`;
+    /// the total counts all `E`. Where the config's `quantization_config` says `mxfp4` (gpt-oss),
+    /// the experts are counted at MXFP4's 17 bytes per 32 weights and the rest at
+    /// `bytes_per_param`. DeepSeek's routed experts (`n_routed_experts`, with latent attention)
+    /// and configs whose dense and routed layers mix are refused.
     pub fn from_hf_config(
         text: &str,
         path: &str,
@@ -253,16 +261,32 @@ impl ModelSpec {
         let need = |key: &str| -> Result<u64, SpecError> {
             get(key)?.ok_or_else(|| cfg_err(format!("`{key}` is missing")))
         };
-        for moe in ["num_local_experts", "num_experts", "n_routed_experts"] {
-            if get(moe)?.is_some_and(|n| n > 1) {
-                return Err(SpecError::Unsupported {
-                    path: path.to_string(),
-                    message: format!(
-                        "`{moe}`: mixture-of-experts models are not modelled (bytes read depend \
-                         on which experts a batch routes to)"
-                    ),
-                });
-            }
+        let unsupported = |message: String| SpecError::Unsupported {
+            path: path.to_string(),
+            message,
+        };
+        if get("n_routed_experts")?.is_some_and(|n| n > 1) {
+            return Err(unsupported(
+                "`n_routed_experts`: DeepSeek-style mixtures (latent attention, shared and \
+                 grouped experts) are not modelled"
+                    .into(),
+            ));
+        }
+        let n_expert = match get("num_local_experts")? {
+            Some(n) => Some(n),
+            None => get("num_experts")?,
+        }
+        .filter(|&n| n > 1);
+        let mixed = get("decoder_sparse_step")?.is_some_and(|s| s > 1)
+            || c.get("mlp_only_layers")
+                .and_then(|v| v.as_array())
+                .is_some_and(|a| !a.is_empty());
+        if n_expert.is_some() && mixed {
+            return Err(unsupported(
+                "`decoder_sparse_step` / `mlp_only_layers`: mixtures whose dense and routed \
+                 layers mix are not modelled"
+                    .into(),
+            ));
         }
         let d = need("hidden_size")?;
         let n_layers = need("num_hidden_layers")?;
@@ -276,18 +300,62 @@ impl ModelSpec {
                 "hidden_size {d} / num_attention_heads {n_heads} gives a zero head dimension"
             )));
         }
-        let per_layer = d * n_heads * head_dim
-            + 2 * d * n_kv_heads * head_dim
-            + n_heads * head_dim * d
-            + 3 * d * ff;
-        let matrices = n_layers * per_layer + vocab * d;
-        let norms = n_layers * 2 * d + d;
+        let attention =
+            d * n_heads * head_dim + 2 * d * n_kv_heads * head_dim + n_heads * head_dim * d;
         if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
             return Err(cfg_err(format!(
                 "bytes per parameter must be positive, got {bytes_per_param}"
             )));
         }
-        let weight_bytes = ((matrices + norms) as f64 * bytes_per_param).round() as u64;
+        let norms = n_layers * 2 * d + d;
+        // (dense parameters per layer, one expert's parameters per layer, experts, top-k).
+        let (dense, expert, e, k) = match n_expert {
+            None => (attention + 3 * d * ff, 0, 0, 0),
+            Some(e) => {
+                let k = match get("num_experts_per_tok")? {
+                    Some(k) => k,
+                    None => get("experts_per_token")?.ok_or_else(|| {
+                        cfg_err(
+                            "`num_experts_per_tok` is missing (a mixture of experts needs it)"
+                                .into(),
+                        )
+                    })?,
+                };
+                if k > e {
+                    return Err(cfg_err(format!(
+                        "`num_experts_per_tok` {k} exceeds the {e} experts"
+                    )));
+                }
+                let f = get("moe_intermediate_size")?.unwrap_or(ff);
+                let shared = get("shared_expert_intermediate_size")?.map_or(0, |sf| 3 * d * sf + d);
+                (attention + e * d + shared, 3 * d * f, e, k)
+            }
+        };
+        let mxfp4 = c
+            .get("quantization_config")
+            .or_else(|| root.get("quantization_config"))
+            .and_then(|q| q.get("quant_method"))
+            .and_then(|m| m.as_str())
+            == Some("mxfp4");
+        let expert_bpp = if mxfp4 && e > 0 {
+            17.0 / 32.0
+        } else {
+            bytes_per_param
+        };
+        let dense_params = n_layers * dense + vocab * d;
+        let bytes = |experts: u64| {
+            ((dense_params + norms) as f64 * bytes_per_param
+                + (n_layers * experts * expert) as f64 * expert_bpp)
+                .round() as u64
+        };
+        let matrices = dense_params + n_layers * k * expert;
+        let weight_bytes = bytes(k);
+        let total_weight_bytes = bytes(e);
+        let experts = (e > 0).then(|| crate::RoutedExperts {
+            bytes_per_expert: ((n_layers * expert) as f64 * expert_bpp).round() as usize,
+            n_expert: e as usize,
+            n_used: k as usize,
+        });
         let name = root
             .get("_name_or_path")
             .and_then(|v| v.as_str())
@@ -334,8 +402,8 @@ impl ModelSpec {
             params: matrices,
             weights_format: format.to_string(),
             sliding_window,
-            experts: None,
-            total_weight_bytes: weight_bytes,
+            experts,
+            total_weight_bytes,
         })
     }
 
@@ -530,7 +598,9 @@ mod tests {
         assert!(err(r#"{"hidden_size": 64}"#).contains("`num_hidden_layers` is missing"));
         assert!(err(r#"{"hidden_size": "big"}"#).contains("positive integer"));
         let moe = cfg.replace("\"vocab_size\"", "\"num_local_experts\": 8, \"vocab_size\"");
-        assert!(err(&moe).contains("mixture-of-experts"));
+        assert!(err(&moe).contains("`num_experts_per_tok` is missing"));
+        let deepseek = cfg.replace("\"vocab_size\"", "\"n_routed_experts\": 64, \"vocab_size\"");
+        assert!(err(&deepseek).contains("DeepSeek"));
     }
 
     #[test]
