@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights (see `packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 weights (see `packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -14,7 +14,8 @@
 
 use crate::act::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::{
-    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
+    Q6_K_TILE, Q8_0_TILE,
 };
 use std::arch::x86_64::*;
 
@@ -62,6 +63,8 @@ pub(crate) struct Q51;
 pub(crate) struct Q4K;
 /// Q6_K tiles.
 pub(crate) struct Q6K;
+/// MXFP4 tiles.
+pub(crate) struct Mx4;
 
 /// Eight tiled rows of format `F` (`x[t].len() / F::SPAN` tiles from `tiles`) against `T`
 /// activation rows: `out[t][j]` = row `j` · activation row `t`.
@@ -804,5 +807,148 @@ impl Tiles<ActSplit16> for Q6K {
         q6_quarter_i16::<1, T>(p, x, sb, d8, acc);
         q6_quarter_i16::<2, T>(p, x, sb, d8, acc);
         q6_quarter_i16::<3, T>(p, x, sb, d8, acc);
+    }
+}
+
+/// The eight rows' MXFP4 scales (the e8m0 bytes at `p`) as f32 lanes, `2^(e − 128)` exactly
+/// as [`crate::blocks::e8m0_half`] gives them: the exponent field `e − 1`, or for `e < 2` the
+/// subnormal `2^21 << e` bit pattern.
+#[inline(always)]
+pub(crate) unsafe fn e8m0_lanes(p: *const u8) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+}
+
+/// The 16 MXFP4 values as bytes in both 128-bit halves (for `vpshufb`), each plus `off`.
+#[inline(always)]
+pub(crate) unsafe fn mx4_table(off: i8) -> __m256i {
+    let k = crate::blocks::MXFP4_VALUES.map(|v| v.wrapping_add(off));
+    let t = _mm_setr_epi8(
+        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
+        k[14], k[15],
+    );
+    _mm256_set_m128i(t, t)
+}
+
+/// Vector `k` of an MXFP4 tile looked up in `table`: (elements `4k..4k+4`, elements
+/// `16+4k..16+4k+4`) of each row — the Q8_0 tile's vectors `k` and `k + 4`.
+#[inline(always)]
+pub(crate) unsafe fn mx4_values(p: *const u8, k: usize, table: __m256i) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles_at(p.add(8 + 32 * k));
+    (
+        _mm256_shuffle_epi8(table, lo),
+        _mm256_shuffle_epi8(table, hi),
+    )
+}
+
+/// Eight tiled MXFP4 rows against `T` rows of 8-bit activation blocks: the codes looked up as
+/// signed values (|v| ≤ 12) once for all tokens, their signs moved onto the activations as
+/// for Q8_0; a 16-bit lane sums eight `pmaddubsw` pairs, at most 16 · 12 · 127 = 24 384, so
+/// it is widened once per block. The exact integer sum meets the rows' power-of-two scales.
+impl Tiles<ActBlock> for Mx4 {
+    const BYTES: usize = MXFP4_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let table = mx4_table(0);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = mx4_values(p, k, table);
+            let (al, ah) = (_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(wh, wh));
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                let pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(a.add(4 * k)), wl));
+                let ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(a.add(16 + 4 * k)), wh));
+                s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(pl, ph));
+            }
+        }
+        let d8 = e8m0_lanes(p);
+        let ones = _mm256_set1_epi16(1);
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], ones));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d8, da), acc[t]);
+        }
+    }
+}
+
+/// A looked-up MXFP4 vector widened to 16 bits: rows 0..4 and rows 4..8 (as [`q8_words`]).
+#[inline(always)]
+pub(crate) unsafe fn mx4_words(w: __m256i) -> (__m256i, __m256i) {
+    (
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+    )
+}
+
+/// Eight tiled MXFP4 rows against `T` rows of 16-bit activation blocks, as Q8_0's: the
+/// values widened to 16 bits once for all tokens, `pmaddwd` against four activation quants.
+impl Tiles<Act16Block> for Mx4 {
+    const BYTES: usize = MXFP4_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[Act16Block]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let table = mx4_table(0);
+        let mut lo = [_mm256_setzero_si256(); T];
+        let mut hi = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = mx4_values(p, k, table);
+            for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
+                let (w0, w1) = mx4_words(w);
+                for t in 0..T {
+                    let a = bcast4w(x[t].get_unchecked(i).qs.as_ptr().add(e));
+                    lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+                    hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
+                }
+            }
+        }
+        let d8 = e8m0_lanes(p);
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d8, da), acc[t]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every e8m0 byte, the two subnormal ones included, converts as the scalar reference.
+    #[test]
+    fn e8m0_lanes_match_the_scalar_conversion_for_every_byte() {
+        if !crate::Isa::detect().avx2() {
+            return;
+        }
+        for base in (0..=255u8).step_by(8) {
+            let bytes: [u8; 8] = std::array::from_fn(|i| base.wrapping_add(i as u8));
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 was detected; `bytes` holds the eight bytes read.
+            unsafe {
+                std::arch::x86_64::_mm256_storeu_ps(
+                    got.as_mut_ptr(),
+                    super::e8m0_lanes(bytes.as_ptr()),
+                )
+            };
+            for (g, &e) in got.iter().zip(&bytes) {
+                assert_eq!(
+                    g.to_bits(),
+                    crate::blocks::e8m0_half(e).to_bits(),
+                    "e = {e}"
+                );
+            }
+        }
     }
 }

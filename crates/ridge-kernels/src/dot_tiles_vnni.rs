@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights: the tile layout,
+//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 weights: the tile layout,
 //! prefetch and scale arithmetic of [`crate::dot_tiles_avx2`], with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
@@ -21,7 +21,10 @@ use crate::dot_tiles_avx2::{
     q6_group, q6_group_u, q6_scales, q8_rows, q8_words, scale_in, TileAct, Q40, Q41, Q4K, Q50, Q51,
     Q6K, Q80,
 };
-use crate::packed::{Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE};
+use crate::dot_tiles_avx2::{e8m0_lanes, mx4_table, mx4_values, mx4_words, Mx4};
+use crate::packed::{
+    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE,
+};
 use std::arch::x86_64::*;
 
 /// How far ahead of the tile being read the kernels prefetch into L2, in bytes (rounded up to
@@ -476,5 +479,73 @@ impl TilesVnni<ActSplit16> for Q6K {
         q6_quarter_i16::<1, T>(p, x, sb, d8, acc);
         q6_quarter_i16::<2, T>(p, x, sb, d8, acc);
         q6_quarter_i16::<3, T>(p, x, sb, d8, acc);
+    }
+}
+
+/// MXFP4: the codes looked up as unsigned `v + 128` (one `vpshufb` per nibble vector for all
+/// tokens; Q8_0's offset, without its XOR) and the offset taken back through the activation
+/// block's quant sum, the exact sum of the AVX2 kernel.
+impl TilesVnni<ActBlock> for Mx4 {
+    const BYTES: usize = MXFP4_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let table = mx4_table(-128);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = mx4_values(p, k, table);
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], wl, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], wh, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        let d8 = e8m0_lanes(p);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * a.isum));
+            let da = _mm256_set1_ps(a.d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d8, da), acc[t]);
+        }
+    }
+}
+
+/// MXFP4 with 16-bit activations: the values widened as on AVX2, `vpdpwssd` for `pmaddwd` +
+/// add.
+impl TilesVnni<Act16Block> for Mx4 {
+    const BYTES: usize = MXFP4_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[Act16Block]; T],
+        i: usize,
+        acc: &mut [__m256; T],
+    ) {
+        let table = mx4_table(0);
+        let mut lo = [_mm256_setzero_si256(); T];
+        let mut hi = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let (wl, wh) = mx4_values(p, k, table);
+            for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
+                let (w0, w1) = mx4_words(w);
+                for t in 0..T {
+                    let a = bcast4w(x[t].get_unchecked(i).qs.as_ptr().add(e));
+                    lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
+                    hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
+                }
+            }
+        }
+        let d8 = e8m0_lanes(p);
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
+            let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
+            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d8, da), acc[t]);
+        }
     }
 }

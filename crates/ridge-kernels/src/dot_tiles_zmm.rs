@@ -13,10 +13,11 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::dot_tiles_avx2::{prefetch_l2, Mx4, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::dot_tiles_vnni::PREFETCH_BYTES;
 use crate::packed::{
-    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE,
+    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
+    Q6_K_TILE, Q8_0_TILE,
 };
 use std::arch::x86_64::*;
 
@@ -597,5 +598,93 @@ impl TilesZmm<ActSplit16> for Q6K {
         q6_quarter_i16::<1, T>(p, q, x, sb, d, acc);
         q6_quarter_i16::<2, T>(p, q, x, sb, d, acc);
         q6_quarter_i16::<3, T>(p, q, x, sb, d, acc);
+    }
+}
+
+/// Both tiles' MXFP4 scales (the e8m0 bytes at offset 0) as sixteen f32 lanes, as
+/// `dot_tiles_avx2::e8m0_lanes`.
+#[inline(always)]
+unsafe fn e8m0x2(p: *const u8, q: *const u8) -> __m512 {
+    let e = _mm512_cvtepu8_epi32(bytes2(p, q, 0));
+    let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+    let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    let small = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(2), e);
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub))
+}
+
+/// MXFP4 as in `dot_tiles_vnni`: the codes looked up as unsigned `v + 128`, the offset taken
+/// back through the activation's quant sum.
+impl TilesZmm<ActBlock> for Mx4 {
+    const BYTES: usize = MXFP4_TILE;
+    const SPAN: usize = 1;
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        q: *const u8,
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let k16 = crate::blocks::MXFP4_VALUES.map(|v| v.wrapping_add(-128));
+        let t128 = _mm_setr_epi8(
+            k16[0], k16[1], k16[2], k16[3], k16[4], k16[5], k16[6], k16[7], k16[8], k16[9],
+            k16[10], k16[11], k16[12], k16[13], k16[14], k16[15],
+        );
+        let table = _mm512_broadcast_i32x4(t128);
+        let mut s = [_mm512_setzero_si512(); T];
+        for k in 0..4 {
+            let (lo, hi) = nibbles_at(p, q, 8 + 32 * k);
+            let (wl, wh) = (
+                _mm512_shuffle_epi8(table, lo),
+                _mm512_shuffle_epi8(table, hi),
+            );
+            for t in 0..T {
+                let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], wl, bcast4(a.add(4 * k)));
+                s[t] = dp(s[t], wh, bcast4(a.add(16 + 4 * k)));
+            }
+        }
+        let d = e8m0x2(p, q);
+        for t in 0..T {
+            let a = x[t].get_unchecked(i);
+            let isum = _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * a.isum));
+            let da = _mm512_set1_ps(a.d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, da), acc[t]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Both tiles' e8m0 bytes, every value including the two subnormal ones, convert as the
+    /// scalar reference (`p`'s in lanes 0..8, `q`'s in 8..16).
+    #[test]
+    fn e8m0x2_matches_the_scalar_conversion_for_every_byte() {
+        if crate::Isa::detect() != crate::Isa::Avx512 {
+            return;
+        }
+        for base in (0..=255u8).step_by(16) {
+            let p: [u8; 8] = std::array::from_fn(|i| base.wrapping_add(i as u8));
+            let q: [u8; 8] = std::array::from_fn(|i| base.wrapping_add(8 + i as u8));
+            let mut got = [0f32; 16];
+            // SAFETY: AVX-512 F/BW/VL was detected (Isa::Avx512); `p` and `q` hold the bytes
+            // read.
+            unsafe { run(&p, &q, &mut got) };
+            for (g, &e) in got.iter().zip(p.iter().chain(&q)) {
+                assert_eq!(
+                    g.to_bits(),
+                    crate::blocks::e8m0_half(e).to_bits(),
+                    "e = {e}"
+                );
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn run(p: &[u8; 8], q: &[u8; 8], out: &mut [f32; 16]) {
+        std::arch::x86_64::_mm512_storeu_ps(
+            out.as_mut_ptr(),
+            super::e8m0x2(p.as_ptr(), q.as_ptr()),
+        );
     }
 }

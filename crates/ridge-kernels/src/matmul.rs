@@ -737,7 +737,8 @@ unsafe fn tiled_rows_of_chunk(
                     | DType::Q5_1
                     | DType::Q8_0
                     | DType::Q4_K
-                    | DType::Q6_K,
+                    | DType::Q6_K
+                    | DType::MXFP4,
                 Path::Int8 | Path::Int16
             )
         )
@@ -776,7 +777,8 @@ unsafe fn tiled_rows_of_chunk(
                     | DType::Q5_1
                     | DType::Q8_0
                     | DType::Q4_K
-                    | DType::Q6_K,
+                    | DType::Q6_K
+                    | DType::MXFP4,
                 Path::Int8 | Path::Int16
             )
         )
@@ -858,7 +860,7 @@ unsafe fn tiles_t_vnni<const T: usize>(
     // of seven guesses — 71–72.5 → 67.1–67.3 ms on the Zen 4, where a streamed 8960×1536
     // Q6_K product of 8 tokens runs at 166 GMAC/s in 256-bit passes and 140 in pairs).
     // Q8_0 with 16-bit activations has 256-bit kernels only.
-    let pairs = t > 0 && T >= 8 && !(i16 && w.dtype == DType::Q8_0);
+    let pairs = t > 0 && T >= 8 && !(i16 && matches!(w.dtype, DType::Q8_0 | DType::MXFP4));
     let x16w: [&[Act16Block]; T] = std::array::from_fn(|j| a.row(t + j).q16);
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     while pairs && g + 2 <= end {
@@ -866,6 +868,7 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let q = p.add(group_bytes);
         let o = match w.dtype {
             DType::Q8_0 => z::tiles2::<_, f::Q80, T>(p, q, x8),
+            DType::MXFP4 => z::tiles2::<_, f::Mx4, T>(p, q, x8),
             DType::Q5_0 if i16 => z::tiles2::<_, f::Q50, T>(p, q, x16),
             DType::Q5_0 => z::tiles2::<_, f::Q50, T>(p, q, x8),
             DType::Q5_1 if i16 => z::tiles2::<_, f::Q51, T>(p, q, x16),
@@ -890,6 +893,8 @@ unsafe fn tiles_t_vnni<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 if i16 => k::tiles::<_, f::Q80, T>(tiles, x16w),
             DType::Q8_0 => k::tiles::<_, f::Q80, T>(tiles, x8),
+            DType::MXFP4 if i16 => k::tiles::<_, f::Mx4, T>(tiles, x16w),
+            DType::MXFP4 => k::tiles::<_, f::Mx4, T>(tiles, x8),
             DType::Q5_0 if i16 => k::tiles::<_, f::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, f::Q50, T>(tiles, x8),
             DType::Q5_1 if i16 => k::tiles::<_, f::Q51, T>(tiles, x16),
@@ -941,6 +946,8 @@ unsafe fn tiles_t<const T: usize>(
         let o = match w.dtype {
             DType::Q8_0 if i16 => k::tiles::<_, k::Q80, T>(tiles, x16w),
             DType::Q8_0 => k::tiles::<_, k::Q80, T>(tiles, x8),
+            DType::MXFP4 if i16 => k::tiles::<_, k::Mx4, T>(tiles, x16w),
+            DType::MXFP4 => k::tiles::<_, k::Mx4, T>(tiles, x8),
             DType::Q5_0 if i16 => k::tiles::<_, k::Q50, T>(tiles, x16),
             DType::Q5_0 => k::tiles::<_, k::Q50, T>(tiles, x8),
             DType::Q5_1 if i16 => k::tiles::<_, k::Q51, T>(tiles, x16),

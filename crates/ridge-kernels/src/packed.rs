@@ -65,6 +65,11 @@ pub const Q6K_LOW: usize = 144;
 /// Offset of a Q6_K tile's high-bit vectors.
 pub const Q6K_HIGH: usize = 1168;
 
+/// Bytes of one MXFP4 tile: the eight rows' e8m0 scale bytes, then four nibble vectors as
+/// Q4_0's (vector `k`, lane `j`: row `j`'s quant bytes `4k..4k + 4`, low nibbles element
+/// `4k + i`, high nibbles `16 + 4k + i`). The size of the eight blocks it replaces.
+pub const MXFP4_TILE: usize = 136;
+
 /// A tiled format's block layout.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -79,6 +84,8 @@ enum Shape {
     Q4K,
     /// Q6_K (see [`Q6_K_TILE`]).
     Q6K,
+    /// MXFP4 (see [`MXFP4_TILE`]).
+    Mxfp4,
 }
 
 impl Shape {
@@ -98,6 +105,7 @@ impl Shape {
             DType::Q5_1 => simple(2, true, 24),
             DType::Q4_K => Some(Shape::Q4K),
             DType::Q6_K => Some(Shape::Q6K),
+            DType::MXFP4 => Some(Shape::Mxfp4),
             _ => None,
         }
     }
@@ -108,6 +116,7 @@ impl Shape {
             Shape::Simple { block, .. } => block,
             Shape::Q4K => 144,
             Shape::Q6K => 210,
+            Shape::Mxfp4 => 17,
         }
     }
 
@@ -116,6 +125,7 @@ impl Shape {
             Shape::Simple { block, .. } => TILE_ROWS * block,
             Shape::Q4K => Q4_K_TILE,
             Shape::Q6K => Q6_K_TILE,
+            Shape::Mxfp4 => MXFP4_TILE,
         }
     }
 
@@ -131,6 +141,13 @@ impl Shape {
         };
         if let Shape::Q6K = self {
             return q6k_shuttle(tile, j, blk, to_tile);
+        }
+        if let Shape::Mxfp4 = self {
+            mv(tile, blk, j, 0, 1);
+            for k in 0..4 {
+                mv(tile, blk, 8 + 32 * k + 4 * j, 1 + 4 * k, 4);
+            }
+            return;
         }
         let Shape::Simple {
             fields,

@@ -240,7 +240,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices packed into tiles of eight rows: every path (the tile
+/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 matrices packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
 /// and each activation row's outputs are bitwise the same alone or in a batch of any size
@@ -259,6 +259,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         DType::Q8_0,
         DType::Q4_K,
         DType::Q6_K,
+        DType::MXFP4,
     ];
     for (dtype, (rows, cols)) in formats.into_iter().flat_map(|d| shapes.map(|s| (d, s))) {
         let w = random_rows(&mut rng, dtype, rows, cols);
