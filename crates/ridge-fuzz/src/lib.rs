@@ -332,13 +332,7 @@ pub fn moe_seed_specs() -> Vec<ridge_model::synthetic::SyntheticSpec> {
         n_kv_heads: 1,
         ffn_dim: 32,
         ctx_len: 16,
-        moe: Some(SyntheticMoe {
-            n_expert: 4,
-            n_used: 2,
-            expert_ffn: 32,
-            shared_ffn,
-            router_scale: 4.0,
-        }),
+        moe: Some(SyntheticMoe::new(4, 2, 32, shared_ffn)),
         ..Default::default()
     };
     vec![

@@ -44,13 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         separate_output: true,
         seed: 30,
         vocab: 151_936,
-        moe: Some(SyntheticMoe {
-            n_expert: 128,
-            n_used: 8,
-            expert_ffn: 768,
-            shared_ffn: None,
-            router_scale: 4.0,
-        }),
+        moe: Some(SyntheticMoe::new(128, 8, 768, None)),
         ..SyntheticSpec::default()
     };
     let spec = match shape.as_str() {
@@ -65,13 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sliding_window: 128,
             vocab: 201_088,
             expert_dtype: Some(DType::MXFP4),
-            moe: Some(SyntheticMoe {
-                n_expert: 32,
-                n_used: 4,
-                expert_ffn: 2880,
-                shared_ffn: None,
-                router_scale: 4.0,
-            }),
+            moe: Some(SyntheticMoe::new(32, 4, 2880, None)),
             ..qwen3
         },
         other => return Err(format!("unknown SHAPE {other}").into()),

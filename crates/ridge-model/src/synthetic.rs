@@ -76,6 +76,25 @@ pub struct SyntheticMoe {
     pub router_scale: f32,
 }
 
+impl SyntheticMoe {
+    /// `n_expert` experts of width `expert_ffn`, `n_used` per token, an optional shared
+    /// expert, and a router spread 4× wide (top-k choices far from ties).
+    pub fn new(
+        n_expert: usize,
+        n_used: usize,
+        expert_ffn: usize,
+        shared_ffn: Option<usize>,
+    ) -> Self {
+        SyntheticMoe {
+            n_expert,
+            n_used,
+            expert_ffn,
+            shared_ffn,
+            router_scale: 4.0,
+        }
+    }
+}
+
 impl Default for SyntheticSpec {
     fn default() -> Self {
         SyntheticSpec {

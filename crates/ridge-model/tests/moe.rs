@@ -10,16 +10,6 @@ use ridge_kernels::{DType, Isa};
 use ridge_model::synthetic::{synthetic_model, SyntheticMoe, SyntheticSpec, SYNTHETIC_VOCAB};
 use ridge_model::{ActPolicy, Architecture, Batch, KvCache, Model, Workspace};
 
-fn moe(n_expert: usize, n_used: usize, expert_ffn: usize, shared: Option<usize>) -> SyntheticMoe {
-    SyntheticMoe {
-        n_expert,
-        n_used,
-        expert_ffn,
-        shared_ffn: shared,
-        router_scale: 4.0,
-    }
-}
-
 /// qwen3moe with Q4_0 layers, width 64, 16 experts of width 64, top-4.
 fn qwen3moe(n_expert: usize, n_used: usize) -> SyntheticSpec {
     SyntheticSpec {
@@ -29,7 +19,7 @@ fn qwen3moe(n_expert: usize, n_used: usize) -> SyntheticSpec {
         n_kv_heads: 2,
         dtype: DType::Q4_0,
         embd_dtype: DType::Q8_0,
-        moe: Some(moe(n_expert, n_used, 64, None)),
+        moe: Some(SyntheticMoe::new(n_expert, n_used, 64, None)),
         seed: 31,
         ..Default::default()
     }
@@ -133,7 +123,7 @@ fn top_k_above_the_expert_count_is_refused() {
     // A Mixtral-style llama file is checked the same way.
     let e = load_error(&synthetic_model(&SyntheticSpec {
         arch: Architecture::Llama,
-        moe: Some(moe(8, 9, 96, None)),
+        moe: Some(SyntheticMoe::new(8, 9, 96, None)),
         ..Default::default()
     }));
     assert_mentions(
@@ -461,7 +451,7 @@ fn routed_logits_do_not_depend_on_batching() {
     batch_invariance(&SyntheticSpec {
         arch: Architecture::Qwen2Moe,
         dtype: DType::Q8_0,
-        moe: Some(moe(16, 2, 64, Some(96))),
+        moe: Some(SyntheticMoe::new(16, 2, 64, Some(96))),
         seed: 33,
         ..Default::default()
     });
@@ -469,7 +459,7 @@ fn routed_logits_do_not_depend_on_batching() {
         arch: Architecture::Llama,
         dtype: DType::Q4_0,
         ffn_dim: 64,
-        moe: Some(moe(8, 1, 64, None)),
+        moe: Some(SyntheticMoe::new(8, 1, 64, None)),
         seed: 35,
         ..Default::default()
     });
@@ -490,7 +480,7 @@ fn gpt_oss() -> SyntheticSpec {
         dtype: DType::Q8_0,
         embd_dtype: DType::Q8_0,
         expert_dtype: Some(DType::MXFP4),
-        moe: Some(moe(16, 4, 96, None)),
+        moe: Some(SyntheticMoe::new(16, 4, 96, None)),
         seed: 37,
         ..Default::default()
     }
@@ -681,7 +671,7 @@ fn a_shared_expert_is_read_by_every_token() {
     let spec = SyntheticSpec {
         arch: Architecture::Qwen2Moe,
         dtype: DType::Q8_0,
-        moe: Some(moe(16, 2, 64, Some(96))),
+        moe: Some(SyntheticMoe::new(16, 2, 64, Some(96))),
         seed: 33,
         ..Default::default()
     };

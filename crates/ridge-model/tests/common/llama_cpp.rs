@@ -62,16 +62,6 @@ pub fn specs() -> Vec<(&'static str, SyntheticSpec)> {
     .collect()
 }
 
-fn moe(n_expert: usize, n_used: usize, expert_ffn: usize, shared: Option<usize>) -> SyntheticMoe {
-    SyntheticMoe {
-        n_expert,
-        n_used,
-        expert_ffn,
-        shared_ffn: shared,
-        router_scale: 4.0,
-    }
-}
-
 /// The mixtures of experts: every routed architecture, expert counts 8–128, top-k 1–8,
 /// expert widths that are and are not multiples of eight (tiled or not), f32 weights, and two
 /// quantized files for the default (integer) activations.
@@ -82,7 +72,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
             SyntheticSpec {
                 arch: Architecture::Qwen3Moe,
                 head_dim: Some(32),
-                moe: Some(moe(8, 2, 44, None)),
+                moe: Some(SyntheticMoe::new(8, 2, 44, None)),
                 seed: 11,
                 ..base.clone()
             },
@@ -91,7 +81,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
             "qwen3moe_e128_k8",
             SyntheticSpec {
                 arch: Architecture::Qwen3Moe,
-                moe: Some(moe(128, 8, 40, None)),
+                moe: Some(SyntheticMoe::new(128, 8, 40, None)),
                 seed: 13,
                 ..base.clone()
             },
@@ -100,7 +90,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
             "qwen2moe_e16_k4_shared",
             SyntheticSpec {
                 arch: Architecture::Qwen2Moe,
-                moe: Some(moe(16, 4, 32, Some(80))),
+                moe: Some(SyntheticMoe::new(16, 4, 32, Some(80))),
                 seed: 15,
                 ..base.clone()
             },
@@ -109,7 +99,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
             "llama_moe_e8_k1",
             SyntheticSpec {
                 arch: Architecture::Llama,
-                moe: Some(moe(8, 1, base.ffn_dim, None)),
+                moe: Some(SyntheticMoe::new(8, 1, base.ffn_dim, None)),
                 seed: 17,
                 ..base.clone()
             },
@@ -119,7 +109,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
             SyntheticSpec {
                 arch: Architecture::Olmoe,
                 n_kv_heads: 4,
-                moe: Some(moe(64, 8, base.ffn_dim, None)),
+                moe: Some(SyntheticMoe::new(64, 8, base.ffn_dim, None)),
                 seed: 19,
                 ..base.clone()
             },
@@ -130,7 +120,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 arch: Architecture::Qwen3Moe,
                 dtype: DType::Q4_0,
                 embd_dtype: DType::Q8_0,
-                moe: Some(moe(32, 4, 96, None)),
+                moe: Some(SyntheticMoe::new(32, 4, 96, None)),
                 seed: 21,
                 ..base.clone()
             },
@@ -154,7 +144,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 arch: Architecture::Qwen2Moe,
                 dtype: DType::Q8_0,
                 embd_dtype: DType::Q8_0,
-                moe: Some(moe(16, 2, 64, Some(96))),
+                moe: Some(SyntheticMoe::new(16, 2, 64, Some(96))),
                 seed: 23,
                 ..base.clone()
             },
@@ -169,7 +159,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 n_heads: 8,
                 head_dim: Some(16),
                 sliding_window: 12,
-                moe: Some(moe(8, 2, 48, None)),
+                moe: Some(SyntheticMoe::new(8, 2, 48, None)),
                 seed: 25,
                 ..base.clone()
             },
@@ -184,7 +174,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 dtype: DType::Q8_0,
                 embd_dtype: DType::Q8_0,
                 expert_dtype: Some(DType::MXFP4),
-                moe: Some(moe(32, 4, 96, None)),
+                moe: Some(SyntheticMoe::new(32, 4, 96, None)),
                 seed: 27,
                 ..base.clone()
             },
@@ -199,7 +189,7 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 dtype: DType::Q8_0,
                 embd_dtype: DType::Q8_0,
                 expert_dtype: Some(DType::MXFP4),
-                moe: Some(moe(128, 8, 32, None)),
+                moe: Some(SyntheticMoe::new(128, 8, 32, None)),
                 seed: 29,
                 ..base.clone()
             },
