@@ -19,7 +19,8 @@
 //! four vectors, each byte's low nibble element `4k + i`, its high nibble element
 //! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`; Q5_0: its scales,
 //! then its fifth bits for the eight rows arranged like the nibbles (see
-//! `spread_high_bits`), then four nibble vectors as Q4_1's). Tiles are stored
+//! `spread_high_bits`), then four nibble vectors as Q4_1's; MXFP4: the eight rows' e8m0 scale
+//! bytes, then four nibble vectors as Q4_0's). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).

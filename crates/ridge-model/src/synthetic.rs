@@ -1,4 +1,5 @@
-//! Tiny random GGUF files of the supported architectures (llama, gemma3, qwen2, qwen3), for tests and
+//! Tiny random GGUF files of the supported architectures (llama, gemma3, qwen2, qwen3, and the
+//! mixtures: qwen2moe, qwen3moe, olmoe, llama with experts, gpt-oss), for tests and
 //! examples: real files through the real loader, small enough to check against a naive
 //! reference in milliseconds.
 //!
