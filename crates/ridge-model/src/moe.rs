@@ -25,9 +25,9 @@
 use ridge_gguf::GgufFile;
 use ridge_kernels::{matmul, matmul_each, matmul_many, ops, ActPrecision, WeightMatrix};
 
-use crate::config::{ExpertAct, Gating, ModelConfig, MoeConfig};
+use crate::config::{Architecture, ExpertAct, Gating, ModelConfig, MoeConfig};
 use crate::model::Model;
-use crate::weights::{experts, matrix, vector, MatRef};
+use crate::weights::{experts, f32_rows, matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{ModelError, Workspace};
 
@@ -90,14 +90,13 @@ impl Experts {
             None => None,
         };
         let b = |s: &str| format!("blk.{i}.{s}.bias");
-        let gpt_oss = moe.gating == crate::config::Gating::SoftmaxTopK;
-        let (router_bias, biases) = if gpt_oss {
+        let (router_bias, biases) = if cfg.arch == Architecture::GptOss {
             (
                 Some(vector(f, &b("ffn_gate_inp"), e)?),
                 Some(ExpertBiases {
-                    gate: rows_of(f, &b("ffn_gate_exps"), ff, e)?,
-                    up: rows_of(f, &b("ffn_up_exps"), ff, e)?,
-                    down: rows_of(f, &b("ffn_down_exps"), d, e)?,
+                    gate: f32_rows(f, &b("ffn_gate_exps"), ff, e)?,
+                    up: f32_rows(f, &b("ffn_up_exps"), ff, e)?,
+                    down: f32_rows(f, &b("ffn_down_exps"), d, e)?,
                 }),
             )
         } else {
@@ -392,10 +391,4 @@ fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
         let y = u.clamp(-LIMIT, LIMIT);
         *g = x / (1.0 + (-ALPHA * x).exp()) * (y + 1.0);
     }
-}
-
-/// A 2-D f32 tensor of `n` rows of `len` values (GGUF dims `[len, n]`), flattened: a stacked
-/// experts' bias, expert `e`'s at `e · len`.
-fn rows_of(f: &GgufFile, name: &str, len: usize, n: usize) -> Result<Vec<f32>, ModelError> {
-    crate::weights::f32_rows(f, name, len, n)
 }

@@ -55,6 +55,9 @@ pub struct SyntheticSpec {
     /// Format of the stacked expert tensors where it differs from `dtype` (gpt-oss ships its
     /// experts in MXFP4 beside 8-bit attention).
     pub expert_dtype: Option<DType>,
+    /// `rope.scaling.type` and `rope.scaling.factor` to write (`yarn` also gets an original
+    /// context of `ctx_len / 4`); gpt-oss writes its own YaRN keys when this is `None`.
+    pub rope_scaling: Option<(&'static str, f32)>,
 }
 
 /// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
@@ -116,6 +119,7 @@ impl Default for SyntheticSpec {
             vocab: SYNTHETIC_VOCAB,
             moe: None,
             expert_dtype: None,
+            rope_scaling: None,
         }
     }
 }
@@ -228,11 +232,24 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     if gemma || gpt_oss {
         w.meta(&k("attention.sliding_window"), u(spec.sliding_window));
     }
-    if gpt_oss {
+    match spec.rope_scaling {
+        Some((kind, factor)) => {
+            w.meta(&k("rope.scaling.type"), s(kind))
+                .meta(&k("rope.scaling.factor"), MetadataValue::F32(factor));
+            if kind == "yarn" {
+                w.meta(
+                    &k("rope.scaling.original_context_length"),
+                    u((spec.ctx_len / 4).max(1)),
+                );
+            }
+        }
         // gpt-oss's published scaling: YaRN, factor 32 over an original context of 4096.
-        w.meta(&k("rope.scaling.type"), s("yarn"))
-            .meta(&k("rope.scaling.factor"), MetadataValue::F32(32.0))
-            .meta(&k("rope.scaling.original_context_length"), u(4096));
+        None if gpt_oss => {
+            w.meta(&k("rope.scaling.type"), s("yarn"))
+                .meta(&k("rope.scaling.factor"), MetadataValue::F32(32.0))
+                .meta(&k("rope.scaling.original_context_length"), u(4096));
+        }
+        None => {}
     }
     if let Some(moe) = &spec.moe {
         w.meta(&k("expert_count"), u(moe.n_expert))

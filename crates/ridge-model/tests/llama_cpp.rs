@@ -279,3 +279,28 @@ fn gpt_oss_mxfp4_matches_llama_cpp() {
     check_moe("gpt_oss_mxfp4_e32_k4");
     check_moe("gpt_oss_mxfp4_e128_k8");
 }
+
+/// `rope.scaling` as llama.cpp reads it for any architecture: YaRN on qwen3 (measured within
+/// 2e-6), and Gemma 3's linear scaling of its global layers, the local ones unscaled. The
+/// synthetic Gemma 3's logits span ~30 nats, so llama.cpp's f16 rounding inside attention
+/// moves its perplexity by up to 3.5e-4 (measured); scaling the local layers too is off by
+/// 3e-2 to 3e-1, so 1e-3 still tells them apart. Each must differ measurably from the same
+/// weights unscaled, or the fixture could not tell the scaling was applied.
+#[test]
+fn rope_scaling_by_metadata_matches_llama_cpp() {
+    for (name, tol) in [("qwen3_yarn", TOL), ("gemma3_linear", 1e-3)] {
+        let s = spec(name);
+        let got = check_with(name, &s, ActPolicy::F32, tol);
+        let (_f, m) = load(&synthetic_model(&SyntheticSpec {
+            rope_scaling: None,
+            ..s
+        }));
+        let plain = running_perplexity(&m, &prose_tokens());
+        let rel = (plain[CHUNKS - 1] - got[CHUNKS - 1]).abs() / got[CHUNKS - 1];
+        eprintln!("{name} unscaled: {:.4} (rel {rel:.2e})", plain[CHUNKS - 1]);
+        assert!(
+            rel > 50.0 * TOL,
+            "{name}: the scaling changes nothing measurable"
+        );
+    }
+}

@@ -47,6 +47,32 @@ pub fn specs() -> Vec<(&'static str, SyntheticSpec)> {
                 ..base.clone()
             },
         ),
+        // RoPE scaling by metadata, as llama.cpp reads it for any architecture: YaRN on qwen3
+        // (factor 4 over an original context of 32: the ramp spans the head's pairs), and
+        // Gemma 3's linear scaling of its global layers (its local ones stay unscaled).
+        (
+            "qwen3_yarn",
+            SyntheticSpec {
+                arch: Architecture::Qwen3,
+                head_dim: Some(32),
+                rope_scaling: Some(("yarn", 4.0)),
+                seed: 31,
+                ..base.clone()
+            },
+        ),
+        (
+            "gemma3_linear",
+            SyntheticSpec {
+                arch: Architecture::Gemma3,
+                n_layers: 6,
+                head_dim: Some(16),
+                sliding_window: 12,
+                separate_output: false,
+                rope_scaling: Some(("linear", 8.0)),
+                seed: 33,
+                ..base.clone()
+            },
+        ),
         (
             "llama_rope_freqs",
             SyntheticSpec {
