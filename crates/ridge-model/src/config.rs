@@ -188,8 +188,8 @@ pub struct MoeConfig {
 pub const MAX_EXPERTS: usize = 1024;
 
 /// Gemma 3 layer `i` is global (full causal attention, `rope.freq_base`) when
-/// `(i + 1) % GEMMA3_SWA_PATTERN == 0`, else sliding-window. llama.cpp hard-codes the same
-/// pattern; the GGUF metadata does not carry it.
+/// `(i + 1) % GEMMA3_SWA_PATTERN == 0`, else sliding-window: llama.cpp's default when the
+/// file has no `attention.sliding_window_pattern` (Gemma 3's converter writes none).
 pub const GEMMA3_SWA_PATTERN: usize = 6;
 
 /// gpt-oss alternates: even layers attend through the window, odd layers globally (llama.cpp's
@@ -359,7 +359,9 @@ impl ModelConfig {
         if arch == Architecture::Gemma3 {
             embd_scale = (d_model as f32).sqrt();
             sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
-            sliding_layers = pattern_layers(GEMMA3_SWA_PATTERN, n_layers);
+            sliding_layers = swa_layers(f, &k("attention.sliding_window_pattern"), n_layers)
+                .map_err(bad)?
+                .unwrap_or_else(|| pattern_layers(GEMMA3_SWA_PATTERN, n_layers));
             rope_base_swa = GEMMA3_SWA_ROPE_BASE;
             if rope_dim != head_dim {
                 return Err(bad(format!(
@@ -531,7 +533,7 @@ fn swa_layers(f: &GgufFile, key: &str, n_layers: usize) -> Result<Option<Vec<boo
         return Ok(Some(flags.clone()));
     }
     let p = f
-        .get_usize_in(key, 0..=n_layers.max(1))
+        .get_usize_in(key, 0..=1 << 16)
         .map_err(|e| without_path(f, e))?;
     Ok(Some(pattern_layers(p, n_layers)))
 }

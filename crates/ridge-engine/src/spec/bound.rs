@@ -81,11 +81,15 @@ pub fn spec_bound(g: &[Guesses], cost: &[f64]) -> SpecBound {
         };
     }
     let limit = cost.len() - 1;
-    // best[p]: the least cost of generating positions p.. (best[n] = 0).
+    // best[p]: the least cost of generating positions p.. (best[n] = 0). Any number of the
+    // guesses made may be drafted; past the held ones they only cost (the pass advances
+    // `held + 1`), which can still be the cheaper pass where measured costs are not monotonic
+    // in the pass length — so the best schedule is at least every fixed rule below.
     let mut best = vec![0.0f64; n + 1];
     for p in (0..n).rev() {
-        best[p] = (0..=g[p].held.min(limit))
-            .map(|k| cost[k] + best[(p + k + 1).min(n)])
+        let held = g[p].held.min(limit);
+        best[p] = (0..=g[p].made.min(limit))
+            .map(|k| cost[k] + best[(p + k.min(held) + 1).min(n)])
             .fold(f64::INFINITY, f64::min);
     }
     // A fixed rule: draft `k(p)` guesses at each step (a guess past the held ones is rejected,
@@ -206,6 +210,20 @@ mod tests {
         assert!((b.ceiling - 4.0 / 2.2).abs() < 1e-12, "{b:?}");
         // Every guess made holds here, so drafting them all is the step-by-step schedule.
         assert!((b.every_guess - b.stepwise).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_ceiling_is_at_least_every_rule_when_measured_costs_are_not_monotonic() {
+        // A noisy measurement: a 3-token pass timed cheaper than a 2-token one. Two guesses
+        // made, one holding, at each of 4 positions: drafting both (the second is rejected)
+        // costs 1.2 for 2 tokens, drafting the held one 1.5 — the best schedule drafts both.
+        let b = spec_bound(&gs(&[(2, 1); 4]), &[1.0, 1.5, 1.2]);
+        assert!((b.every_guess - 4.0 / 2.4).abs() < 1e-12, "{b:?}");
+        assert!((b.ceiling - 4.0 / 2.4).abs() < 1e-12, "{b:?}");
+        assert!(
+            b.ceiling >= b.stepwise && b.ceiling >= b.every_guess,
+            "{b:?}"
+        );
     }
 
     #[test]
