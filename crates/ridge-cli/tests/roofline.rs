@@ -383,6 +383,34 @@ fn a_mixture_reads_its_chosen_experts() {
     // The whole file's weights are more than one token reads and less than the file.
     let all = num(&rows[0], "total_weight_bytes");
     assert!(one < all && all < total, "{one} {all} {total}");
+
+    // gpt-oss: its experts' biases (`…_exps.bias`, `[rows, E]`) are read `k` of `E` too, and
+    // the floor still counts exactly what the forward pass reads (MXFP4 experts, sinks,
+    // biases on attention and router).
+    let spec = SyntheticSpec {
+        arch: ridge_model::Architecture::GptOss,
+        n_heads: 8,
+        head_dim: Some(16),
+        dtype: ridge_kernels::DType::Q8_0,
+        expert_dtype: Some(ridge_kernels::DType::MXFP4),
+        moe: Some(SyntheticMoe::new(16, 4, 96, None)),
+        ..SyntheticSpec::default()
+    };
+    std::fs::write(&path, synthetic_model(&spec)).unwrap();
+    let rows = lines(&run(
+        &[&args[..], &["--batch", "1", "--context", "0"]].concat()
+    ));
+    let model = ridge_model::Model::load(&path).unwrap();
+    assert_eq!(
+        num(&rows[0], "weights_bytes"),
+        model.weight_bytes_per_token() as f64,
+        "{}",
+        rows[0]
+    );
+    assert_eq!(
+        num(&rows[0]["experts"], "bytes_per_expert"),
+        model.expert_bytes() as f64
+    );
 }
 
 /// The mixtures people run, from their published config.json (tests/data/configs): active

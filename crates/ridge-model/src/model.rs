@@ -461,7 +461,7 @@ impl Model {
     }
 
     /// Bytes of one routed expert in every layer together (its gate, up and down slices, as
-    /// the products read them); 0 for a dense model.
+    /// the products read them, and its biases where the file has them); 0 for a dense model.
     pub fn expert_bytes(&self) -> usize {
         let Some(moe) = &self.cfg.moe else {
             return 0;
@@ -470,10 +470,15 @@ impl Model {
             .iter()
             .map(|l| match &l.ffn {
                 Ffn::Routed(e) => {
-                    [e.gate, e.up, e.down]
+                    let biases = e
+                        .biases
+                        .as_ref()
+                        .map_or(0, |b| 4 * (b.gate.len() + b.up.len() + b.down.len()));
+                    ([e.gate, e.up, e.down]
                         .iter()
                         .map(|m| self.mat(m).data.len())
                         .sum::<usize>()
+                        + biases)
                         / moe.n_expert
                 }
                 Ffn::Dense { .. } => 0,

@@ -139,7 +139,12 @@ impl ModelSpec {
                 continue; // looked up one row per token, not read whole
             }
             total_weight_bytes += t.size as u64;
-            let routed = n_expert > 0 && t.dims.len() == 3 && t.name.ends_with("_exps.weight");
+            // (gpt-oss's per-expert biases, `…_exps.bias` `[rows, E]`, are read the same way.)
+            let routed = n_expert > 0
+                && ((t.dims.len() == 3 && t.name.ends_with("_exps.weight"))
+                    || (t.dims.len() == 2
+                        && t.dims[1] == n_expert
+                        && t.name.ends_with("_exps.bias")));
             if routed {
                 expert_bytes += t.size as u64 / n_expert;
                 weight_bytes += t.size as u64 / n_expert * n_used;
