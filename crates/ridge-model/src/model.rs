@@ -269,13 +269,15 @@ impl Model {
                 },
                 qkv_bias: QkvBias::bind(f, &cfg, i)?,
                 qk_norm: QkNorm::bind(f, &cfg, i)?,
-                o_bias: match gpt_oss || f.has_tensor(&o_bias) {
-                    true => Some(vector(f, &o_bias, d)?),
-                    false => None,
+                o_bias: if gpt_oss || f.has_tensor(&o_bias) {
+                    Some(vector(f, &o_bias, d)?)
+                } else {
+                    None
                 },
-                sinks: match gpt_oss {
-                    true => Some(vector(f, &n("attn_sinks"), cfg.n_heads)?),
-                    false => None,
+                sinks: if gpt_oss {
+                    Some(vector(f, &n("attn_sinks"), cfg.n_heads)?)
+                } else {
+                    None
                 },
             });
             if cfg.arch == Architecture::Gemma3 {
