@@ -976,6 +976,7 @@ fn finish_seq(
         },
         timings: s.timings.clone(),
         error,
+        stop_sequence: s.stop.matched().map(str::to_string),
     }));
 }
 

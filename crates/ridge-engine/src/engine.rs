@@ -175,6 +175,7 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
                             usage: Default::default(),
                             timings: crate::request::ChoiceTimings::new(arrival),
                             error: Some(e.to_string()),
+                            stop_sequence: None,
                         }));
                     }
                 }

@@ -182,6 +182,8 @@ pub struct FinishEvent {
     pub timings: ChoiceTimings,
     /// Set when the engine failed this choice (an internal error, reported, not a panic).
     pub error: Option<String>,
+    /// The stop string that ended the choice, when one did (`reason` is then `Stop`).
+    pub stop_sequence: Option<String>,
 }
 
 /// What the engine streams back for a request.

@@ -12,6 +12,7 @@ pub struct StopMatcher {
     max_len: usize,
     text: String,
     emitted: usize,
+    matched: Option<usize>,
 }
 
 /// What one piece of text produced.
@@ -33,6 +34,7 @@ impl StopMatcher {
             max_len,
             text: String::new(),
             emitted: 0,
+            matched: None,
         }
     }
 
@@ -52,10 +54,11 @@ impl StopMatcher {
         let first = self
             .stops
             .iter()
-            .filter_map(|s| hay.find(s.as_str()))
-            .min()
-            .map(|i| from + i);
-        if let Some(at) = first {
+            .enumerate()
+            .filter_map(|(k, s)| hay.find(s.as_str()).map(|i| (from + i, k)))
+            .min();
+        if let Some((at, k)) = first {
+            self.matched = Some(k);
             let emit = self.text[self.emitted.min(at)..at].to_string();
             self.emitted = self.text.len();
             return StopOutcome {
@@ -89,6 +92,12 @@ impl StopMatcher {
             emit,
             stopped: false,
         }
+    }
+
+    /// The stop string that ended the text, once one has (the earliest match; of two
+    /// starting at the same byte, the one listed first).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|k| self.stops[k].as_str())
     }
 
     /// Text still held back (emitted when the stream ends for another reason).
@@ -183,5 +192,20 @@ mod tests {
         out.push_str(&o.emit);
         assert!(o.stopped);
         assert_eq!(out.len(), 10_000 * 5 + 1);
+    }
+
+    #[test]
+    fn names_the_stop_string_that_matched() {
+        let stops = vec!["END".to_string(), "\n\n".to_string(), "EN".to_string()];
+        let mut m = StopMatcher::new(&stops);
+        assert_eq!(m.push("a\nb").emit, "a\nb");
+        assert_eq!(m.matched(), None);
+        let o = m.push(" xEND");
+        assert!(o.stopped);
+        // "END" and "EN" both start at the same byte: the first listed wins.
+        assert_eq!((o.emit.as_str(), m.matched()), (" x", Some("END")));
+        let mut m = StopMatcher::new(&stops);
+        let o = m.push("one\n\ntwo END");
+        assert_eq!((o.emit.as_str(), m.matched()), ("one", Some("\n\n")));
     }
 }

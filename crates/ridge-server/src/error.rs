@@ -1,5 +1,8 @@
-//! OpenAI-style errors: every failure a client can cause becomes a 4xx with
-//! `{"error": {"message", "type", "param", "code"}}`, never a dropped connection or a panic.
+//! Errors: every failure a client can cause becomes a 4xx, never a dropped connection or a
+//! panic. An [`ApiError`] is protocol-neutral (status, message, offending field, code); each
+//! protocol renders it in its own error object ([`ErrorStyle`]): OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}` (Chat Completions, Completions, Responses,
+//! embeddings) or Anthropic's `{"type": "error", "error": {"type", "message"}}` (Messages).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -69,6 +72,47 @@ impl ApiError {
             "param": self.param,
             "code": self.code,
         }})
+    }
+}
+
+/// Which protocol's error object to answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorStyle {
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    OpenAi,
+    /// `{"type": "error", "error": {"type", "message"}}`.
+    Anthropic,
+}
+
+impl ApiError {
+    /// Anthropic's error type for this status (its documented set).
+    fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The body in `style`.
+    pub fn body_in(&self, style: ErrorStyle) -> serde_json::Value {
+        match style {
+            ErrorStyle::OpenAi => self.body(),
+            ErrorStyle::Anthropic => json!({
+                "type": "error",
+                "error": {"type": self.anthropic_type(), "message": self.message},
+            }),
+        }
+    }
+
+    /// The response in `style`.
+    pub fn render(&self, style: ErrorStyle) -> Response {
+        (self.status, axum::Json(self.body_in(style))).into_response()
     }
 }
 

@@ -12,181 +12,18 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use ridge_tokenizer::ChatMessage;
-
 use crate::error::ApiError;
-use crate::generate::{self, Job, Kind};
-use crate::params::{self, Fields, MAX_LOGPROBS, MAX_MESSAGES, MAX_PROMPTS};
+use crate::params::{self, Fields};
+use crate::protocols::openai::{Kind, OpenAi};
+use crate::session;
 use crate::state::AppState;
-use crate::structured::Structured;
-use crate::tools::Tools;
 
-type Body = Result<Bytes, BytesRejection>;
+/// A request body as axum hands it over (a rejection when it could not be read).
+pub type Body = Result<Bytes, BytesRejection>;
 
-/// Everything request validation needs from the server, and nothing more: no engine, no I/O.
-///
-/// The handlers build one from [`AppState`]; the fuzz targets and regression tests build one
-/// from a small synthetic vocabulary, so the exact code that turns an untrusted body into a
-/// [`Job`] runs without a model.
-pub struct Validator<'a> {
-    /// The model's tokenizer (prompts are tokenized during validation).
-    pub tokenizer: &'a ridge_tokenizer::Tokenizer,
-    /// The chat template, if the model has one.
-    pub template: Option<&'a ridge_tokenizer::ChatTemplate>,
-    /// The served model name (`model` must match it when given).
-    pub model_name: &'a str,
-    /// Vocabulary size: token ids must lie below it.
-    pub vocab: usize,
-}
+pub use crate::protocols::Validator;
 
-impl<'a> Validator<'a> {
-    /// The validator of a running server.
-    pub fn of(st: &'a AppState) -> Self {
-        Validator {
-            tokenizer: &st.tokenizer,
-            template: st.template.as_ref(),
-            model_name: &st.model_name,
-            vocab: st.engine.info().vocab,
-        }
-    }
-
-    fn tokenize_text(&self, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
-        self.tokenizer
-            .encode(text, true, true)
-            .map_err(|e| ApiError::invalid(param, format!("cannot tokenize: {e}")))
-    }
-
-    fn token_ids(&self, items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
-        let vocab = self.vocab;
-        items
-            .iter()
-            .map(|v| match v.as_u64() {
-                Some(t) if (t as usize) < vocab => Ok(t as u32),
-                _ => Err(ApiError::invalid(
-                    param,
-                    format!("token ids must be integers in [0, {vocab})"),
-                )),
-            })
-            .collect()
-    }
-
-    /// `prompt` of a completions request: a string, strings, token ids, or lists of token ids.
-    fn prompts(&self, f: &Fields) -> Result<Vec<Vec<u32>>, ApiError> {
-        let wrong = || {
-            ApiError::invalid(
-                "prompt",
-                "`prompt` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids",
-            )
-        };
-        let out = match f.get("prompt") {
-            None => return Err(ApiError::invalid("prompt", "`prompt` is required")),
-            Some(Value::String(s)) => vec![self.tokenize_text(s, "prompt")?],
-            Some(Value::Array(a)) if a.is_empty() => return Err(wrong()),
-            Some(Value::Array(a)) if a.len() > MAX_PROMPTS && !a[0].is_number() => {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    format!("at most {MAX_PROMPTS} prompts per request"),
-                ))
-            }
-            Some(Value::Array(a)) => match &a[0] {
-                Value::Number(_) => vec![self.token_ids(a, "prompt")?],
-                Value::String(_) => a
-                    .iter()
-                    .map(|v| match v {
-                        Value::String(s) => self.tokenize_text(s, "prompt"),
-                        _ => Err(wrong()),
-                    })
-                    .collect::<Result<_, _>>()?,
-                Value::Array(_) => a
-                    .iter()
-                    .map(|v| match v {
-                        Value::Array(ids) => self.token_ids(ids, "prompt"),
-                        _ => Err(wrong()),
-                    })
-                    .collect::<Result<_, _>>()?,
-                _ => return Err(wrong()),
-            },
-            Some(_) => return Err(wrong()),
-        };
-        if out.iter().any(Vec::is_empty) {
-            return Err(ApiError::invalid("prompt", "a prompt is empty"));
-        }
-        Ok(out)
-    }
-
-    /// Validates a `/v1/completions` body into a [`Job`] (prompts tokenized).
-    pub fn completion(&self, body: &[u8]) -> Result<Job, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
-        let common = params::common(&f, self.vocab)?;
-        let logprobs = f
-            .int_in("logprobs", 0, MAX_LOGPROBS as i64)?
-            .map(|k| k as usize);
-        let prompts = self.prompts(&f)?;
-        Ok(Job {
-            kind: Kind::Completion,
-            prompts,
-            common,
-            default_max: Some(16),
-            logprobs,
-            structured: crate::structured::read(&f)?,
-            tools: None,
-        })
-    }
-
-    /// Validates a `/v1/chat/completions` body into a [`Job`] (template rendered, tokenized).
-    pub fn chat(&self, body: &[u8]) -> Result<Job, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
-        let common = params::common(&f, self.vocab)?;
-        let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;
-        let logprobs = if f.bool("logprobs", false)? {
-            Some(top.unwrap_or(0) as usize)
-        } else if top.is_some_and(|t| t > 0) {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "`top_logprobs` needs `logprobs: true`",
-            ));
-        } else {
-            None
-        };
-        let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
-        let mut common = common;
-        if tools.as_ref().is_some_and(|t| t.template_var().is_some()) {
-            // The call tags are special tokens in some vocabularies: keep them in the text the
-            // call parser reads (vLLM's Hermes parser does the same).
-            common.render_special = true;
-        }
-        let mut structured = crate::structured::read(&f)?;
-        if let Some(spec) = tools.as_ref().and_then(Tools::grammar) {
-            if let Some(s) = &structured {
-                return Err(ApiError::invalid(
-                    s.param,
-                    format!(
-                        "`{}` cannot be combined with a tool_choice that forces a call",
-                        s.param
-                    ),
-                ));
-            }
-            structured = Some(Structured {
-                spec,
-                param: "tools",
-            });
-        }
-        let prompt = self.render_chat(&f, tools.as_ref())?;
-        Ok(Job {
-            kind: Kind::Chat,
-            prompts: vec![prompt],
-            common,
-            default_max: None,
-            logprobs,
-            structured,
-            tools,
-        })
-    }
-
+impl Validator<'_> {
     /// Validates a `/tokenize` body into token ids.
     pub fn tokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         let m = Fields::parse(body)?;
@@ -219,26 +56,6 @@ impl<'a> Validator<'a> {
             )),
         }
     }
-
-    fn render_chat(&self, f: &Fields, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
-        let msgs = messages(f)?;
-        let Some(template) = self.template else {
-            return Err(ApiError::bad_request(
-                "this model has no chat template; use /v1/completions with a plain prompt",
-            ));
-        };
-        let add_gen = f.bool("add_generation_prompt", true)?;
-        let mut extra = serde_json::Map::new();
-        if let Some(t) = tools.and_then(Tools::template_var) {
-            extra.insert("tools".into(), t);
-        }
-        let text = template
-            .render_with(&msgs, add_gen, &extra)
-            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
-        self.tokenizer
-            .encode_chat_prompt(&text)
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
-    }
 }
 
 fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
@@ -255,105 +72,34 @@ fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
+/// The body of a request, read as bytes so oversized and unreadable bodies get the
+/// protocol's error object too.
+pub(crate) fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    body_bytes(body)
+}
+
 /// `POST /v1/completions`.
 pub async fn completions(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let job = body_bytes(body).and_then(|b| Validator::of(&st).completion(&b));
-    match job {
-        Ok(job) => generate::run(st.clone(), job)
-            .await
-            .unwrap_or_else(IntoResponse::into_response),
+    match body_bytes(body).and_then(|b| Validator::of(&st).completion(&b)) {
+        Ok(job) => {
+            let a = OpenAi::new(
+                Kind::Completion,
+                &st.next_response_id(),
+                job.common.include_usage,
+            );
+            session::run(st.clone(), job, a).await
+        }
         Err(e) => e.into_response(),
     }
 }
 
-fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
-    let list = match f.get("messages") {
-        Some(Value::Array(a)) if a.is_empty() => {
-            return Err(ApiError::invalid(
-                "messages",
-                "`messages` must not be empty",
-            ))
-        }
-        Some(Value::Array(a)) if a.len() > MAX_MESSAGES => {
-            return Err(ApiError::invalid(
-                "messages",
-                format!("at most {MAX_MESSAGES} messages"),
-            ))
-        }
-        Some(Value::Array(a)) => a,
-        Some(_) => return Err(ApiError::invalid("messages", "`messages` must be an array")),
-        None => return Err(ApiError::invalid("messages", "`messages` is required")),
-    };
-    list.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let Value::Object(m) = m else {
-                return Err(ApiError::invalid("messages", format!("messages[{i}] must be an object")));
-            };
-            let mf = Fields(m);
-            let role = match mf.str("role")? {
-                Some(r @ ("system" | "user" | "assistant" | "tool")) => r,
-                Some("developer") => "system",
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        "messages",
-                        format!("messages[{i}].role {other:?} is not one of system, user, assistant, tool, developer"),
-                    ))
-                }
-                None => {
-                    return Err(ApiError::invalid("messages", format!("messages[{i}].role is required")))
-                }
-            };
-            let content = match mf.get("content") {
-                None if role == "assistant" => String::new(),
-                None => {
-                    return Err(ApiError::invalid("messages", format!("messages[{i}].content is required")))
-                }
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => {
-                    let mut text = String::new();
-                    for p in parts {
-                        match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
-                            (Some("text"), Some(t)) => text.push_str(t),
-                            _ => {
-                                return Err(ApiError::invalid(
-                                    "messages",
-                                    format!("messages[{i}].content parts must be {{\"type\": \"text\", \"text\": ...}} (only text is supported)"),
-                                ))
-                            }
-                        }
-                    }
-                    text
-                }
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        "messages",
-                        format!("messages[{i}].content must be a string or an array of text parts"),
-                    ))
-                }
-            };
-            let mut msg = ChatMessage::new(role, content);
-            if role == "assistant" {
-                if let Some(calls) = mf.get("tool_calls") {
-                    msg.tool_calls = Some(crate::tools::calls_for_template(calls, i)?);
-                }
-            }
-            if role == "tool" {
-                msg.tool_call_id = mf.str("tool_call_id")?.map(str::to_string);
-                msg.name = mf.str("name")?.map(str::to_string);
-            }
-            Ok(msg)
-        })
-        .collect()
-}
-
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let job = body_bytes(body).and_then(|b| Validator::of(&st).chat(&b));
-    match job {
-        Ok(job) => generate::run(st.clone(), job)
-            .await
-            .unwrap_or_else(IntoResponse::into_response),
+    match body_bytes(body).and_then(|b| Validator::of(&st).chat(&b)) {
+        Ok(job) => {
+            let a = OpenAi::new(Kind::Chat, &st.next_response_id(), job.common.include_usage);
+            session::run(st.clone(), job, a).await
+        }
         Err(e) => e.into_response(),
     }
 }

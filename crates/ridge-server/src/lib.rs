@@ -8,7 +8,12 @@
 //! request ran to the hardware's limit), Prometheus metrics, bearer-token auth, and a graceful
 //! drain on SIGTERM/SIGINT.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
+//! Every protocol goes through one generation path ([`session`]) under thin adapters
+//! ([`protocols`]): OpenAI's Chat Completions, Completions and Responses, Anthropic's Messages.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/messages` (with
+//! `/v1/messages/count_tokens`), `POST /v1/responses` (with `GET`/`DELETE
+//! /v1/responses/{id}`), `GET /v1/models`, `GET /health`,
 //! `GET /metrics`, `POST /tokenize`, `POST /detokenize`, and for people `GET /` (a chat page
 //! embedded in the binary, which shows each answer's TTFT, TPOT and roofline efficiency) with
 //! `GET /state` (the engine's live state as JSON). Unknown paths get a 404 error object. The
@@ -19,10 +24,11 @@
 
 pub mod auth;
 pub mod error;
-pub mod generate;
 pub mod handlers;
 pub mod metrics;
 pub mod params;
+pub mod protocols;
+pub mod session;
 pub mod state;
 pub mod structured;
 pub mod tools;
@@ -47,6 +53,22 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
     let api = Router::new()
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat))
+        .route(
+            "/v1/messages",
+            post(protocols::anthropic::handlers::messages),
+        )
+        .route(
+            "/v1/messages/count_tokens",
+            post(protocols::anthropic::handlers::count_tokens),
+        )
+        .route(
+            "/v1/responses",
+            post(protocols::responses::handlers::create),
+        )
+        .route(
+            "/v1/responses/{id}",
+            get(protocols::responses::handlers::get).delete(protocols::responses::handlers::delete),
+        )
         .route("/v1/models", get(handlers::models))
         .route("/tokenize", post(handlers::tokenize))
         .route("/detokenize", post(handlers::detokenize))

@@ -24,6 +24,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
+    pub responses: crate::protocols::responses::ResponseStore,
     /// The grammar compiler for this vocabulary, built on the first constrained request.
     grammars: OnceLock<Result<Arc<Grammars>, String>>,
     next_id: AtomicU64,
@@ -49,6 +51,7 @@ impl AppState {
             created,
             api_key,
             metrics: Metrics::new(),
+            responses: Default::default(),
             grammars: OnceLock::new(),
             next_id: AtomicU64::new(1),
         }

@@ -1,0 +1,762 @@
+//! Anthropic's Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens`, so
+//! clients built on the `anthropic` SDK (Claude Code among them) run on a local model.
+//!
+//! The request is translated into the neutral conversation: `system` (a string or text
+//! blocks) becomes the first message; content blocks become the template's messages —
+//! `text`, `tool_use` (an assistant's call, its `input` as the template's arguments),
+//! `tool_result` (a `tool` message answering the call by id, named after it), `thinking` (the
+//! assistant's `reasoning_content`). Sampling fields map onto the shared parameter set
+//! (`stop_sequences` → stop strings, `temperature` in Anthropic's 0–1), `tools` with their
+//! `input_schema` become functions, `tool_choice` `any` / `tool` force a call through the same
+//! grammar as OpenAI's `required` / named choice, `thinking` sets the template's
+//! `enable_thinking`. The answer is `content` blocks with `stop_reason` (`end_turn`,
+//! `max_tokens`, `stop_sequence` with the sequence that matched, `tool_use`) and `usage`;
+//! a stream is Anthropic's named events (`message_start`, `content_block_start`, `ping`,
+//! `content_block_delta` with `text_delta` / `input_json_delta` / `thinking_delta`,
+//! `content_block_stop`, `message_delta`, `message_stop`; `error` on failure). Errors are
+//! Anthropic error objects.
+//!
+//! Not supported, refused with a 400 naming the block: image and document blocks, server
+//! tools (`web_search`, …), and prefilling a final assistant turn.
+
+use serde_json::{json, Map, Value};
+
+use ridge_engine::FinishReason;
+use ridge_tokenizer::ChatMessage;
+
+use super::openai::tool_job;
+use super::{Adapter, Frame, Validator};
+use crate::error::{ApiError, ErrorStyle};
+use crate::params::{self, Fields, MAX_MESSAGES};
+use crate::session::{ChoiceState, Delta, Job, Session, Update};
+use crate::tools::Tools;
+
+fn invalid(param: &str, msg: impl Into<String>) -> ApiError {
+    ApiError::invalid(param, msg)
+}
+
+/// A validated Messages request: the job and the prompt's token count.
+pub struct MessagesJob {
+    /// What the engine runs.
+    pub job: Job,
+    /// Tokens in the rendered prompt (`message_start`'s `input_tokens`).
+    pub input_tokens: usize,
+}
+
+impl Validator<'_> {
+    /// Validates a `/v1/messages` body into a job.
+    pub fn messages(&self, body: &[u8]) -> Result<MessagesJob, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        if f.get("max_tokens").is_none() {
+            return Err(invalid("max_tokens", "`max_tokens` is required"));
+        }
+        let shared = shared_fields(&f)?;
+        let common = params::common(&Fields(&shared), self.vocab).map_err(rename)?;
+        let tools = self.tools(&f)?;
+        let prompt = self.prompt(&f, tools.as_ref())?;
+        let input_tokens = prompt.len();
+        let structured = match output_config(&f)?.0 {
+            Some(rf) => {
+                let mut o = Map::new();
+                o.insert("response_format".into(), rf);
+                crate::structured::read(&Fields(&o)).map_err(|mut e| {
+                    e.param = Some("output_config".into());
+                    e
+                })?
+            }
+            None => None,
+        };
+        let job = tool_job(vec![prompt], common, None, structured, tools)?;
+        Ok(MessagesJob { job, input_tokens })
+    }
+
+    /// Validates a `/v1/messages/count_tokens` body: the prompt's token count.
+    pub fn count_tokens(&self, body: &[u8]) -> Result<usize, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        let tools = self.tools(&f)?;
+        Ok(self.prompt(&f, tools.as_ref())?.len())
+    }
+
+    fn tools(&self, f: &Fields) -> Result<Option<Tools>, ApiError> {
+        let mut o = Map::new();
+        if let Some(t) = f.get("tools") {
+            o.insert("tools".into(), functions(t)?);
+        }
+        match f.get("tool_choice") {
+            None => {}
+            Some(Value::Object(c)) => {
+                let (choice, parallel) = tool_choice(c, o.contains_key("tools"))?;
+                o.insert("tool_choice".into(), choice);
+                o.insert("parallel_tool_calls".into(), json!(parallel));
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "tool_choice",
+                    "`tool_choice` must be an object such as {\"type\": \"auto\"}",
+                ))
+            }
+        }
+        crate::tools::read(&Fields(&o), self.template, self.tokenizer)
+    }
+
+    fn prompt(&self, f: &Fields, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
+        let msgs = conversation(f)?;
+        let mut extra = Map::new();
+        match f.object("thinking")? {
+            None => {}
+            Some(t) => match t.get("type").and_then(Value::as_str) {
+                Some("enabled") => {
+                    match t.get("budget_tokens") {
+                        None => {}
+                        Some(b) if b.as_u64().is_some_and(|b| b >= 1) => {}
+                        Some(_) => {
+                            return Err(invalid(
+                                "thinking",
+                                "`thinking.budget_tokens` must be a positive integer",
+                            ))
+                        }
+                    }
+                    extra.insert("enable_thinking".into(), json!(true));
+                }
+                Some("adaptive" | "between_tools") => {
+                    extra.insert("enable_thinking".into(), json!(true));
+                }
+                Some("disabled") => {
+                    extra.insert("enable_thinking".into(), json!(false));
+                }
+                _ => {
+                    return Err(invalid(
+                        "thinking",
+                        "`thinking.type` must be enabled, adaptive, between_tools or disabled",
+                    ))
+                }
+            },
+        }
+        if let Some(e) = output_config(f)?.1 {
+            extra.insert("reasoning_effort".into(), json!(e));
+        }
+        self.render(&msgs, tools, true, extra)
+    }
+}
+
+/// `output_config`: its `format` (a JSON schema the answer must match, as the shared
+/// `response_format`) and `effort` (as a template's `reasoning_effort`: `xhigh` and `max`
+/// are `high`, the most templates know).
+fn output_config(f: &Fields) -> Result<(Option<Value>, Option<&'static str>), ApiError> {
+    let Some(o) = f.object("output_config")? else {
+        return Ok((None, None));
+    };
+    let format = match o.get("format") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(fm))
+            if fm.get("type").and_then(Value::as_str) == Some("json_schema") =>
+        {
+            match fm.get("schema") {
+                Some(schema @ Value::Object(_)) => Some(json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": "output", "schema": schema},
+                })),
+                _ => {
+                    return Err(invalid(
+                        "output_config",
+                        "`output_config.format.schema` must be a JSON Schema object",
+                    ))
+                }
+            }
+        }
+        Some(_) => {
+            return Err(invalid(
+                "output_config",
+                "`output_config.format` must be {\"type\": \"json_schema\", \"schema\": …}",
+            ))
+        }
+    };
+    let effort = match o.get("effort") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(e)) => match e.as_str() {
+            "low" => Some("low"),
+            "medium" => Some("medium"),
+            "high" | "xhigh" | "max" => Some("high"),
+            _ => {
+                return Err(invalid(
+                    "output_config",
+                    "`output_config.effort` must be low, medium, high, xhigh or max",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(invalid(
+                "output_config",
+                "`output_config.effort` must be a string",
+            ))
+        }
+    };
+    Ok((format, effort))
+}
+
+/// The sampling and length fields under their shared (Chat Completions) names.
+fn shared_fields(f: &Fields) -> Result<Map<String, Value>, ApiError> {
+    let mut o = Map::new();
+    // Anthropic's temperature range is 0–1.
+    let t = f.f32_in("temperature", 1.0, 0.0, 1.0)?;
+    o.insert("temperature".into(), json!(t));
+    for (from, to) in [
+        ("max_tokens", "max_tokens"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("stop_sequences", "stop"),
+        ("stream", "stream"),
+    ] {
+        if let Some(v) = f.get(from) {
+            o.insert(to.into(), v.clone());
+        }
+    }
+    if let Some(v) = f.get("metadata") {
+        if !v.is_object() {
+            return Err(invalid("metadata", "`metadata` must be an object"));
+        }
+    }
+    Ok(o)
+}
+
+/// Errors of the shared parameter check, under Anthropic's field names.
+fn rename(mut e: ApiError) -> ApiError {
+    if e.param.as_deref() == Some("stop") {
+        e.param = Some("stop_sequences".into());
+        e.message = e.message.replace("`stop`", "`stop_sequences`");
+    }
+    e
+}
+
+/// Anthropic tools (`name`, `description`, `input_schema`) as functions.
+fn functions(tools: &Value) -> Result<Value, ApiError> {
+    let Value::Array(list) = tools else {
+        return Err(invalid("tools", "`tools` must be an array"));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let name = t.get("name").and_then(Value::as_str);
+        let kind = t.get("type").and_then(Value::as_str);
+        let (Some(name), None | Some("custom")) = (name, kind) else {
+            return Err(invalid(
+                "tools",
+                format!("tools[{i}] must be {{\"name\", \"input_schema\"}} (server tools such as web search are not supported)"),
+            ));
+        };
+        let schema = match t.get("input_schema") {
+            Some(s @ Value::Object(_)) => s.clone(),
+            _ => {
+                return Err(invalid(
+                    "tools",
+                    format!("tools[{i}].input_schema must be a JSON Schema object"),
+                ))
+            }
+        };
+        let mut func = json!({"name": name, "parameters": schema});
+        if let Some(d) = t.get("description") {
+            func["description"] = d.clone();
+        }
+        out.push(json!({"type": "function", "function": func}));
+    }
+    Ok(Value::Array(out))
+}
+
+/// `tool_choice` as the shared choice and whether calls may come in parallel.
+fn tool_choice(c: &Map<String, Value>, has_tools: bool) -> Result<(Value, bool), ApiError> {
+    let parallel = !matches!(c.get("disable_parallel_tool_use"), Some(Value::Bool(true)));
+    let choice = match c.get("type").and_then(Value::as_str) {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => match c.get("name").and_then(Value::as_str) {
+            Some(n) => json!({"type": "function", "function": {"name": n}}),
+            None => {
+                return Err(invalid(
+                    "tool_choice",
+                    "`tool_choice` of type tool needs `name`",
+                ))
+            }
+        },
+        _ => {
+            return Err(invalid(
+                "tool_choice",
+                "`tool_choice.type` must be auto, any, tool or none",
+            ))
+        }
+    };
+    if !has_tools && choice != json!("none") && choice != json!("auto") {
+        return Err(invalid(
+            "tool_choice",
+            "`tool_choice` forces a call but the request has no `tools`",
+        ));
+    }
+    Ok((choice, parallel))
+}
+
+/// `system` + `messages` as the template's messages.
+fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut out = Vec::new();
+    match f.get("system") {
+        None => {}
+        Some(Value::String(s)) => out.push(ChatMessage::new("system", s.clone())),
+        Some(Value::Array(blocks)) => {
+            let text = text_of(blocks, "system")?;
+            out.push(ChatMessage::new("system", text));
+        }
+        Some(_) => {
+            return Err(invalid(
+                "system",
+                "`system` must be a string or text blocks",
+            ))
+        }
+    }
+    let list = match f.get("messages") {
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(invalid("messages", "`messages` must not be empty"))
+        }
+        Some(Value::Array(a)) if a.len() > MAX_MESSAGES => {
+            return Err(invalid(
+                "messages",
+                format!("at most {MAX_MESSAGES} messages"),
+            ))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(invalid("messages", "`messages` must be an array")),
+        None => return Err(invalid("messages", "`messages` is required")),
+    };
+    // Tool names by call id, so a `tool_result` can name the tool it answers.
+    let mut names: Vec<(String, String)> = Vec::new();
+    for (i, m) in list.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str);
+        let content = m.get("content");
+        match (role, content) {
+            (Some(r @ ("user" | "assistant")), Some(Value::String(s))) => {
+                out.push(ChatMessage::new(r, s.clone()))
+            }
+            (Some("user"), Some(Value::Array(blocks))) => user_blocks(i, blocks, &names, &mut out)?,
+            (Some("assistant"), Some(Value::Array(blocks))) => {
+                out.push(assistant_blocks(i, blocks, &mut names)?)
+            }
+            (Some("user" | "assistant"), _) => {
+                return Err(invalid(
+                    "messages",
+                    format!("messages[{i}].content must be a string or an array of content blocks"),
+                ))
+            }
+            _ => {
+                return Err(invalid(
+                    "messages",
+                    format!("messages[{i}].role must be \"user\" or \"assistant\""),
+                ))
+            }
+        }
+    }
+    if list
+        .last()
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str)
+        == Some("assistant")
+    {
+        return Err(invalid(
+            "messages",
+            "the last message must be the user's (prefilling an assistant turn is not supported)",
+        ));
+    }
+    Ok(out)
+}
+
+fn block_type(b: &Value) -> Option<&str> {
+    b.get("type").and_then(Value::as_str)
+}
+
+/// The text of text blocks (other block types refused).
+fn text_of(blocks: &[Value], param: &str) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for b in blocks {
+        match (block_type(b), b.get("text").and_then(Value::as_str)) {
+            (Some("text"), Some(t)) => text.push_str(t),
+            _ => {
+                return Err(invalid(
+                    param,
+                    format!("`{param}` blocks must be {{\"type\": \"text\", \"text\": …}}"),
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+fn user_blocks(
+    i: usize,
+    blocks: &[Value],
+    names: &[(String, String)],
+    out: &mut Vec<ChatMessage>,
+) -> Result<(), ApiError> {
+    let mut text = String::new();
+    for b in blocks {
+        match block_type(b) {
+            Some("text") => match b.get("text").and_then(Value::as_str) {
+                Some(t) => text.push_str(t),
+                None => {
+                    return Err(invalid(
+                        "messages",
+                        format!("messages[{i}]: a text block needs `text`"),
+                    ))
+                }
+            },
+            Some("tool_result") => {
+                let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
+                    return Err(invalid(
+                        "messages",
+                        format!("messages[{i}]: a tool_result block needs `tool_use_id`"),
+                    ));
+                };
+                let result = match b.get("content") {
+                    None => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => text_of(parts, "messages")?,
+                    Some(_) => {
+                        return Err(invalid(
+                            "messages",
+                            format!(
+                            "messages[{i}]: tool_result content must be a string or text blocks"
+                        ),
+                        ))
+                    }
+                };
+                let result = if b.get("is_error") == Some(&Value::Bool(true)) {
+                    format!("Error: {result}")
+                } else {
+                    result
+                };
+                let mut msg = ChatMessage::new("tool", result);
+                msg.tool_call_id = Some(id.to_string());
+                msg.name = names.iter().find(|(k, _)| k == id).map(|(_, n)| n.clone());
+                out.push(msg);
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "messages",
+                    format!(
+                    "messages[{i}]: {other} blocks are not supported (text and tool_result are)"
+                ),
+                ))
+            }
+            None => {
+                return Err(invalid(
+                    "messages",
+                    format!("messages[{i}]: a block needs `type`"),
+                ))
+            }
+        }
+    }
+    if !text.is_empty() || !blocks.iter().any(|b| block_type(b) == Some("tool_result")) {
+        out.push(ChatMessage::new("user", text));
+    }
+    Ok(())
+}
+
+fn assistant_blocks(
+    i: usize,
+    blocks: &[Value],
+    names: &mut Vec<(String, String)>,
+) -> Result<ChatMessage, ApiError> {
+    let mut text = String::new();
+    let mut thinking = String::new();
+    let mut calls = Vec::new();
+    for b in blocks {
+        match block_type(b) {
+            Some("text") => match b.get("text").and_then(Value::as_str) {
+                Some(t) => text.push_str(t),
+                None => {
+                    return Err(invalid(
+                        "messages",
+                        format!("messages[{i}]: a text block needs `text`"),
+                    ))
+                }
+            },
+            Some("thinking") => {
+                if let Some(t) = b.get("thinking").and_then(Value::as_str) {
+                    thinking.push_str(t);
+                }
+            }
+            Some("redacted_thinking") => {}
+            Some("tool_use") => {
+                let (Some(id), Some(name)) = (
+                    b.get("id").and_then(Value::as_str),
+                    b.get("name").and_then(Value::as_str),
+                ) else {
+                    return Err(invalid(
+                        "messages",
+                        format!("messages[{i}]: a tool_use block needs `id` and `name`"),
+                    ));
+                };
+                let input = match b.get("input") {
+                    Some(v @ Value::Object(_)) => v.clone(),
+                    None => json!({}),
+                    Some(_) => {
+                        return Err(invalid(
+                            "messages",
+                            format!("messages[{i}]: tool_use `input` must be an object"),
+                        ))
+                    }
+                };
+                names.push((id.to_string(), name.to_string()));
+                calls.push(json!({"id": id, "type": "function", "function": {"name": name, "arguments": input}}));
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "messages",
+                    format!("messages[{i}]: {other} blocks are not supported in assistant turns"),
+                ))
+            }
+            None => {
+                return Err(invalid(
+                    "messages",
+                    format!("messages[{i}]: a block needs `type`"),
+                ))
+            }
+        }
+    }
+    let mut msg = ChatMessage::new("assistant", text);
+    if !calls.is_empty() {
+        msg.tool_calls = Some(calls);
+    }
+    if !thinking.is_empty() {
+        msg.reasoning_content = Some(thinking.clone());
+        msg.thinking = Some(thinking);
+    }
+    Ok(msg)
+}
+
+/// The content block a stream has open.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Text,
+    Thinking,
+}
+
+/// Renders a session as a Messages answer or stream.
+pub struct Anthropic {
+    id: String,
+    input_tokens: usize,
+    /// Blocks started so far (the next block's index).
+    blocks: usize,
+    open: Option<Open>,
+}
+
+impl Anthropic {
+    /// An adapter for a response with unique part `id`.
+    pub fn new(id: &str, input_tokens: usize) -> Self {
+        Anthropic {
+            id: format!("msg_{id}"),
+            input_tokens,
+            blocks: 0,
+            open: None,
+        }
+    }
+
+    fn stop_reason(c: &ChoiceState) -> (Value, Value) {
+        if c.ended_in_calls() {
+            return (json!("tool_use"), Value::Null);
+        }
+        match (c.finish, &c.stop_sequence) {
+            (Some(FinishReason::Length), _) => (json!("max_tokens"), Value::Null),
+            (Some(FinishReason::Stop), Some(s)) => (json!("stop_sequence"), json!(s)),
+            (Some(_), _) => (json!("end_turn"), Value::Null),
+            (None, _) => (Value::Null, Value::Null),
+        }
+    }
+
+    fn usage(s: &Session) -> Value {
+        let (prompt, completion, cached) = s.totals();
+        json!({
+            "input_tokens": prompt.saturating_sub(cached),
+            "output_tokens": completion,
+            "cache_read_input_tokens": cached,
+            "cache_creation_input_tokens": 0,
+        })
+    }
+
+    fn tool_use(s: &Session, name: &str, arguments: &str) -> Value {
+        let input: Value = serde_json::from_str(arguments).unwrap_or_else(|_| json!({}));
+        json!({"type": "tool_use", "id": format!("toolu_{}", s.fresh_id()), "name": name, "input": input})
+    }
+
+    fn close(&mut self, out: &mut Vec<Frame>) {
+        if self.open.take().is_some() {
+            let index = self.blocks - 1;
+            out.push(Frame::named(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+    }
+
+    /// Opens a block of `kind` unless one is open; returns its index.
+    fn open(&mut self, kind: Open, out: &mut Vec<Frame>) -> usize {
+        if self.open == Some(kind) {
+            return self.blocks - 1;
+        }
+        self.close(out);
+        let block = match kind {
+            Open::Text => json!({"type": "text", "text": ""}),
+            Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+        };
+        let index = self.start_block(block, out);
+        self.open = Some(kind);
+        index
+    }
+
+    fn start_block(&mut self, block: Value, out: &mut Vec<Frame>) -> usize {
+        let index = self.blocks;
+        self.blocks += 1;
+        out.push(Frame::named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        if index == 0 {
+            out.push(Frame::named("ping", &json!({"type": "ping"})));
+        }
+        index
+    }
+}
+
+impl Adapter for Anthropic {
+    fn error_style(&self) -> ErrorStyle {
+        ErrorStyle::Anthropic
+    }
+
+    fn full(&mut self, s: &mut Session) -> Value {
+        let Some(c) = s.choices.first() else {
+            return Value::Null;
+        };
+        let mut content = Vec::new();
+        if !c.reasoning.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": c.reasoning, "signature": ""}));
+        }
+        if !c.content.is_empty() {
+            content.push(json!({"type": "text", "text": c.content}));
+        }
+        for call in &c.calls {
+            content.push(Self::tool_use(s, &call.name, &call.arguments));
+        }
+        let (reason, seq) = Self::stop_reason(c);
+        json!({
+            "id": self.id, "type": "message", "role": "assistant",
+            "model": s.state.model_name, "content": content,
+            "stop_reason": reason, "stop_sequence": seq,
+            "usage": Self::usage(s), "timings": s.timings(),
+        })
+    }
+
+    fn start(&mut self, s: &mut Session) -> Vec<Frame> {
+        let message = json!({
+            "id": self.id, "type": "message", "role": "assistant", "content": [],
+            "model": s.state.model_name, "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
+        });
+        vec![Frame::named(
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        )]
+    }
+
+    fn update(&mut self, s: &mut Session, u: Update, _last: bool) -> Vec<Frame> {
+        let mut out = Vec::new();
+        for d in u.deltas {
+            match d {
+                Delta::Text(t) => {
+                    let index = self.open(Open::Text, &mut out);
+                    out.push(Frame::named(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}),
+                    ));
+                }
+                Delta::Reasoning(t) => {
+                    let index = self.open(Open::Thinking, &mut out);
+                    out.push(Frame::named(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": t}}),
+                    ));
+                }
+                Delta::Call(call) => {
+                    self.close(&mut out);
+                    let mut block = Self::tool_use(s, &call.name, &call.arguments);
+                    block["input"] = json!({});
+                    let index = self.start_block(block, &mut out);
+                    out.push(Frame::named(
+                        "content_block_delta",
+                        &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": call.arguments}}),
+                    ));
+                    out.push(Frame::named(
+                        "content_block_stop",
+                        &json!({"type": "content_block_stop", "index": index}),
+                    ));
+                }
+            }
+        }
+        if u.finished {
+            self.close(&mut out);
+            let c = &s.choices[u.choice];
+            let (reason, seq) = Self::stop_reason(c);
+            let mut usage = Self::usage(s);
+            usage["input_tokens"] = json!(self.input_tokens);
+            out.push(Frame::named(
+                "message_delta",
+                &json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": seq}, "usage": usage, "timings": s.timings()}),
+            ));
+        }
+        out
+    }
+
+    fn end(&mut self, _s: &mut Session) -> Vec<Frame> {
+        vec![Frame::named(
+            "message_stop",
+            &json!({"type": "message_stop"}),
+        )]
+    }
+
+    fn stream_error(&mut self, e: &ApiError) -> Vec<Frame> {
+        vec![Frame::named("error", &e.body_in(ErrorStyle::Anthropic))]
+    }
+}
+
+/// The Messages endpoints' handlers.
+pub mod handlers {
+    use std::sync::Arc;
+
+    use axum::extract::State;
+    use axum::response::{IntoResponse, Response};
+    use serde_json::json;
+
+    use super::Anthropic;
+    use crate::error::ErrorStyle;
+    use crate::handlers::{read_body, Body};
+    use crate::protocols::Validator;
+    use crate::session;
+    use crate::state::AppState;
+
+    /// `POST /v1/messages`.
+    pub async fn messages(State(st): State<Arc<AppState>>, body: Body) -> Response {
+        match read_body(body).and_then(|b| Validator::of(&st).messages(&b)) {
+            Ok(m) => {
+                let a = Anthropic::new(&st.next_response_id(), m.input_tokens);
+                session::run(st.clone(), m.job, a).await
+            }
+            Err(e) => e.render(ErrorStyle::Anthropic),
+        }
+    }
+
+    /// `POST /v1/messages/count_tokens`.
+    pub async fn count_tokens(State(st): State<Arc<AppState>>, body: Body) -> Response {
+        match read_body(body).and_then(|b| Validator::of(&st).count_tokens(&b)) {
+            Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
+            Err(e) => e.render(ErrorStyle::Anthropic),
+        }
+    }
+}

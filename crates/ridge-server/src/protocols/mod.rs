@@ -1,0 +1,150 @@
+//! Protocol adapters: each API ridge speaks is a small translator between its wire shapes and
+//! the one generation path in [`crate::session`].
+//!
+//! An adapter owns its request parsing (body → [`Job`](crate::session::Job), through the shared
+//! [`Validator`]), its full answer, its stream framing and its error objects; nothing about a
+//! protocol leaks into the session, and nothing about the engine leaks into an adapter.
+//! Requests of every protocol end as the same neutral conversation (messages → the model's chat
+//! template → tokens, sampling, constraint, stop), so a fix in templating, parsing or
+//! streaming reaches every client at once.
+//!
+//! - [`openai`]: `/v1/chat/completions` and `/v1/completions`.
+//! - [`anthropic`]: `/v1/messages` and `/v1/messages/count_tokens`.
+//! - [`responses`]: `/v1/responses` (and its bounded store of past responses).
+
+pub mod anthropic;
+pub mod openai;
+pub mod responses;
+
+use serde_json::{Map, Value};
+
+use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+
+use crate::error::{ApiError, ErrorStyle};
+use crate::session::{Session, Update};
+use crate::state::AppState;
+use crate::tools::Tools;
+
+/// One server-sent event: an optional event name (Anthropic and Responses name theirs;
+/// OpenAI's chunks are bare `data:` lines) and its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The `event:` field.
+    pub event: Option<&'static str>,
+    /// The `data:` field.
+    pub data: String,
+}
+
+impl Frame {
+    /// A bare `data:` frame.
+    pub fn data(v: impl ToString) -> Self {
+        Frame {
+            event: None,
+            data: v.to_string(),
+        }
+    }
+
+    /// A named event.
+    pub fn named(event: &'static str, v: &Value) -> Self {
+        Frame {
+            event: Some(event),
+            data: v.to_string(),
+        }
+    }
+}
+
+/// How one protocol renders a session. The session calls `start` once before the first
+/// update it streams, `update` for each event that produced output or ended a choice, and
+/// `end` (or `stream_error`) last; a non-streaming request gets `full` once every choice ended.
+pub trait Adapter: Send + 'static {
+    /// The protocol's error objects.
+    fn error_style(&self) -> ErrorStyle;
+    /// The whole answer of a non-streaming request.
+    fn full(&mut self, s: &mut Session) -> Value;
+    /// Frames that open a stream (sent with the first output, so TTFT stays honest).
+    fn start(&mut self, _s: &mut Session) -> Vec<Frame> {
+        Vec::new()
+    }
+    /// Frames for one update; `last` is true when it ended the last choice.
+    fn update(&mut self, s: &mut Session, u: Update, last: bool) -> Vec<Frame>;
+    /// Frames that close a stream after every choice ended.
+    fn end(&mut self, s: &mut Session) -> Vec<Frame>;
+    /// Frames that report a failure mid-stream and close it.
+    fn stream_error(&mut self, e: &ApiError) -> Vec<Frame>;
+}
+
+/// Everything request validation needs from the server, and nothing more: no engine, no I/O.
+///
+/// The handlers build one from [`AppState`]; the fuzz targets and regression tests build one
+/// from a small synthetic vocabulary, so the exact code that turns an untrusted body into a
+/// [`Job`](crate::session::Job) runs without a model.
+pub struct Validator<'a> {
+    /// The model's tokenizer (prompts are tokenized during validation).
+    pub tokenizer: &'a Tokenizer,
+    /// The chat template, if the model has one.
+    pub template: Option<&'a ChatTemplate>,
+    /// The served model name (`model` must match it when given).
+    pub model_name: &'a str,
+    /// Vocabulary size: token ids must lie below it.
+    pub vocab: usize,
+}
+
+impl<'a> Validator<'a> {
+    /// The validator of a running server.
+    pub fn of(st: &'a AppState) -> Self {
+        Validator {
+            tokenizer: &st.tokenizer,
+            template: st.template.as_ref(),
+            model_name: &st.model_name,
+            vocab: st.engine.info().vocab,
+        }
+    }
+
+    /// `text` tokenized as a prompt (special tokens parsed, BOS as the model wants).
+    pub(crate) fn tokenize_text(&self, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode(text, true, true)
+            .map_err(|e| ApiError::invalid(param, format!("cannot tokenize: {e}")))
+    }
+
+    /// Token ids given in a request, each checked against the vocabulary.
+    pub(crate) fn token_ids(&self, items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
+        let vocab = self.vocab;
+        items
+            .iter()
+            .map(|v| match v.as_u64() {
+                Some(t) if (t as usize) < vocab => Ok(t as u32),
+                _ => Err(ApiError::invalid(
+                    param,
+                    format!("token ids must be integers in [0, {vocab})"),
+                )),
+            })
+            .collect()
+    }
+
+    /// The neutral conversation rendered through the model's chat template and tokenized.
+    /// `extra` holds template variables beyond the messages (`enable_thinking`,
+    /// `reasoning_effort`, …); the tools are added from `tools`.
+    pub(crate) fn render(
+        &self,
+        msgs: &[ChatMessage],
+        tools: Option<&Tools>,
+        add_generation_prompt: bool,
+        mut extra: Map<String, Value>,
+    ) -> Result<Vec<u32>, ApiError> {
+        let Some(template) = self.template else {
+            return Err(ApiError::bad_request(
+                "this model has no chat template; use /v1/completions with a plain prompt",
+            ));
+        };
+        if let Some(t) = tools.and_then(Tools::template_var) {
+            extra.insert("tools".into(), t);
+        }
+        let text = template
+            .render_with(msgs, add_generation_prompt, &extra)
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+        self.tokenizer
+            .encode_chat_prompt(&text)
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+    }
+}

@@ -1,0 +1,908 @@
+//! OpenAI's Responses API: `POST /v1/responses`, `GET /v1/responses/{id}`,
+//! `DELETE /v1/responses/{id}` — what the Agents SDK and Codex-style clients speak.
+//!
+//! The request becomes the neutral conversation: `instructions` is the system message,
+//! `input` (a string, or items: messages with text parts, `function_call`,
+//! `function_call_output`, `reasoning`) the rest; with `previous_response_id` the stored
+//! conversation of that response (its input and output, without its instructions, as OpenAI
+//! specifies) comes first. `tools` (functions), `tool_choice`, `parallel_tool_calls`,
+//! `text.format` (`json_schema`, `json_object`), `max_output_tokens`, `temperature`, `top_p`
+//! and `reasoning.effort` map onto the shared fields. The answer is a `response` object whose
+//! `output` holds `reasoning`, `message` and `function_call` items; a stream is the typed
+//! events (`response.created`, `response.in_progress`, `response.output_item.added`,
+//! `response.content_part.added`, `response.output_text.delta`, `response.reasoning_text.delta`,
+//! `response.function_call_arguments.delta`, their `.done` events,
+//! `response.output_item.done`, `response.completed` or `response.incomplete`), each with its
+//! `sequence_number`.
+//!
+//! Stored responses (`store`, default true) live in memory in a [`ResponseStore`]: at most
+//! [`MAX_STORED`] responses, the oldest evicted first; a server restart forgets them. An
+//! unknown or evicted `previous_response_id` is a 404, never a silent fresh start.
+//!
+//! Not supported (400): built-in tools (web search, file search, computer use, …), input
+//! images and files, `background`, `n`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use serde_json::{json, Map, Value};
+
+use ridge_engine::FinishReason;
+use ridge_tokenizer::ChatMessage;
+
+use super::openai::tool_job;
+use super::{Adapter, Frame, Validator};
+use crate::error::{ApiError, ErrorStyle};
+use crate::params::{self, Fields, MAX_MESSAGES};
+use crate::session::{ChoiceState, Delta, Job, Session, Update};
+
+/// Most responses the store keeps; the oldest is evicted first.
+pub const MAX_STORED: usize = 1024;
+
+/// A response kept for `GET` and `previous_response_id`.
+#[derive(Clone)]
+struct Stored {
+    response: Value,
+    conversation: Vec<ChatMessage>,
+}
+
+/// Past responses, bounded by count (insertion order: the oldest goes first).
+#[derive(Default)]
+pub struct ResponseStore {
+    inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
+}
+
+impl ResponseStore {
+    fn insert(&self, id: String, stored: Stored) {
+        let Ok(mut g) = self.inner.lock() else {
+            return;
+        };
+        let (map, order) = &mut *g;
+        if map.insert(id.clone(), stored).is_none() {
+            order.push_back(id);
+        }
+        while order.len() > MAX_STORED {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    /// The stored response object with this id.
+    pub fn get(&self, id: &str) -> Option<Value> {
+        let g = self.inner.lock().ok()?;
+        g.0.get(id).map(|s| s.response.clone())
+    }
+
+    /// The conversation (input and output) of the stored response with this id.
+    pub fn conversation(&self, id: &str) -> Option<Vec<ChatMessage>> {
+        let g = self.inner.lock().ok()?;
+        g.0.get(id).map(|s| s.conversation.clone())
+    }
+
+    /// Removes a stored response; whether it was there.
+    pub fn remove(&self, id: &str) -> bool {
+        let Ok(mut g) = self.inner.lock() else {
+            return false;
+        };
+        let (map, order) = &mut *g;
+        let found = map.remove(id).is_some();
+        if found {
+            order.retain(|k| k != id);
+        }
+        found
+    }
+
+    /// How many responses are stored.
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |g| g.0.len())
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A validated Responses request.
+pub struct ResponsesJob {
+    /// What the engine runs.
+    pub job: Job,
+    /// The conversation before the answer (for the store).
+    pub conversation: Vec<ChatMessage>,
+    /// Request fields the response object echoes.
+    pub echo: Map<String, Value>,
+    /// Whether to keep the response.
+    pub store: bool,
+}
+
+fn invalid(param: &str, msg: impl Into<String>) -> ApiError {
+    ApiError::invalid(param, msg)
+}
+
+impl Validator<'_> {
+    /// Validates a `/v1/responses` body; `previous` finds a stored conversation by id.
+    pub fn responses(
+        &self,
+        body: &[u8],
+        previous: &dyn Fn(&str) -> Option<Vec<ChatMessage>>,
+    ) -> Result<ResponsesJob, ApiError> {
+        let m = Fields::parse(body)?;
+        let f = Fields(&m);
+        params::check_model(&f, self.model_name)?;
+        for unsupported in ["background", "n"] {
+            if f.get(unsupported)
+                .is_some_and(|v| !v.is_null() && v != &json!(false) && v != &json!(1))
+            {
+                return Err(invalid(
+                    unsupported,
+                    format!("`{unsupported}` is not supported"),
+                ));
+            }
+        }
+        let mut shared = Map::new();
+        for (from, to) in [
+            ("max_output_tokens", "max_tokens"),
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("stream", "stream"),
+            ("tools", "tools"),
+            ("tool_choice", "tool_choice"),
+            ("parallel_tool_calls", "parallel_tool_calls"),
+        ] {
+            if let Some(v) = f.get(from) {
+                if !v.is_null() {
+                    shared.insert(to.into(), v.clone());
+                }
+            }
+        }
+        if let Some(t) = shared.get("tools").cloned() {
+            shared.insert("tools".into(), functions(&t)?);
+        }
+        if let Some(c) = shared.get("tool_choice").cloned() {
+            shared.insert("tool_choice".into(), tool_choice(&c)?);
+        }
+        if let Some(format) = f.object("text")?.and_then(|t| t.get("format")) {
+            if let Some(rf) = response_format(format)? {
+                shared.insert("response_format".into(), rf);
+            }
+        }
+        let sf = Fields(&shared);
+        let common = params::common(&sf, self.vocab).map_err(rename)?;
+        let tools = crate::tools::read(&sf, self.template, self.tokenizer).map_err(rename)?;
+        let structured = crate::structured::read(&sf).map_err(rename)?;
+        let mut extra = Map::new();
+        if let Some(r) = f.object("reasoning")? {
+            match r.get("effort") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(e))
+                    if matches!(e.as_str(), "minimal" | "low" | "medium" | "high") =>
+                {
+                    extra.insert("reasoning_effort".into(), json!(e));
+                }
+                Some(_) => {
+                    return Err(invalid(
+                        "reasoning",
+                        "`reasoning.effort` must be one of minimal, low, medium, high",
+                    ))
+                }
+            }
+        }
+        let previous_id = f.str("previous_response_id")?;
+        let mut conversation = match previous_id {
+            None => Vec::new(),
+            Some(id) => previous(id).ok_or_else(|| ApiError {
+                status: axum::http::StatusCode::NOT_FOUND,
+                message: format!(
+                    "Previous response with id '{id}' not found (it was never stored, was deleted, or was evicted: this server keeps the last {MAX_STORED})."
+                ),
+                param: Some("previous_response_id".into()),
+                code: Some("previous_response_not_found"),
+            })?,
+        };
+        input_items(&f, &mut conversation)?;
+        let mut msgs = Vec::with_capacity(conversation.len() + 1);
+        let instructions = f.str("instructions")?;
+        if let Some(i) = instructions {
+            msgs.push(ChatMessage::new("system", i));
+        }
+        msgs.extend(conversation.iter().cloned());
+        let prompt = self.render(&msgs, tools.as_ref(), true, extra)?;
+        let mut echo = Map::new();
+        echo.insert("instructions".into(), json!(instructions));
+        echo.insert("max_output_tokens".into(), json!(common.max_tokens));
+        echo.insert("previous_response_id".into(), json!(previous_id));
+        echo.insert("temperature".into(), json!(common.sampling.temperature));
+        echo.insert("top_p".into(), json!(common.sampling.top_p));
+        echo.insert(
+            "parallel_tool_calls".into(),
+            json!(tools.as_ref().is_none_or(|t| t.parallel)),
+        );
+        echo.insert(
+            "tool_choice".into(),
+            f.get("tool_choice").cloned().unwrap_or(json!("auto")),
+        );
+        echo.insert("tools".into(), f.get("tools").cloned().unwrap_or(json!([])));
+        echo.insert(
+            "text".into(),
+            f.get("text")
+                .cloned()
+                .unwrap_or(json!({"format": {"type": "text"}})),
+        );
+        echo.insert(
+            "reasoning".into(),
+            json!({"effort": f.object("reasoning")?.and_then(|r| r.get("effort")).cloned(), "summary": null}),
+        );
+        echo.insert(
+            "metadata".into(),
+            f.get("metadata").cloned().unwrap_or(json!({})),
+        );
+        echo.insert("user".into(), f.get("user").cloned().unwrap_or(Value::Null));
+        echo.insert("truncation".into(), json!("disabled"));
+        let store = f.bool("store", true)?;
+        echo.insert("store".into(), json!(store));
+        let job = tool_job(vec![prompt], common, None, structured, tools)?;
+        Ok(ResponsesJob {
+            job,
+            conversation,
+            echo,
+            store,
+        })
+    }
+}
+
+/// Errors of the shared checks, under the Responses field names.
+fn rename(mut e: ApiError) -> ApiError {
+    let to = match e.param.as_deref() {
+        Some("max_tokens") => "max_output_tokens",
+        Some("response_format" | "json_schema") => "text.format",
+        _ => return e,
+    };
+    e.message = e.message.replace("`max_tokens`", "`max_output_tokens`");
+    e.param = Some(to.into());
+    e
+}
+
+/// Responses tools (`{"type": "function", "name", "parameters"}`) as chat functions.
+fn functions(tools: &Value) -> Result<Value, ApiError> {
+    let Value::Array(list) = tools else {
+        return Err(invalid("tools", "`tools` must be an array"));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        match (
+            t.get("type").and_then(Value::as_str),
+            t.get("name").and_then(Value::as_str),
+        ) {
+            (Some("function"), Some(name)) => {
+                let mut func = json!({"name": name});
+                for k in ["description", "parameters", "strict"] {
+                    if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+                        func[k] = v.clone();
+                    }
+                }
+                out.push(json!({"type": "function", "function": func}));
+            }
+            (Some(other), _) if other != "function" => {
+                return Err(invalid(
+                    "tools",
+                    format!("tools[{i}]: {other} tools are not supported (function tools are)"),
+                ))
+            }
+            _ => {
+                return Err(invalid(
+                    "tools",
+                    format!("tools[{i}] must be {{\"type\": \"function\", \"name\": …}}"),
+                ))
+            }
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+fn tool_choice(c: &Value) -> Result<Value, ApiError> {
+    match c {
+        Value::String(_) => Ok(c.clone()),
+        Value::Object(o) => match (o.get("type").and_then(Value::as_str), o.get("name")) {
+            (Some("function"), Some(n)) => Ok(json!({"type": "function", "function": {"name": n}})),
+            _ => Err(invalid(
+                "tool_choice",
+                "`tool_choice` must be none, auto, required or {\"type\": \"function\", \"name\": …}",
+            )),
+        },
+        _ => Err(invalid("tool_choice", "`tool_choice` must be a string or an object")),
+    }
+}
+
+/// `text.format` as a chat `response_format` (`None` for plain text).
+fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let mut js = json!({
+                "name": format.get("name").cloned().unwrap_or(json!("response")),
+                "schema": format.get("schema").cloned().unwrap_or(Value::Null),
+            });
+            if let Some(s) = format.get("strict") {
+                js["strict"] = s.clone();
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": js})))
+        }
+        _ => Err(invalid(
+            "text.format",
+            "`text.format.type` must be text, json_object or json_schema",
+        )),
+    }
+}
+
+/// The text of a message's content: a string or text parts.
+fn text_content(c: &Value, i: usize) -> Result<String, ApiError> {
+    match c {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for p in parts {
+                match (
+                    p.get("type").and_then(Value::as_str),
+                    p.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("input_text" | "output_text" | "text"), Some(t)) => text.push_str(t),
+                    (Some(other), _) => {
+                        return Err(invalid(
+                            "input",
+                            format!("input[{i}]: {other} content is not supported (text is)"),
+                        ))
+                    }
+                    _ => {
+                        return Err(invalid(
+                            "input",
+                            format!("input[{i}]: a content part needs `type` and `text`"),
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(invalid(
+            "input",
+            format!("input[{i}].content must be a string or text parts"),
+        )),
+    }
+}
+
+/// Appends `input` to the conversation.
+fn input_items(f: &Fields, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+    let items = match f.get("input") {
+        Some(Value::String(s)) => {
+            conv.push(ChatMessage::new("user", s.clone()));
+            return Ok(());
+        }
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(invalid("input", "`input` must not be empty"))
+        }
+        Some(Value::Array(a)) if a.len() > MAX_MESSAGES => {
+            return Err(invalid(
+                "input",
+                format!("at most {MAX_MESSAGES} input items"),
+            ))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(invalid(
+                "input",
+                "`input` must be a string or an array of items",
+            ))
+        }
+        None => return Err(invalid("input", "`input` is required")),
+    };
+    let mut reasoning: Option<String> = None;
+    for (i, item) in items.iter().enumerate() {
+        let kind = item.get("type").and_then(Value::as_str);
+        match kind {
+            None | Some("message") => {
+                let role = match item.get("role").and_then(Value::as_str) {
+                    Some(r @ ("user" | "assistant" | "system")) => r,
+                    Some("developer") => "system",
+                    _ => {
+                        return Err(invalid(
+                            "input",
+                            format!("input[{i}].role must be user, assistant, system or developer"),
+                        ))
+                    }
+                };
+                let content = match item.get("content") {
+                    Some(c) => text_content(c, i)?,
+                    None => return Err(invalid("input", format!("input[{i}].content is required"))),
+                };
+                let mut msg = ChatMessage::new(role, content);
+                if role == "assistant" {
+                    if let Some(r) = reasoning.take() {
+                        msg.reasoning_content = Some(r.clone());
+                        msg.thinking = Some(r);
+                    }
+                }
+                conv.push(msg);
+            }
+            Some("function_call") => {
+                let (Some(call_id), Some(name)) = (
+                    item.get("call_id").and_then(Value::as_str),
+                    item.get("name").and_then(Value::as_str),
+                ) else {
+                    return Err(invalid("input", format!("input[{i}]: a function_call needs `call_id` and `name`")));
+                };
+                let args: Value = match item.get("arguments") {
+                    Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
+                        invalid("input", format!("input[{i}].arguments is not valid JSON: {e}"))
+                    })?,
+                    None => json!({}),
+                    Some(_) => return Err(invalid("input", format!("input[{i}].arguments must be a JSON string"))),
+                };
+                let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}});
+                // Consecutive calls belong to one assistant turn.
+                match conv.last_mut() {
+                    Some(m) if m.role == "assistant" && m.tool_calls.is_some() => {
+                        if let Some(calls) = m.tool_calls.as_mut() {
+                            calls.push(call);
+                        }
+                    }
+                    _ => {
+                        let mut msg = ChatMessage::new("assistant", "");
+                        msg.tool_calls = Some(vec![call]);
+                        if let Some(r) = reasoning.take() {
+                            msg.reasoning_content = Some(r.clone());
+                            msg.thinking = Some(r);
+                        }
+                        conv.push(msg);
+                    }
+                }
+            }
+            Some("function_call_output") => {
+                let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
+                    return Err(invalid("input", format!("input[{i}]: a function_call_output needs `call_id`")));
+                };
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v @ Value::Array(_)) => text_content(v, i)?,
+                    _ => return Err(invalid("input", format!("input[{i}].output must be a string"))),
+                };
+                let name = conv
+                    .iter()
+                    .rev()
+                    .filter_map(|m| m.tool_calls.as_ref())
+                    .flatten()
+                    .find(|c| c.get("id").and_then(Value::as_str) == Some(call_id))
+                    .and_then(|c| c["function"]["name"].as_str())
+                    .map(str::to_string);
+                let mut msg = ChatMessage::new("tool", output);
+                msg.tool_call_id = Some(call_id.to_string());
+                msg.name = name;
+                conv.push(msg);
+            }
+            Some("reasoning") => {
+                let text: String = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect();
+                reasoning = Some(text);
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "input",
+                    format!("input[{i}]: {other} items are not supported (message, function_call, function_call_output and reasoning are)"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The output item a stream has open.
+enum OpenItem {
+    Message {
+        id: String,
+        index: usize,
+        text: String,
+    },
+    Reasoning {
+        id: String,
+        index: usize,
+        text: String,
+    },
+}
+
+/// Renders a session as a Responses object or stream, and stores it when asked.
+pub struct Responses {
+    id: String,
+    echo: Map<String, Value>,
+    conversation: Vec<ChatMessage>,
+    store: bool,
+    store_ref: std::sync::Arc<crate::state::AppState>,
+    seq: u64,
+    items: Vec<Value>,
+    open: Option<OpenItem>,
+}
+
+impl Responses {
+    /// An adapter for the validated request.
+    pub fn new(state: std::sync::Arc<crate::state::AppState>, r: &mut ResponsesJob) -> Self {
+        Responses {
+            id: format!("resp_{}", state.next_response_id()),
+            echo: std::mem::take(&mut r.echo),
+            conversation: std::mem::take(&mut r.conversation),
+            store: r.store,
+            store_ref: state,
+            seq: 0,
+            items: Vec::new(),
+            open: None,
+        }
+    }
+
+    fn frame(&mut self, kind: &'static str, mut v: Value) -> Frame {
+        v["type"] = json!(kind);
+        v["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        Frame::named(kind, &v)
+    }
+
+    fn usage(s: &Session) -> Value {
+        let (prompt, completion, cached) = s.totals();
+        json!({
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        })
+    }
+
+    fn status(c: Option<&ChoiceState>) -> (&'static str, Value) {
+        match c.and_then(|c| c.finish) {
+            None => ("in_progress", Value::Null),
+            Some(FinishReason::Length) => ("incomplete", json!({"reason": "max_output_tokens"})),
+            Some(FinishReason::Aborted) => ("cancelled", Value::Null),
+            Some(FinishReason::Stop) => ("completed", Value::Null),
+        }
+    }
+
+    /// The response object around `output`.
+    fn object(&self, s: &Session, output: Vec<Value>, usage: Value) -> Value {
+        let (status, incomplete) = Self::status(s.choices.first());
+        let mut v = json!({
+            "id": self.id, "object": "response", "created_at": s.created,
+            "status": status, "error": null, "incomplete_details": incomplete,
+            "model": s.state.model_name, "output": output, "usage": usage,
+        });
+        for (k, e) in &self.echo {
+            v[k.as_str()] = e.clone();
+        }
+        v
+    }
+
+    fn message_item(id: &str, text: &str, status: &str) -> Value {
+        json!({"type": "message", "id": id, "status": status, "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
+    }
+
+    fn reasoning_item(id: &str, text: &str) -> Value {
+        json!({"type": "reasoning", "id": id, "summary": [],
+               "content": [{"type": "reasoning_text", "text": text}]})
+    }
+
+    fn call_item(s: &Session, name: &str, arguments: &str, status: &str) -> Value {
+        let n = s.fresh_id();
+        json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+               "name": name, "arguments": arguments, "status": status})
+    }
+
+    /// Output items of a finished choice, in the order the model wrote them.
+    fn output_of(s: &Session, c: &ChoiceState) -> Vec<Value> {
+        let mut out = Vec::new();
+        if !c.reasoning.is_empty() {
+            out.push(Self::reasoning_item(
+                &format!("rs_{}", s.fresh_id()),
+                &c.reasoning,
+            ));
+        }
+        if !c.content.is_empty() || c.calls.is_empty() {
+            out.push(Self::message_item(
+                &format!("msg_{}", s.fresh_id()),
+                &c.content,
+                "completed",
+            ));
+        }
+        for call in &c.calls {
+            out.push(Self::call_item(s, &call.name, &call.arguments, "completed"));
+        }
+        out
+    }
+
+    /// Keeps the response and its conversation, when the request asked to.
+    fn keep(&self, response: &Value, output: &[Value]) {
+        if !self.store {
+            return;
+        }
+        let mut conversation = self.conversation.clone();
+        let mut msg = ChatMessage::new("assistant", "");
+        let mut calls = Vec::new();
+        for item in output {
+            match item["type"].as_str() {
+                Some("message") => {
+                    if let Some(t) = item["content"][0]["text"].as_str() {
+                        msg.content.push_str(t);
+                    }
+                }
+                Some("reasoning") => {
+                    if let Some(t) = item["content"][0]["text"].as_str() {
+                        msg.reasoning_content = Some(t.to_string());
+                        msg.thinking = Some(t.to_string());
+                    }
+                }
+                Some("function_call") => {
+                    let args: Value = item["arguments"]
+                        .as_str()
+                        .and_then(|a| serde_json::from_str(a).ok())
+                        .unwrap_or_else(|| json!({}));
+                    calls.push(json!({"id": item["call_id"], "type": "function",
+                                      "function": {"name": item["name"], "arguments": args}}));
+                }
+                _ => {}
+            }
+        }
+        if !calls.is_empty() {
+            msg.tool_calls = Some(calls);
+        }
+        conversation.push(msg);
+        self.store_ref.responses.insert(
+            self.id.clone(),
+            Stored {
+                response: response.clone(),
+                conversation,
+            },
+        );
+    }
+
+    fn close(&mut self, out: &mut Vec<Frame>) {
+        match self.open.take() {
+            None => {}
+            Some(OpenItem::Message { id, index, text }) => {
+                let part =
+                    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                let f = self.frame("response.output_text.done", json!({"item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": []}));
+                out.push(f);
+                let f = self.frame(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+                );
+                out.push(f);
+                let item = Self::message_item(&id, &text, "completed");
+                let f = self.frame(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                );
+                out.push(f);
+                self.items.push(item);
+            }
+            Some(OpenItem::Reasoning { id, index, text }) => {
+                let f = self.frame(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                );
+                out.push(f);
+                let item = Self::reasoning_item(&id, &text);
+                let f = self.frame(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                );
+                out.push(f);
+                self.items.push(item);
+            }
+        }
+    }
+}
+
+impl Adapter for Responses {
+    fn error_style(&self) -> ErrorStyle {
+        ErrorStyle::OpenAi
+    }
+
+    fn full(&mut self, s: &mut Session) -> Value {
+        let output = match s.choices.first() {
+            Some(c) => Self::output_of(s, c),
+            None => Vec::new(),
+        };
+        let mut v = self.object(s, output.clone(), Self::usage(s));
+        v["timings"] = s.timings();
+        self.keep(&v, &output);
+        v
+    }
+
+    fn start(&mut self, s: &mut Session) -> Vec<Frame> {
+        let created = self.object(s, Vec::new(), Value::Null);
+        vec![
+            self.frame("response.created", json!({"response": created.clone()})),
+            self.frame("response.in_progress", json!({"response": created})),
+        ]
+    }
+
+    fn update(&mut self, s: &mut Session, u: Update, _last: bool) -> Vec<Frame> {
+        let mut out = Vec::new();
+        for d in u.deltas {
+            match d {
+                Delta::Text(t) => {
+                    if !matches!(self.open, Some(OpenItem::Message { .. })) {
+                        self.close(&mut out);
+                        let id = format!("msg_{}", s.fresh_id());
+                        let index = self.items.len();
+                        let mut item = Self::message_item(&id, "", "in_progress");
+                        item["content"] = json!([]);
+                        let f = self.frame(
+                            "response.output_item.added",
+                            json!({"output_index": index, "item": item}),
+                        );
+                        out.push(f);
+                        let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+                        let f = self.frame("response.content_part.added", json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}));
+                        out.push(f);
+                        self.open = Some(OpenItem::Message {
+                            id,
+                            index,
+                            text: String::new(),
+                        });
+                    }
+                    if let Some(OpenItem::Message { id, index, text }) = &mut self.open {
+                        text.push_str(&t);
+                        let v = json!({"item_id": id, "output_index": index, "content_index": 0, "delta": t, "logprobs": []});
+                        out.push(self.frame("response.output_text.delta", v));
+                    }
+                }
+                Delta::Reasoning(t) => {
+                    if !matches!(self.open, Some(OpenItem::Reasoning { .. })) {
+                        self.close(&mut out);
+                        let id = format!("rs_{}", s.fresh_id());
+                        let index = self.items.len();
+                        let item =
+                            json!({"type": "reasoning", "id": id, "summary": [], "content": []});
+                        let f = self.frame(
+                            "response.output_item.added",
+                            json!({"output_index": index, "item": item}),
+                        );
+                        out.push(f);
+                        self.open = Some(OpenItem::Reasoning {
+                            id,
+                            index,
+                            text: String::new(),
+                        });
+                    }
+                    if let Some(OpenItem::Reasoning { id, index, text }) = &mut self.open {
+                        text.push_str(&t);
+                        let v = json!({"item_id": id, "output_index": index, "content_index": 0, "delta": t});
+                        out.push(self.frame("response.reasoning_text.delta", v));
+                    }
+                }
+                Delta::Call(call) => {
+                    self.close(&mut out);
+                    let index = self.items.len();
+                    let mut item = Self::call_item(s, &call.name, "", "in_progress");
+                    let id = item["id"].clone();
+                    let f = self.frame(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": item.clone()}),
+                    );
+                    out.push(f);
+                    let f = self.frame(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+                    );
+                    out.push(f);
+                    let f = self.frame("response.function_call_arguments.done", json!({"item_id": id, "output_index": index, "name": call.name, "arguments": call.arguments}));
+                    out.push(f);
+                    item["arguments"] = json!(call.arguments);
+                    item["status"] = json!("completed");
+                    let f = self.frame(
+                        "response.output_item.done",
+                        json!({"output_index": index, "item": item.clone()}),
+                    );
+                    out.push(f);
+                    self.items.push(item);
+                }
+            }
+        }
+        if u.finished {
+            self.close(&mut out);
+            if self.items.is_empty() {
+                // An empty answer is still one (empty) message, as in the full response.
+                let item = Self::message_item(&format!("msg_{}", s.fresh_id()), "", "completed");
+                let f = self.frame(
+                    "response.output_item.added",
+                    json!({"output_index": 0, "item": item.clone()}),
+                );
+                out.push(f);
+                let f = self.frame(
+                    "response.output_item.done",
+                    json!({"output_index": 0, "item": item.clone()}),
+                );
+                out.push(f);
+                self.items.push(item);
+            }
+            let mut v = self.object(s, self.items.clone(), Self::usage(s));
+            v["timings"] = s.timings();
+            self.keep(&v, &self.items.clone());
+            let kind = if v["status"] == "incomplete" {
+                "response.incomplete"
+            } else {
+                "response.completed"
+            };
+            out.push(self.frame(kind, json!({"response": v})));
+        }
+        out
+    }
+
+    fn end(&mut self, _s: &mut Session) -> Vec<Frame> {
+        Vec::new()
+    }
+
+    fn stream_error(&mut self, e: &ApiError) -> Vec<Frame> {
+        let body = e.body();
+        let v = json!({"code": e.code, "message": body["error"]["message"], "param": e.param});
+        vec![self.frame("error", v)]
+    }
+}
+
+/// The Responses endpoints' handlers.
+pub mod handlers {
+    use std::sync::Arc;
+
+    use axum::extract::{Path, State};
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use serde_json::json;
+
+    use super::Responses;
+    use crate::error::ApiError;
+    use crate::handlers::{read_body, Body};
+    use crate::protocols::Validator;
+    use crate::session;
+    use crate::state::AppState;
+
+    fn not_found(id: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "response_not_found",
+            format!("Response with id '{id}' not found."),
+        )
+    }
+
+    /// `POST /v1/responses`.
+    pub async fn create(State(st): State<Arc<AppState>>, body: Body) -> Response {
+        let store = st.clone();
+        let lookup = move |id: &str| store.responses.conversation(id);
+        match read_body(body).and_then(|b| Validator::of(&st).responses(&b, &lookup)) {
+            Ok(mut r) => {
+                let a = Responses::new(st.clone(), &mut r);
+                session::run(st.clone(), r.job, a).await
+            }
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// `GET /v1/responses/{id}`.
+    pub async fn get(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+        match st.responses.get(&id) {
+            Some(v) => axum::Json(v).into_response(),
+            None => not_found(&id).into_response(),
+        }
+    }
+
+    /// `DELETE /v1/responses/{id}`.
+    pub async fn delete(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+        if st.responses.remove(&id) {
+            axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
+        } else {
+            not_found(&id).into_response()
+        }
+    }
+}
