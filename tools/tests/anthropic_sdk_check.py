@@ -151,7 +151,7 @@ schema = {
 m = c.messages.create(
     model=model, max_tokens=60,
     messages=[{"role": "user", "content": "Name a famous scientist and their birth year as JSON."}],
-    output_config={"format": {"type": "json_schema", "schema": schema}},
+    extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
 )
 v = json.loads(m.content[0].text)
 assert set(v) == {"name", "year"} and isinstance(v["year"], int), v

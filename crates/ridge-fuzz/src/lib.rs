@@ -203,8 +203,10 @@ pub fn chat_template(data: &[u8]) {
 
 /// Validates arbitrary bytes as a request body for every endpoint that takes one.
 ///
-/// Byte 0 picks the endpoint (bits 0–1) and the vocabulary (bit 2: SentencePiece, else
-/// byte-level BPE); the rest is the body.
+/// Byte 0 picks the endpoint (bits 0–1, and bit 3 for the second family: Anthropic's
+/// messages and count_tokens, OpenAI's responses with and without a stored conversation to
+/// continue) and the vocabulary (bit 2: SentencePiece, else byte-level BPE); the rest is the
+/// body.
 pub fn request(data: &[u8]) {
     let Some((&sel, body)) = data.split_first() else {
         return;
@@ -218,10 +220,25 @@ pub fn request(data: &[u8]) {
     };
     const CTX: usize = 2048;
     const BLOCKS: usize = 64;
-    let job = match sel & 3 {
-        0 => v.completion(body),
-        1 => v.chat(body),
-        2 => {
+    let stored = |id: &str| {
+        (id == "resp_1").then(|| {
+            let mut call = ridge_tokenizer::ChatMessage::new("assistant", "");
+            call.tool_calls = Some(vec![serde_json::json!({"id": "call_1", "type": "function",
+                "function": {"name": "f", "arguments": {"a": 1}}})]);
+            vec![ridge_tokenizer::ChatMessage::new("user", "hi"), call]
+        })
+    };
+    let job = match (sel >> 3 & 1, sel & 3) {
+        (1, 0) => v.messages(body).map(|m| m.job),
+        (1, 1) => {
+            check_error_or(v.count_tokens(body), |n| assert!(n > 0));
+            return;
+        }
+        (1, 2) => v.responses(body, &|_| None).map(|r| r.job),
+        (1, _) => v.responses(body, &stored).map(|r| r.job),
+        (_, 0) => v.completion(body),
+        (_, 1) => v.chat(body),
+        (_, 2) => {
             check_error_or(v.tokenize(body), |ids| {
                 assert!(ids.iter().all(|&i| (i as usize) < v.vocab));
             });
@@ -400,7 +417,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         chat.push(with(i as u8 & 1, &body));
     }
     chat.push(with(3, msgs));
-    let bodies: [(u8, &str); 14] = [
+    let bodies: [(u8, &str); 20] = [
         (
             0,
             r#"{"prompt": "Hello world", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "stop": ["\n", "the"], "seed": 1}"#,
@@ -445,6 +462,27 @@ pub fn seeds() -> Vec<(&'static str, Vec<Vec<u8>>)> {
             r#"{"prompt": "hello \u2581 <start_of_turn>", "max_tokens": 3}"#,
         ),
         (5, "[1, {\"a\": \"\\ud800\"}, 1e999]"),
+        (
+            8,
+            r#"{"max_tokens": 5, "system": [{"type": "text", "text": "Be brief."}], "stop_sequences": ["x"], "messages": [{"role": "user", "content": "What is the weather?"}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}, {"type": "tool_use", "id": "t1", "name": "w", "input": {"c": "P"}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "18C"}], "is_error": true}]}], "tools": [{"name": "w", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "w", "disable_parallel_tool_use": true}, "thinking": {"type": "enabled", "budget_tokens": 64}, "stream": true}"#,
+        ),
+        (
+            12,
+            r#"{"max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "image"}]}], "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}, "effort": "max"}}"#,
+        ),
+        (
+            9,
+            r#"{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "w", "input_schema": {}}]}"#,
+        ),
+        (
+            10,
+            r#"{"instructions": "Be brief.", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}, {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}"}, {"type": "function_call_output", "call_id": "c1", "output": "ok"}], "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": {"type": "function", "name": "f"}, "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}, "reasoning": {"effort": "low"}, "max_output_tokens": 9, "store": false}"#,
+        ),
+        (
+            11,
+            r#"{"input": "more", "previous_response_id": "resp_1", "max_output_tokens": 3}"#,
+        ),
+        (11, r#"{"input": "more", "previous_response_id": "resp_2"}"#),
     ];
     let request = bodies
         .iter()

@@ -103,10 +103,19 @@ impl ApiError {
     pub fn body_in(&self, style: ErrorStyle) -> serde_json::Value {
         match style {
             ErrorStyle::OpenAi => self.body(),
-            ErrorStyle::Anthropic => json!({
-                "type": "error",
-                "error": {"type": self.anthropic_type(), "message": self.message},
-            }),
+            ErrorStyle::Anthropic => {
+                // Anthropic's object has no `param`: the message names the field instead.
+                let message = match &self.param {
+                    Some(p) if !self.message.contains(p.as_str()) => {
+                        format!("{p}: {}", self.message)
+                    }
+                    _ => self.message.clone(),
+                };
+                json!({
+                    "type": "error",
+                    "error": {"type": self.anthropic_type(), "message": message},
+                })
+            }
         }
     }
 

@@ -451,11 +451,12 @@ struct StreamState<A> {
 }
 
 fn sse_event(f: Frame) -> SseEvent {
-    let e = SseEvent::default().data(f.data);
-    match f.event {
-        Some(name) => e.event(name),
-        None => e,
-    }
+    // The name goes first: a client reading line by line knows the event before its data.
+    let e = match f.event {
+        Some(name) => SseEvent::default().event(name),
+        None => SseEvent::default(),
+    };
+    e.data(f.data)
 }
 
 fn stream_response<A: Adapter>(

@@ -1,0 +1,281 @@
+//! The protocols beside Chat Completions, end to end on a real `ridge serve`: the official
+//! `anthropic` SDK (Messages: answers, streams, stop sequences, tools, count_tokens, errors)
+//! and the official `openai` SDK's Responses API (store, continuation, streams, `parse` with
+//! Pydantic, function calls) on Qwen2.5-Coder 1.5B; and on SmolLM2 the wire shapes clients
+//! without an SDK see — Anthropic's named SSE events with `ping`, `x-api-key`, and every bad
+//! body answered with the protocol's own 4xx error object.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+
+use common::server::Server;
+use common::*;
+use serde_json::{json, Value};
+
+fn served_name(s: &Server) -> String {
+    let (_, text) = s.get("/v1/models");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["data"][0]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn the_official_sdks_speak_messages_and_responses() {
+    let s = Server::start_model(&qwen2_1_5b(), &[]);
+    let name = served_name(&s);
+    let out = python_check("anthropic_sdk_check.py", &[s.base.as_ref(), name.as_ref()]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["answer"].as_str().unwrap().contains('4'), "{v}");
+    let out = python_check("responses_sdk_check.py", &[s.base.as_ref(), name.as_ref()]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["parsed"]["name"], "Paris", "{v}");
+}
+
+/// (event name, data) of every SSE frame.
+fn named_events(resp: reqwest::blocking::Response) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut event = String::new();
+    for line in BufReader::new(resp).lines() {
+        let line = line.unwrap();
+        if let Some(e) = line.strip_prefix("event: ") {
+            event = e.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            out.push((std::mem::take(&mut event), serde_json::from_str(d).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn anthropic_streams_are_named_events_and_keys_go_in_x_api_key() {
+    let s = Server::start(&["--api-key", "sekret"]);
+    let body = json!({"max_tokens": 8, "stream": true, "temperature": 0,
+                      "messages": [{"role": "user", "content": "Hello"}]});
+    // No key, a wrong key: Anthropic's 401 object.
+    for key in [None, Some("wrong")] {
+        let mut req = Server::client().post(s.url("/v1/messages")).json(&body);
+        if let Some(k) = key {
+            req = req.header("x-api-key", k);
+        }
+        let r = req.send().unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        let v: Value = r.json().unwrap();
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+    }
+    // The OpenAI routes take the same key in x-api-key or as a bearer token.
+    let r = Server::client()
+        .get(s.url("/v1/models"))
+        .header("x-api-key", "sekret")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = Server::client()
+        .post(s.url("/v1/messages"))
+        .header("x-api-key", "sekret")
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let events = named_events(r);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        &names[..3],
+        ["message_start", "content_block_start", "ping"],
+        "{names:?}"
+    );
+    assert_eq!(
+        &names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"],
+        "{names:?}"
+    );
+    for (n, d) in &events {
+        assert_eq!(
+            d["type"],
+            n.as_str(),
+            "the data's type names its event: {d}"
+        );
+    }
+    let start = &events[0].1["message"];
+    assert!(start["id"].as_str().unwrap().starts_with("msg_"), "{start}");
+    assert!(
+        start["usage"]["input_tokens"].as_u64().unwrap() > 0,
+        "{start}"
+    );
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens", "{delta}");
+    assert_eq!(delta["usage"]["output_tokens"], 8, "{delta}");
+    // The same request without streaming: the text equals the streamed deltas.
+    let mut plain = body.clone();
+    plain["stream"] = json!(false);
+    let r = Server::client()
+        .post(s.url("/v1/messages"))
+        .bearer_auth("sekret")
+        .json(&plain)
+        .send()
+        .unwrap();
+    let v: Value = r.json().unwrap();
+    let streamed: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(v["content"][0]["text"].as_str().unwrap(), streamed, "{v}");
+    assert_eq!(v["stop_reason"], "max_tokens");
+}
+
+#[test]
+fn bad_bodies_get_each_protocols_own_error_object() {
+    let s = Server::start(&[]);
+    let msg = |extra: Value| {
+        let mut b = json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            if v.is_null() {
+                b.as_object_mut().unwrap().remove(k);
+            } else {
+                b[k] = v.clone();
+            }
+        }
+        b
+    };
+    let anthropic_cases = [
+        (msg(json!({"max_tokens": null})), 400, "max_tokens"),
+        (msg(json!({"messages": []})), 400, "messages"),
+        (
+            msg(json!({"messages": [{"role": "system", "content": "x"}]})),
+            400,
+            "role",
+        ),
+        (
+            msg(
+                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
+            ),
+            400,
+            "image",
+        ),
+        (
+            msg(
+                json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}),
+            ),
+            400,
+            "prefill",
+        ),
+        (msg(json!({"temperature": 1.5})), 400, "temperature"),
+        (msg(json!({"stop_sequences": [""]})), 400, "stop_sequences"),
+        (
+            msg(json!({"tool_choice": {"type": "any"}})),
+            400,
+            "tool_choice",
+        ),
+        (
+            msg(json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
+            400,
+            "server tools",
+        ),
+        (msg(json!({"tools": [{"name": "f"}]})), 400, "input_schema"),
+        (
+            msg(json!({"thinking": {"type": "sometimes"}})),
+            400,
+            "thinking",
+        ),
+        (
+            msg(json!({"model": "claude-nonexistent"})),
+            404,
+            "does not exist",
+        ),
+    ];
+    for (body, status, needle) in anthropic_cases {
+        let (code, v) = s.post("/v1/messages", &body);
+        assert_eq!(code, status, "{body} → {v}");
+        assert_eq!(v["type"], "error", "{v}");
+        let t = v["error"]["type"].as_str().unwrap();
+        assert!(
+            t == "invalid_request_error" || (status == 404 && t == "not_found_error"),
+            "{v}"
+        );
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{needle}: {v}"
+        );
+    }
+    // Not JSON at all.
+    let r = Server::client()
+        .post(s.url("/v1/messages"))
+        .body("{nope")
+        .header("content-type", "application/json")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        r.json::<Value>().unwrap()["error"]["type"],
+        "invalid_request_error"
+    );
+    let (code, v) = s.post("/v1/messages/count_tokens", &json!({"messages": "hi"}));
+    assert_eq!((code, v["type"].as_str()), (400, Some("error")), "{v}");
+
+    let resp_cases = [
+        (json!({}), 400, "input"),
+        (json!({"input": []}), 400, "input"),
+        (
+            json!({"input": [{"type": "web_search_call"}]}),
+            400,
+            "input",
+        ),
+        (
+            json!({"input": "x", "tools": [{"type": "file_search"}]}),
+            400,
+            "tools",
+        ),
+        (
+            json!({"input": "x", "text": {"format": {"type": "yaml"}}}),
+            400,
+            "text.format",
+        ),
+        (
+            json!({"input": "x", "max_output_tokens": 0}),
+            400,
+            "max_output_tokens",
+        ),
+        (
+            json!({"input": "x", "reasoning": {"effort": "extreme"}}),
+            400,
+            "reasoning",
+        ),
+        (
+            json!({"input": "x", "previous_response_id": "resp_nope"}),
+            404,
+            "previous_response_id",
+        ),
+    ];
+    for (body, status, param) in resp_cases {
+        let (code, v) = s.post("/v1/responses", &body);
+        assert_eq!(code, status, "{body} → {v}");
+        assert_eq!(v["error"]["param"], param, "{body} → {v}");
+        assert!(v["error"]["message"].is_string(), "{v}");
+    }
+    for path in ["/v1/responses/resp_nope"] {
+        let (code, text) = s.get(path);
+        assert_eq!(code, 404, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["type"], "not_found_error");
+    }
+    let r = Server::client()
+        .delete(s.url("/v1/responses/resp_nope"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    // A good request still works after all that.
+    let (code, v) = s.post(
+        "/v1/responses",
+        &json!({"input": "Hi", "max_output_tokens": 2}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["status"], "incomplete", "{v}");
+    assert_eq!(v["usage"]["output_tokens"], 2, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let (code, got) = s.get(&format!("/v1/responses/{id}"));
+    assert_eq!(code, 200);
+    let got: Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(got["output"], v["output"]);
+    assert!(s.drained());
+}
