@@ -23,6 +23,7 @@ pub mod generate;
 pub mod handlers;
 pub mod metrics;
 pub mod params;
+pub mod reasoning;
 pub mod state;
 pub mod structured;
 pub mod tools;
