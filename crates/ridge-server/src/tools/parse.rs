@@ -250,6 +250,9 @@ impl CallParser {
                 out.extend(calls.into_iter().map(Piece::Call));
             }
             Outcome::Text { len, code } => {
+                // Every block starts with at least one character of its own; releasing none
+                // would find the same block again.
+                let len = len.max(self.buf.chars().next().map_or(0, char::len_utf8));
                 let text: String = self.buf.drain(..len).collect();
                 let text = if self.format.syntax == Syntax::Harmony {
                     harmony_text(&text)

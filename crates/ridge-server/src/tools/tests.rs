@@ -601,3 +601,98 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         assert!(!accepts(&grammars, &tok, &spec, text), "{name}: named");
     }
 }
+
+/// Pieces of every syntax, for random texts.
+const FRAGMENTS: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "\n",
+    " ",
+    "x",
+    "é",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    "<",
+    "```",
+    "json\n",
+    "\"name\": \"now\"",
+    ", ",
+    "\"arguments\": {}",
+    "\"parameters\": {}",
+    "<function=now>",
+    "</function>",
+    "<parameter=days>",
+    "3",
+    "</parameter>",
+    "[TOOL_CALLS]",
+    "now",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<|python_tag|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    "function",
+    "<|channel|>",
+    "commentary",
+    "<|message|>",
+    "<|call|>",
+    "<|end|>",
+    "<|start|>assistant",
+    " to=functions.now",
+    HARMONY_CALL_START,
+    "<think>",
+    "</think>",
+];
+
+/// Random texts made of [`FRAGMENTS`] (a fixed linear congruential sequence).
+fn random_texts(n: usize) -> Vec<String> {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |m: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize % m
+    };
+    (0..n)
+        .map(|_| {
+            let len = 1 + next(14);
+            (0..len).map(|_| FRAGMENTS[next(FRAGMENTS.len())]).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn random_text_parses_alike_at_every_split_and_loses_nothing() {
+    let tools = weather_tools();
+    for text in random_texts(150) {
+        for f in FORMATS {
+            for with_tools in [false, true] {
+                let pieces = if with_tools {
+                    parse_all(|| CallParser::with_tools(f, &tools), &text)
+                } else {
+                    parse_all(|| CallParser::new(f), &text)
+                };
+                let calls = pieces
+                    .iter()
+                    .filter(|p| matches!(p, Piece::Call(_)))
+                    .count();
+                if calls == 0 && f.syntax != Syntax::Harmony {
+                    let (_, rest) = calls_and_text(&pieces);
+                    assert_eq!(rest, text, "{}", f.name);
+                }
+            }
+        }
+        for r in [
+            reasoning::ReasoningFormat::Think,
+            reasoning::ReasoningFormat::Harmony,
+        ] {
+            content_after_reasoning(r, "", &text);
+        }
+    }
+}
