@@ -519,9 +519,49 @@ fn every_prefix_of_every_call_is_safe() {
     }
 }
 
+/// A byte-level vocabulary with every format's tags as control tokens (as the families'
+/// vocabularies have them), so that grammars refer to the tags by token.
 fn synthetic_tokenizer() -> Arc<Tokenizer> {
-    let bytes = ridge_model::synthetic::synthetic_llama(&Default::default());
-    let g = ridge_gguf::GgufFile::from_bytes("<memory>", bytes).unwrap();
+    use ridge_gguf::{ArrayValue, GgufFile, GgufWriter, MetadataValue};
+    let mut tokens: Vec<String> = (0..=255u8)
+        .map(|b| ridge_model::synthetic::gpt2_byte_char(b).to_string())
+        .collect();
+    tokens.push("<|endoftext|>".into());
+    // With harmony's `<|return|>` and `<|call|>` ending the turn, `<|end|>` does not (as in
+    // gpt-oss's vocabulary).
+    tokens.push("<|return|>".into());
+    for f in FORMATS {
+        for t in f.tags {
+            if !tokens.iter().any(|x| x == t) {
+                tokens.push(t.to_string());
+            }
+        }
+    }
+    let mut types = vec![1i32; 256];
+    types.resize(tokens.len(), 3);
+    let mut w = GgufWriter::new();
+    w.meta(
+        "general.architecture",
+        MetadataValue::String("llama".into()),
+    )
+    .meta("tokenizer.ggml.model", MetadataValue::String("gpt2".into()))
+    .meta("tokenizer.ggml.pre", MetadataValue::String("gpt-2".into()))
+    .meta(
+        "tokenizer.ggml.tokens",
+        MetadataValue::Array(ArrayValue::String(tokens)),
+    )
+    .meta(
+        "tokenizer.ggml.token_type",
+        MetadataValue::Array(ArrayValue::I32(types)),
+    )
+    .meta(
+        "tokenizer.ggml.merges",
+        MetadataValue::Array(ArrayValue::String(vec![])),
+    )
+    .meta("tokenizer.ggml.bos_token_id", MetadataValue::U32(256))
+    .meta("tokenizer.ggml.eos_token_id", MetadataValue::U32(256))
+    .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
+    let g = GgufFile::from_bytes("<memory>", w.to_bytes()).unwrap();
     Arc::new(Tokenizer::from_gguf(&g).unwrap())
 }
 
@@ -530,7 +570,7 @@ fn accepts(grammars: &Grammars, tok: &Tokenizer, spec: &GrammarSpec, text: &str)
     let mut c = grammars
         .compile(spec)
         .unwrap_or_else(|e| panic!("{e}: {spec:?}"));
-    for t in tok.encode(text, false, false).unwrap() {
+    for t in tok.encode(text, false, true).unwrap() {
         if c.commit(t).is_err() {
             return false;
         }
