@@ -600,6 +600,10 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         let Some(spec) = tools.grammar() else {
             panic!("{name}: no grammar");
         };
+        if let GrammarSpec::Lark(g) = &spec {
+            // The tags are the vocabulary's tokens, not their spelling.
+            assert_eq!(fmt.tags.is_empty(), !g.contains("<["), "{name}: {g}");
+        }
         assert!(
             accepts(&grammars, &tok, &spec, text),
             "{name}: {spec:?}\n{text}"
