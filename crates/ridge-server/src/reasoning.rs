@@ -147,7 +147,8 @@ impl Out {
 /// Where a tag-delimited output stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TagState {
-    /// Nothing but whitespace yet: the opening tag may still come.
+    /// Nothing but whitespace yet: the opening tag may still come (where the prompt opened
+    /// the thoughts, some models write it again).
     Start,
     /// Inside the thoughts.
     Reasoning,
@@ -162,21 +163,19 @@ enum TagState {
 struct TagParser {
     open: &'static str,
     close: &'static str,
+    /// The prompt opened the thoughts: output that does not open them starts in them.
+    opened: bool,
     state: TagState,
     buf: String,
 }
 
 impl TagParser {
     fn new(open: &'static str, close: &'static str, prompt: &str) -> Self {
-        let state = if prompt.trim_end().ends_with(open) {
-            TagState::Reasoning
-        } else {
-            TagState::Start
-        };
         TagParser {
             open,
             close,
-            state,
+            opened: prompt.trim_end().ends_with(open),
+            state: TagState::Start,
             buf: String::new(),
         }
     }
@@ -198,7 +197,11 @@ impl TagParser {
                 } else if self.open.starts_with(t) {
                     false
                 } else {
-                    self.state = TagState::Content;
+                    self.state = if self.opened {
+                        TagState::Reasoning
+                    } else {
+                        TagState::Content
+                    };
                     true
                 }
             }
@@ -234,6 +237,7 @@ impl TagParser {
     fn finish(&mut self, out: &mut Out) {
         let rest = std::mem::take(&mut self.buf);
         match self.state {
+            TagState::Start if self.opened => out.reasoning(&rest),
             TagState::Start | TagState::Content => out.content(&rest),
             TagState::Reasoning => out.reasoning(&rest),
             TagState::AfterClose => {}
@@ -461,6 +465,9 @@ mod tests {
             "Two and two make four.\n</think>\n\n2 + 2 = 4.",
         );
         assert_eq!(out, vec![r("Two and two make four.\n"), c("2 + 2 = 4.")]);
+        // The tag written again is not part of the thoughts.
+        let out = parse(ReasoningFormat::Think, prompt, "<think>\nFour.</think>4");
+        assert_eq!(out, vec![r("\nFour."), c("4")]);
         // Unclosed at the end: all reasoning (the model ran out of tokens while thinking).
         let out = parse(ReasoningFormat::Think, prompt, "Hmm, let me think </thi");
         assert_eq!(out, vec![r("Hmm, let me think </thi")]);
