@@ -594,6 +594,20 @@ mod tests {
             "<think>\nhm\n</think>\n\nHello!",
         );
         assert_eq!(out, vec![r("\nhm\n"), c("Hello!")]);
+        // DeepSeek-R1's distills open `<think>` (llama.cpp's copy closes it again unless
+        // `enable_thinking`).
+        let t = crate::tools::test_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+        let mut extra = serde_json::Map::new();
+        extra.insert("enable_thinking".into(), true.into());
+        let p = t.render_with(&user, true, &extra).unwrap_or_default();
+        let out = parse(ReasoningFormat::Think, &p, "Say hi.\n</think>\n\nHi!");
+        assert_eq!(out, vec![r("Say hi.\n"), c("Hi!")]);
+        let p = t.render(&user, true).unwrap_or_default();
+        assert_eq!(parse(ReasoningFormat::Think, &p, "Hi!"), vec![c("Hi!")]);
+        // gpt-oss's prompt ends in an assistant header.
+        let t = crate::tools::test_template("openai-gpt-oss-120b.jinja");
+        let p = t.render(&user, true).unwrap_or_default();
+        assert!(p.ends_with("<|start|>assistant"), "{p}");
         // DeepSeek-V3.1 with thinking opens `<think>` in the prompt.
         let t = crate::tools::test_template("deepseek-ai-DeepSeek-V3.1.jinja");
         let mut extra = serde_json::Map::new();
