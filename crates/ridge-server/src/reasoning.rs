@@ -62,6 +62,12 @@ fn format_of_source(src: &str) -> Option<ReasoningFormat> {
     }
 }
 
+/// Whether `prompt` (a rendered prompt) ends inside an opened `<think>`, so that the output
+/// starts in the model's thoughts.
+pub fn opens_thoughts(prompt: &str) -> bool {
+    prompt.trim_end().ends_with("<think>")
+}
+
 /// A piece of a choice's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Segment {

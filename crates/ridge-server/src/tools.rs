@@ -368,6 +368,24 @@ impl Tools {
         };
         Some(GrammarSpec::Lark(grammar::lark(self, &allowed)))
     }
+
+    /// [`grammar`](Tools::grammar) for output that follows `prompt` (the rendered prompt):
+    /// where the prompt leaves `<think>` open (DeepSeek-R1 and its distills, QwQ, the thinking
+    /// Qwen3 and DeepSeek-V3.1 templates), the model's thoughts and `</think>` come first, then
+    /// the calls. Without this the forced call would begin inside the thoughts, where the
+    /// reasoning parser keeps it from the call parser.
+    pub fn grammar_after(&self, prompt: &str) -> Option<GrammarSpec> {
+        let spec = self.grammar()?;
+        match spec {
+            GrammarSpec::Lark(g) if crate::reasoning::opens_thoughts(prompt) => {
+                let calls = g.replacen("start:", "calls:", 1);
+                Some(GrammarSpec::Lark(format!(
+                    "start: thoughts /\\n*/ calls\nthoughts[stop=\"</think>\"]: /(?s:.*)/\n{calls}"
+                )))
+            }
+            spec => Some(spec),
+        }
+    }
 }
 
 fn lark_str(s: &str) -> String {

@@ -740,3 +740,36 @@ fn random_text_parses_alike_at_every_split_and_loses_nothing() {
         }
     }
 }
+
+#[test]
+fn forced_calls_after_a_prompt_that_opens_the_thoughts_let_the_model_think_first() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let tools = Tools::new(
+        weather_tools(),
+        ToolChoice::Named("now".into()),
+        false,
+        format("hermes"),
+        |t| tok.token_id(t),
+    );
+    let call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    // QwQ's and DeepSeek-R1's generation prompts leave `<think>` open.
+    let prompt = "<|im_start|>user\nWhat time is it?<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    let Some(spec) = tools.grammar_after(prompt) else {
+        panic!("no grammar");
+    };
+    for thoughts in ["", "The user wants the time. <tags> are fine.\n"] {
+        let text = format!("{thoughts}</think>\n\n{call}");
+        assert!(accepts(&grammars, &tok, &spec, &text), "{text}");
+        let content = content_after_reasoning(reasoning::ReasoningFormat::Think, prompt, &text);
+        let (calls, _) = calls_and_text(&parse_all(|| tools.parser(), &content));
+        assert_eq!(calls, vec![("now".to_string(), json!({}))]);
+    }
+    // The call without closing the thoughts would be read as thoughts: not allowed.
+    assert!(!accepts(&grammars, &tok, &spec, call));
+    // Where the prompt does not open them, the grammar is the plain one.
+    assert_eq!(
+        tools.grammar_after("<|im_start|>assistant\n"),
+        tools.grammar()
+    );
+}
