@@ -281,7 +281,7 @@ fn calls_each_template_renders_parse_back() {
     let paris = json!({"city": "Paris", "days": 3});
     let two = [("get_weather", paris.clone()), ("now", json!({}))];
     let one = [("get_weather", paris.clone())];
-    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 12] = [
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 13] = [
         ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
         (
             "Qwen-Qwen3-0.6B.jinja",
@@ -295,6 +295,11 @@ fn calls_each_template_renders_parse_back() {
         ("Mistral-Small-3.2-24B-Instruct-2506.jinja", &two, None),
         ("unsloth-mistral-Devstral-Small-2507.jinja", &two, None),
         ("mistralai-Mistral-Nemo-Instruct-2407.jinja", &two, None),
+        (
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::MistralThink),
+        ),
         ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", &two, None),
         ("deepseek-ai-DeepSeek-V3.1.jinja", &two, None),
         (
