@@ -739,9 +739,11 @@ fn random_text_parses_alike_at_every_split_and_loses_nothing() {
         }
         for r in [
             reasoning::ReasoningFormat::Think,
+            reasoning::ReasoningFormat::MistralThink,
             reasoning::ReasoningFormat::Harmony,
         ] {
             content_after_reasoning(r, "", &text);
+            content_after_reasoning(r, "<think>\n", &text);
         }
     }
 }
