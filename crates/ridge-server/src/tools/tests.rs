@@ -697,6 +697,8 @@ const FRAGMENTS: &[&str] = &[
     HARMONY_CALL_START,
     "<think>",
     "</think>",
+    "[THINK]",
+    "[/THINK]",
 ];
 
 /// Random texts made of [`FRAGMENTS`] (a fixed linear congruential sequence).
