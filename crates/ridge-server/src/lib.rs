@@ -28,6 +28,7 @@ pub mod handlers;
 pub mod metrics;
 pub mod params;
 pub mod protocols;
+pub mod reasoning;
 pub mod session;
 pub mod state;
 pub mod structured;

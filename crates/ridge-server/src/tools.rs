@@ -1,18 +1,22 @@
 //! Tool calling on `/v1/chat/completions`: `tools`, `tool_choice`, `parallel_tool_calls`.
 //!
 //! The tools go to the model through its own chat template (the `tools` variable, as vLLM and
-//! `transformers` pass them). How the model writes a call is read off the template too: each
-//! entry of [`FORMATS`] names the tags a family of templates wraps a call in, and the first
-//! whose opening tag the template contains is used (adding a family is one entry). What the
-//! model writes between the tags is JSON `{"name": …, "arguments": {…}}`; [`CallParser`]
-//! splits a choice's text, as it streams, into content and calls, which the server answers as
-//! OpenAI's `tool_calls` (streamed as `delta.tool_calls`: index, id and name first, then the
-//! arguments).
+//! `transformers` pass them). How the model writes a call is read off the template too: model
+//! families were trained on different call syntaxes, and each writes only its own. Each entry
+//! of [`FORMATS`] is one syntax with the strings that identify its templates; the first entry
+//! whose strings all occur in the template's source is used. [`CallParser`] splits a choice's
+//! text, as it streams, into content and calls, which the server answers as OpenAI's
+//! `tool_calls` (streamed as `delta.tool_calls`: index, id and name first, then the arguments).
+//! Where the request's tools are known ([`Tools::parser`]) it also accepts the one drift small
+//! models really show: a call written as a Markdown-fenced or bare JSON object naming an
+//! offered function.
 //!
 //! With `tool_choice: "required"` or a named function the output is constrained by a grammar
-//! ([`Tools::grammar`]): one or more calls (one when `parallel_tool_calls` is false), each
-//! JSON whose `name` is an allowed function and whose `arguments` match that function's
-//! `parameters` schema, so the call always parses.
+//! ([`Tools::grammar`]) in the format's own syntax: one or more calls (one when
+//! `parallel_tool_calls` is false), each naming an allowed function with arguments that match
+//! its `parameters` schema, so the call always parses back through the same parser. The
+//! format's tags are the model's own tokens in the grammar where the vocabulary has them as
+//! one token (the model was trained to write that token, not its spelling).
 
 use serde_json::{json, Map, Value};
 
@@ -22,33 +26,165 @@ use ridge_tokenizer::{ChatTemplate, Tokenizer};
 use crate::error::ApiError;
 use crate::params::Fields;
 
+mod grammar;
+mod parse;
+
+pub(crate) use parse::partial_suffix;
+pub use parse::{Call, CallParser, Piece};
+
 /// Most tools per request.
 pub const MAX_TOOLS: usize = 128;
+
+/// The opening of a gpt-oss call as the reasoning parser passes it on (`crate::reasoning`),
+/// the form gpt-oss's template renders a past call in:
+/// `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`.
+pub const HARMONY_CALL_START: &str = "<|start|>assistant to=functions.";
+
+/// A call syntax (how [`CallParser`] reads calls and [`Tools::grammar`] writes them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syntax {
+    /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>`; the body may also be an array
+    /// of calls, `arguments` a JSON string, or Qwen3-Coder's XML.
+    Hermes,
+    /// Qwen3-Coder: `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…
+    /// </function>\n</tool_call>`, values typed by the parameter's schema; several functions
+    /// in one block, a missing `</parameter>`, and a JSON body are accepted.
+    QwenXml,
+    /// Llama 3.1–3.3: `{"name": …, "parameters": {…}}` as the whole output (optionally after
+    /// `<|python_tag|>`), several separated by `;`; `arguments` is accepted for `parameters`.
+    Llama,
+    /// Mistral Small 3.2, Devstral, Ministral 3, Magistral: `[TOOL_CALLS]NAME[ARGS]{…}`, one
+    /// `[TOOL_CALLS]` per call, optionally `[CALL_ID]ID` before `[ARGS]`; the older array form
+    /// is accepted too.
+    MistralArgs,
+    /// Mistral Nemo, Mistral 7B v0.3: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`; the
+    /// newer `NAME[ARGS]` form is accepted too.
+    MistralArray,
+    /// DeepSeek-R1 and its distills: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
+    /// <｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`; the
+    /// V3.1 form is accepted too.
+    DeepSeekR1,
+    /// DeepSeek-V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}
+    /// <｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`; the R1 form is accepted too.
+    DeepSeekV31,
+    /// gpt-oss's harmony: a message to `functions.NAME` on the commentary channel, arguments
+    /// after `<|message|>` up to `<|call|>`. The reasoning parser reads harmony's channels
+    /// and passes each call on in the form of [`HARMONY_CALL_START`], which this reads.
+    Harmony,
+}
 
 /// How one family of chat templates writes a tool call.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ToolFormat {
     /// Name, for messages.
     pub name: &'static str,
-    /// Text before the call's JSON.
+    /// How calls are written.
+    pub syntax: Syntax,
+    /// Strings that all occur in the family's templates (and together in no earlier entry's).
+    pub detect: &'static [&'static str],
+    /// Text that opens a call (or a block of calls).
     pub start: &'static str,
-    /// Text after it.
+    /// Text that closes it; empty where calls end with the output or their JSON.
     pub end: &'static str,
+    /// The special strings the format's grammar writes, each a single token in the family's
+    /// vocabularies.
+    pub tags: &'static [&'static str],
 }
+
+const DEEPSEEK_TAGS: &[&str] = &[
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+];
 
 /// The formats ridge knows, tried in order against the template's source.
 pub const FORMATS: &[ToolFormat] = &[
-    // Qwen 2/2.5/3, Hermes, and the DeepSeek-R1 distills of Qwen.
     ToolFormat {
-        name: "hermes",
+        name: "qwen3-coder",
+        syntax: Syntax::QwenXml,
+        detect: &["<tool_call>", "<function="],
         start: "<tool_call>",
         end: "</tool_call>",
+        tags: &["<tool_call>", "</tool_call>"],
+    },
+    // Qwen 2/2.5/3, QwQ, Hermes 2 Pro / 3.
+    ToolFormat {
+        name: "hermes",
+        syntax: Syntax::Hermes,
+        detect: &["<tool_call>"],
+        start: "<tool_call>",
+        end: "</tool_call>",
+        tags: &["<tool_call>", "</tool_call>"],
+    },
+    ToolFormat {
+        name: "deepseek-r1",
+        syntax: Syntax::DeepSeekR1,
+        detect: &["<｜tool▁calls▁begin｜>", "```json"],
+        start: "<｜tool▁calls▁begin｜>",
+        end: "<｜tool▁calls▁end｜>",
+        tags: DEEPSEEK_TAGS,
+    },
+    ToolFormat {
+        name: "deepseek-v3.1",
+        syntax: Syntax::DeepSeekV31,
+        detect: &["<｜tool▁calls▁begin｜>"],
+        start: "<｜tool▁calls▁begin｜>",
+        end: "<｜tool▁calls▁end｜>",
+        tags: DEEPSEEK_TAGS,
+    },
+    ToolFormat {
+        name: "mistral",
+        syntax: Syntax::MistralArgs,
+        detect: &["[TOOL_CALLS]", "[ARGS]"],
+        start: "[TOOL_CALLS]",
+        end: "",
+        tags: &["[TOOL_CALLS]", "[ARGS]"],
+    },
+    ToolFormat {
+        name: "mistral-nemo",
+        syntax: Syntax::MistralArray,
+        detect: &["[TOOL_CALLS]"],
+        start: "[TOOL_CALLS]",
+        end: "",
+        tags: &["[TOOL_CALLS]"],
+    },
+    ToolFormat {
+        name: "harmony",
+        syntax: Syntax::Harmony,
+        detect: &["<|channel|>", "to=", "functions."],
+        start: HARMONY_CALL_START,
+        end: "<|call|>",
+        tags: &[
+            "<|channel|>",
+            "<|message|>",
+            "<|constrain|>",
+            "<|end|>",
+            "<|start|>",
+            "<|call|>",
+        ],
+    },
+    // Llama 3.1, 3.2, 3.3 (and 3.2's template, which has no `<|python_tag|>`).
+    ToolFormat {
+        name: "llama3",
+        syntax: Syntax::Llama,
+        detect: &["<|start_header_id|>", "\"parameters\""],
+        start: "",
+        end: "",
+        tags: &[],
     },
 ];
 
 /// The tool-call format of a template, if it has one ridge knows.
 pub fn format_of(template: &ChatTemplate) -> Option<&'static ToolFormat> {
-    FORMATS.iter().find(|f| template.source().contains(f.start))
+    format_of_source(template.source())
+}
+
+fn format_of_source(src: &str) -> Option<&'static ToolFormat> {
+    FORMATS
+        .iter()
+        .find(|f| f.detect.iter().all(|d| src.contains(d)))
 }
 
 /// `tool_choice`.
@@ -78,6 +214,9 @@ pub struct Tools {
     /// The format's tags in the grammar: a token reference (`<[id]>`) where the vocabulary
     /// has the tag as one token (the model was trained to write that token), else the text.
     pub tags: (String, String),
+    /// Each of the format's [`ToolFormat::tags`] as the grammar writes it (a token reference
+    /// or the text, as for `tags`).
+    pub tag_refs: Vec<(&'static str, String)>,
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -163,24 +302,54 @@ pub fn read(
     };
     let parallel = f.bool("parallel_tool_calls", true)?;
     let Some(format) = template.and_then(format_of) else {
-        return Err(bad(
-            "this model's chat template has no tool-call format ridge knows (known: tags <tool_call>…</tool_call>)",
-        ));
+        let known: Vec<&str> = FORMATS.iter().map(|f| f.name).collect();
+        return Err(bad(format!(
+            "this model's chat template has no tool-call format ridge knows (known: {})",
+            known.join(", ")
+        )));
     };
-    let tag = |t: &str| match tokenizer.token_id(t) {
-        Some(id) => format!("<[{id}]>"),
-        None => lark_str(t),
-    };
-    Ok(Some(Tools {
-        defs,
-        choice,
-        parallel,
-        format,
-        tags: (tag(format.start), tag(format.end)),
-    }))
+    Ok(Some(Tools::new(defs, choice, parallel, format, |t| {
+        tokenizer.token_id(t)
+    })))
 }
 
 impl Tools {
+    /// Tools in `format`; `token_id` finds a tag's single token, where there is one.
+    fn new(
+        defs: Vec<Value>,
+        choice: ToolChoice,
+        parallel: bool,
+        format: &'static ToolFormat,
+        token_id: impl Fn(&str) -> Option<u32>,
+    ) -> Tools {
+        let tag = |t: &str| match token_id(t) {
+            Some(id) => format!("<[{id}]>"),
+            None => lark_str(t),
+        };
+        Tools {
+            tags: (tag(format.start), tag(format.end)),
+            tag_refs: format.tags.iter().map(|t| (*t, tag(t))).collect(),
+            defs,
+            choice,
+            parallel,
+            format,
+        }
+    }
+
+    /// A parser for this request's output: the format's syntax, and the fallbacks that need
+    /// the offered names ([`CallParser::with_tools`]).
+    pub fn parser(&self) -> CallParser {
+        CallParser::with_tools(self.format, &self.defs)
+    }
+
+    /// `s` in the grammar: its token where it is one of the format's tags, else the text.
+    fn lit(&self, s: &str) -> String {
+        self.tag_refs
+            .iter()
+            .find(|(t, _)| *t == s)
+            .map_or_else(|| lark_str(s), |(_, r)| r.clone())
+    }
+
     /// The `tools` template variable (absent with `tool_choice: "none"`).
     pub fn template_var(&self) -> Option<Value> {
         (self.choice != ToolChoice::None).then(|| Value::Array(self.defs.clone()))
@@ -197,37 +366,25 @@ impl Tools {
                 .filter(|d| function_name(d) == Some(n))
                 .collect(),
         };
-        let bodies: Vec<Value> = allowed
-            .iter()
-            .map(|d| {
-                let params = d["function"]
-                    .get("parameters")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"}));
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "name": {"const": function_name(d)},
-                        "arguments": params,
-                    },
-                    "required": ["name", "arguments"],
-                    "additionalProperties": false,
-                })
-            })
-            .collect();
-        let schema = json!({"anyOf": bodies});
-        let call = format!(
-            "call: {} \"\\n\" %json {} \"\\n\" {}",
-            self.tags.0, schema, self.tags.1
-        );
-        // A newline may follow the last call (models write one before deciding whether
-        // another call comes), so ending there must stay possible.
-        let start = if self.parallel {
-            "start: call (\"\\n\" call)* \"\\n\"?"
-        } else {
-            "start: call \"\\n\"?"
-        };
-        Some(GrammarSpec::Lark(format!("{start}\n{call}\n")))
+        Some(GrammarSpec::Lark(grammar::lark(self, &allowed)))
+    }
+
+    /// [`grammar`](Tools::grammar) for output that follows `prompt` (the rendered prompt):
+    /// where the prompt leaves `<think>` open (DeepSeek-R1 and its distills, QwQ, the thinking
+    /// Qwen3 and DeepSeek-V3.1 templates), the model's thoughts and `</think>` come first, then
+    /// the calls. Without this the forced call would begin inside the thoughts, where the
+    /// reasoning parser keeps it from the call parser.
+    pub fn grammar_after(&self, prompt: &str) -> Option<GrammarSpec> {
+        let spec = self.grammar()?;
+        match spec {
+            GrammarSpec::Lark(g) if crate::reasoning::opens_thoughts(prompt) => {
+                let calls = g.replacen("start:", "calls:", 1);
+                Some(GrammarSpec::Lark(format!(
+                    "start: thoughts /\\n*/ calls\nthoughts[stop=\"</think>\"]: /(?s:.*)/\n{calls}"
+                )))
+            }
+            spec => Some(spec),
+        }
     }
 }
 
@@ -275,213 +432,24 @@ pub fn calls_for_template(calls: &Value, i: usize) -> Result<Vec<Value>, ApiErro
         .collect()
 }
 
-/// A complete call found in the output.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Call {
-    /// Function name.
-    pub name: String,
-    /// Arguments, as the JSON text OpenAI clients expect.
-    pub arguments: String,
-}
-
-/// A piece of a choice's output.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Piece {
-    /// Ordinary text.
-    Content(String),
-    /// A tool call.
-    Call(Call),
-}
-
-/// Splits streamed text into content and calls. Text that may be the start of an opening tag
-/// is held back until it is known; a call is released when its closing tag arrives.
-#[derive(Debug)]
-pub struct CallParser {
-    format: &'static ToolFormat,
-    buf: String,
-    in_call: bool,
-}
-
-impl CallParser {
-    /// A parser for `format`.
-    pub fn new(format: &'static ToolFormat) -> Self {
-        CallParser {
-            format,
-            buf: String::new(),
-            in_call: false,
-        }
-    }
-
-    /// Feeds `text`; returns what became final.
-    pub fn push(&mut self, text: &str) -> Vec<Piece> {
-        self.buf.push_str(text);
-        let mut out = Vec::new();
-        loop {
-            if self.in_call {
-                let Some(end) = self.buf.find(self.format.end) else {
-                    break;
-                };
-                let body = self.buf[..end].to_string();
-                self.buf.drain(..end + self.format.end.len());
-                self.in_call = false;
-                match parse_call(&body) {
-                    Some(c) => out.push(Piece::Call(c)),
-                    // Not a call after all: keep the text as the model wrote it.
-                    None => out.push(Piece::Content(format!(
-                        "{}{body}{}",
-                        self.format.start, self.format.end
-                    ))),
-                }
-            } else if let Some(start) = self.buf.find(self.format.start) {
-                if start > 0 {
-                    out.push(Piece::Content(self.buf[..start].to_string()));
-                }
-                self.buf.drain(..start + self.format.start.len());
-                self.in_call = true;
-            } else {
-                // Release all but a suffix that could still become the opening tag.
-                let keep = partial_suffix(&self.buf, self.format.start);
-                let cut = self.buf.len() - keep;
-                if cut > 0 {
-                    out.push(Piece::Content(self.buf[..cut].to_string()));
-                    self.buf.drain(..cut);
-                }
-                break;
-            }
-        }
-        merge_content(out)
-    }
-
-    /// The end of the output: whatever is held back is content (an unterminated call too).
-    pub fn finish(&mut self) -> Vec<Piece> {
-        let rest = std::mem::take(&mut self.buf);
-        let text = if self.in_call {
-            self.in_call = false;
-            format!("{}{rest}", self.format.start)
-        } else {
-            rest
-        };
-        if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![Piece::Content(text)]
-        }
-    }
-}
-
-/// Length of the longest suffix of `s` that is a proper prefix of `tag` (on a char boundary).
-fn partial_suffix(s: &str, tag: &str) -> usize {
-    (1..tag.len().min(s.len() + 1))
-        .rev()
-        .find(|&n| s.is_char_boundary(s.len() - n) && tag.starts_with(&s[s.len() - n..]))
-        .unwrap_or(0)
-}
-
-fn merge_content(pieces: Vec<Piece>) -> Vec<Piece> {
-    let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        match (out.last_mut(), p) {
-            (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(&b),
-            (_, p) => out.push(p),
-        }
-    }
-    out
-}
-
-/// `{"name": …, "arguments": …}` (arguments an object or a JSON string).
-fn parse_call(body: &str) -> Option<Call> {
-    let v: Value = serde_json::from_str(body.trim()).ok()?;
-    let name = v.get("name")?.as_str()?.to_string();
-    let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(a) => a.to_string(),
-        None => "{}".to_string(),
-    };
-    Some(Call { name, arguments })
+/// A template from the test data, by file name (`crates/ridge-server/tests/data/templates`,
+/// or the ones `ridge-tokenizer`'s tests hold).
+#[cfg(test)]
+pub(crate) fn test_template(name: &str) -> ChatTemplate {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let paths = [
+        root.join("tests/data/templates").join(name),
+        root.join("../ridge-tokenizer/tests/data/templates")
+            .join(name),
+    ];
+    let source = paths
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_else(|| panic!("no template {name}"));
+    ChatTemplate::new(source, "<s>", "</s>")
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .with_fixed_time(0)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn feed(chunks: &[&str]) -> Vec<Piece> {
-        let mut p = CallParser::new(&FORMATS[0]);
-        let mut out: Vec<Piece> = chunks.iter().flat_map(|c| p.push(c)).collect();
-        out.extend(p.finish());
-        merge_content(out)
-    }
-
-    #[test]
-    fn calls_split_out_of_streamed_text_at_any_boundary() {
-        let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
-        let want = vec![
-            Piece::Content("Let me check.\n".into()),
-            Piece::Call(Call {
-                name: "get_weather".into(),
-                arguments: "{\"city\":\"Paris\"}".into(),
-            }),
-            Piece::Content("\n".into()),
-            Piece::Call(Call {
-                name: "now".into(),
-                arguments: "{}".into(),
-            }),
-        ];
-        assert_eq!(feed(&[text]), want);
-        // One character at a time, and in uneven chunks: the same pieces.
-        let chars: Vec<String> = text.chars().map(String::from).collect();
-        let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(feed(&refs), want);
-        let (a, b) = text.split_at(17);
-        assert_eq!(feed(&[a, b]), want);
-    }
-
-    #[test]
-    fn text_that_only_looks_like_a_call_stays_text() {
-        assert_eq!(
-            feed(&["a <tool", "_c", "x> b"]),
-            vec![Piece::Content("a <tool_cx> b".into())]
-        );
-        assert_eq!(
-            feed(&["<tool_call>not json</tool_call>"]),
-            vec![Piece::Content("<tool_call>not json</tool_call>".into())]
-        );
-        assert_eq!(
-            feed(&["x<tool_call>{\"name\": \"f\""]),
-            vec![Piece::Content("x<tool_call>{\"name\": \"f\"".into())]
-        );
-    }
-
-    #[test]
-    fn the_required_grammar_names_every_function() {
-        let t = Tools {
-            defs: vec![
-                json!({"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}),
-                json!({"type": "function", "function": {"name": "b"}}),
-            ],
-            choice: ToolChoice::Required,
-            parallel: false,
-            format: &FORMATS[0],
-            tags: ("<[7]>".into(), "\"</tool_call>\"".into()),
-        };
-        let Some(GrammarSpec::Lark(g)) = t.grammar() else {
-            panic!("no grammar");
-        };
-        assert!(
-            g.starts_with("start: call \"\\n\"?\ncall: <[7]> \"\\n\" %json {"),
-            "{g}"
-        );
-        assert!(g.trim_end().ends_with("\"\\n\" \"</tool_call>\""), "{g}");
-        assert!(
-            g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),
-            "{g}"
-        );
-        let named = Tools {
-            choice: ToolChoice::Named("b".into()),
-            ..t
-        };
-        let Some(GrammarSpec::Lark(g)) = named.grammar() else {
-            panic!("no grammar");
-        };
-        assert!(!g.contains("{\"const\":\"a\"}"), "{g}");
-    }
-}
+mod tests;

@@ -1,0 +1,754 @@
+//! Reading calls out of a choice's text, as it streams.
+//!
+//! The text is scanned for the places a call can begin in the model's format (its opening
+//! tag; for the JSON formats also a `{` that opens the whole output) and, when the request's
+//! tools are known, for a Markdown fence. Text before such a place is content at once; from
+//! it on the text is held as a *block* until the block's end is known (a closing tag, the end
+//! of a JSON value, the closing fence, or the end of the output), and then the block is read
+//! as calls. A block that does not read as calls is content exactly as the model wrote it
+//! (harmony's without its control tokens): model output is untrusted, and a malformed call
+//! must not be lost or crash anything.
+
+use serde_json::{Map, Value};
+
+use super::{Syntax, ToolFormat, HARMONY_CALL_START};
+
+/// A complete call found in the output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    /// Function name.
+    pub name: String,
+    /// Arguments, as the JSON text OpenAI clients expect.
+    pub arguments: String,
+}
+
+/// A piece of a choice's output.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    /// Ordinary text.
+    Content(String),
+    /// A tool call.
+    Call(Call),
+}
+
+/// A tool the request offered: its name, and its parameters' schema (Qwen3-Coder's XML
+/// values are typed by it).
+#[derive(Clone, Debug)]
+struct Offered {
+    name: String,
+    params: Value,
+}
+
+/// What kind of block is being held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    /// Opening tag … closing tag (`end`); the end of the output closes it too.
+    Tagged(&'static str),
+    /// `[TOOL_CALLS]` and one call, either a JSON array or `NAME[ARGS]{…}`.
+    Mistral,
+    /// JSON calls `{…}` separated by `;`, optionally after `<|python_tag|>`: the whole output.
+    Json,
+    /// A Markdown fence holding a call object (or an array of them).
+    Fence,
+}
+
+/// How a held block turned out.
+enum Outcome {
+    /// Its end has not come yet.
+    Wait,
+    /// The first `len` bytes are these calls.
+    Calls(usize, Vec<Call>),
+    /// The first `len` bytes are text; `code`: they open a code block that is still open.
+    Text { len: usize, code: bool },
+}
+
+const PYTHON_TAG: &str = "<|python_tag|>";
+const FENCE: &str = "```";
+const TOOL_CALLS: &str = "[TOOL_CALLS]";
+const ARGS: &str = "[ARGS]";
+const CALL_ID: &str = "[CALL_ID]";
+pub(super) const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+pub(super) const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
+pub(super) const DS_SEP: &str = "<｜tool▁sep｜>";
+const MESSAGE: &str = "<|message|>";
+const CALL_TOKEN: &str = "<|call|>";
+
+/// Splits streamed text into content and calls. Text that may be the start of a call is held
+/// back until it is known; a call is released when its end arrives.
+#[derive(Debug)]
+pub struct CallParser {
+    format: &'static ToolFormat,
+    /// The request's tools, when known: enables the fallbacks (fenced or bare JSON calls of
+    /// an offered function) and types Qwen3-Coder's values.
+    offered: Option<Vec<Offered>>,
+    buf: String,
+    block: Option<Block>,
+    /// Nothing but whitespace released yet (a bare JSON call must be the whole output).
+    at_start: bool,
+    /// Inside a Markdown code block that is not a call: its closing fence opens nothing.
+    in_code: bool,
+}
+
+impl CallParser {
+    /// A parser for `format` that does not know the request's tools: the format's own syntax
+    /// only, any function name.
+    pub fn new(format: &'static ToolFormat) -> Self {
+        CallParser {
+            format,
+            offered: None,
+            buf: String::new(),
+            block: None,
+            at_start: true,
+            in_code: false,
+        }
+    }
+
+    /// A parser for `format` that knows the request's tools (`tools`: the request's `tools`
+    /// array, each `{"type": "function", "function": {"name", "parameters"}}`). Besides the
+    /// format's own syntax it accepts what models write when they drift from it: a Markdown
+    /// fence holding `{"name": …, "arguments"|"parameters": {…}}` (or an array of such), or that
+    /// object as the whole output, where `name` is one of `tools`. Qwen3-Coder's XML values
+    /// are converted by their parameter's schema type.
+    pub fn with_tools(format: &'static ToolFormat, tools: &[Value]) -> Self {
+        let offered = tools
+            .iter()
+            .filter_map(|d| {
+                let f = d.get("function")?;
+                Some(Offered {
+                    name: f.get("name")?.as_str()?.to_string(),
+                    params: f.get("parameters").cloned().unwrap_or(Value::Null),
+                })
+            })
+            .collect();
+        CallParser {
+            offered: Some(offered),
+            ..CallParser::new(format)
+        }
+    }
+
+    /// Feeds `text`; returns what became final.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        self.run(false)
+    }
+
+    /// The end of the output: whatever is held back is read as it stands (a block whose end
+    /// never came is read as if it ended here; what does not read as calls is content).
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let out = self.run(true);
+        self.block = None;
+        self.at_start = true;
+        self.in_code = false;
+        out
+    }
+
+    fn run(&mut self, finished: bool) -> Vec<Piece> {
+        let mut out = Vec::new();
+        loop {
+            let progressed = match self.block {
+                Some(b) => self.block_step(b, finished, &mut out),
+                None => self.text_step(finished, &mut out),
+            };
+            if !progressed {
+                break;
+            }
+        }
+        merge_content(out)
+    }
+
+    /// Where calls may begin in running text, and the block each begins.
+    fn triggers(&self) -> Vec<(&'static str, Block)> {
+        let f = self.format;
+        let mut t = match f.syntax {
+            Syntax::Hermes
+            | Syntax::QwenXml
+            | Syntax::DeepSeekR1
+            | Syntax::DeepSeekV31
+            | Syntax::Harmony => vec![(f.start, Block::Tagged(f.end))],
+            Syntax::MistralArgs | Syntax::MistralArray => vec![(TOOL_CALLS, Block::Mistral)],
+            Syntax::Llama => vec![(PYTHON_TAG, Block::Json)],
+        };
+        if self.offered.is_some() {
+            t.push((FENCE, Block::Fence));
+        }
+        t
+    }
+
+    /// Whether a `{` opening the output may be a call.
+    fn bare_json(&self) -> bool {
+        self.format.syntax == Syntax::Llama || self.offered.is_some()
+    }
+
+    fn release(&mut self, len: usize, out: &mut Vec<Piece>) {
+        if len == 0 {
+            return;
+        }
+        let text: String = self.buf.drain(..len).collect();
+        if !text.trim().is_empty() {
+            self.at_start = false;
+        }
+        out.push(Piece::Content(text));
+    }
+
+    /// Running text: releases it up to the next possible call; false when it needs more.
+    fn text_step(&mut self, finished: bool, out: &mut Vec<Piece>) -> bool {
+        if self.buf.is_empty() {
+            return false;
+        }
+        if self.at_start && self.bare_json() {
+            let t = self.buf.trim_start();
+            if t.starts_with('{') {
+                self.block = Some(Block::Json);
+                return true;
+            }
+            if t.is_empty() && !finished {
+                return false;
+            }
+        }
+        let triggers = self.triggers();
+        let first = triggers
+            .iter()
+            .filter_map(|&(tag, b)| self.buf.find(tag).map(|i| (i, tag, b)))
+            .min_by_key(|&(i, _, _)| i);
+        match first {
+            Some((i, tag, Block::Fence)) if self.in_code => {
+                self.in_code = false;
+                self.release(i + tag.len(), out);
+                true
+            }
+            Some((i, _, b)) => {
+                self.release(i, out);
+                self.block = Some(b);
+                true
+            }
+            None => {
+                let tags: Vec<&str> = triggers.iter().map(|t| t.0).collect();
+                let keep = if finished {
+                    0
+                } else {
+                    partial_suffix(&self.buf, &tags)
+                };
+                self.release(self.buf.len() - keep, out);
+                false
+            }
+        }
+    }
+
+    /// A held block: reads it once its end is known; false when it needs more.
+    fn block_step(&mut self, block: Block, finished: bool, out: &mut Vec<Piece>) -> bool {
+        let outcome = match block {
+            Block::Tagged(end) => self.tagged(end, finished),
+            Block::Mistral => self.mistral(finished),
+            Block::Json => self.json(finished),
+            Block::Fence => self.fence(finished),
+        };
+        match outcome {
+            Outcome::Wait => return false,
+            Outcome::Calls(len, calls) => {
+                self.buf.drain(..len);
+                self.at_start = false;
+                out.extend(calls.into_iter().map(Piece::Call));
+            }
+            Outcome::Text { len, code } => {
+                // Every block starts with at least one character of its own; releasing none
+                // would find the same block again.
+                let len = len.max(self.buf.chars().next().map_or(0, char::len_utf8));
+                let text: String = self.buf.drain(..len).collect();
+                let text = if self.format.syntax == Syntax::Harmony {
+                    harmony_text(&text)
+                } else {
+                    text
+                };
+                if !text.trim().is_empty() {
+                    self.at_start = false;
+                }
+                self.in_code = code;
+                if !text.is_empty() {
+                    out.push(Piece::Content(text));
+                }
+            }
+        }
+        self.block = None;
+        true
+    }
+
+    /// Waiting for more text, or at the end, the whole held text as text.
+    fn wait_or_text(&self, finished: bool) -> Outcome {
+        if finished {
+            Outcome::Text {
+                len: self.buf.len(),
+                code: false,
+            }
+        } else {
+            Outcome::Wait
+        }
+    }
+
+    /// `START body END` (the buffer starts with the format's opening tag).
+    fn tagged(&self, end: &str, finished: bool) -> Outcome {
+        let start = self.format.start.len();
+        let rest = &self.buf[start..];
+        let (body, len) = match rest.find(end) {
+            Some(i) => (&rest[..i], start + i + end.len()),
+            None if finished => (rest, self.buf.len()),
+            None => return Outcome::Wait,
+        };
+        match self.body_calls(body) {
+            Some(calls) => Outcome::Calls(len, calls),
+            None => Outcome::Text { len, code: false },
+        }
+    }
+
+    /// The calls between a tagged format's tags.
+    fn body_calls(&self, body: &str) -> Option<Vec<Call>> {
+        let calls = match self.format.syntax {
+            Syntax::Hermes => json_calls(body).or_else(|| self.xml_calls(body)),
+            Syntax::QwenXml => self.xml_calls(body).or_else(|| json_calls(body)),
+            Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_calls(body),
+            Syntax::Harmony => harmony_call(body).map(|c| vec![c]),
+            _ => None,
+        }?;
+        (!calls.is_empty()).then_some(calls)
+    }
+
+    /// `[TOOL_CALLS]` then `[{"name", "arguments"}, …]` or `NAME[CALL_ID]ID[ARGS]{…}`.
+    fn mistral(&self, finished: bool) -> Outcome {
+        let p = skip_ws(&self.buf, TOOL_CALLS.len());
+        if p == self.buf.len() {
+            return self.wait_or_text(finished);
+        }
+        if self.buf[p..].starts_with('[') {
+            let Some(e) = json_end(&self.buf[p..]) else {
+                return self.wait_or_text(finished);
+            };
+            let calls = serde_json::from_str::<Value>(&self.buf[p..p + e])
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .and_then(|a| a.iter().map(loose_call).collect::<Option<Vec<Call>>>())
+                .filter(|c| !c.is_empty());
+            return match calls {
+                Some(c) => Outcome::Calls(p + e, c),
+                None => Outcome::Text {
+                    len: p + e,
+                    code: false,
+                },
+            };
+        }
+        self.mistral_named(p, finished)
+    }
+
+    /// `NAME[CALL_ID]ID[ARGS]{…}` from `p` (the `[CALL_ID]` part optional).
+    fn mistral_named(&self, p: usize, finished: bool) -> Outcome {
+        let buf = &self.buf;
+        let name_end = p + buf[p..].find(|c| !is_name_char(c)).unwrap_or(buf.len() - p);
+        if name_end == buf.len() {
+            return self.wait_or_text(finished);
+        }
+        let fail = |len| Outcome::Text { len, code: false };
+        if name_end == p {
+            return fail(p);
+        }
+        let mut q = name_end;
+        if buf[q..].starts_with(CALL_ID) {
+            q += CALL_ID.len();
+            q += buf[q..].find(|c| !is_name_char(c)).unwrap_or(buf.len() - q);
+        }
+        let rest = &buf[q..];
+        if !rest.starts_with(ARGS) {
+            return if ARGS.starts_with(rest) || CALL_ID.starts_with(rest) {
+                self.wait_or_text(finished)
+            } else {
+                fail(q)
+            };
+        }
+        let a = skip_ws(buf, q + ARGS.len());
+        if a == buf.len() {
+            return self.wait_or_text(finished);
+        }
+        if !buf[a..].starts_with('{') {
+            return fail(a);
+        }
+        let Some(e) = json_end(&buf[a..]) else {
+            return self.wait_or_text(finished);
+        };
+        match object_text(&buf[a..a + e]) {
+            Some(arguments) => Outcome::Calls(
+                a + e,
+                vec![Call {
+                    name: buf[p..name_end].to_string(),
+                    arguments,
+                }],
+            ),
+            None => fail(a + e),
+        }
+    }
+
+    /// JSON calls separated by `;`, optionally after `<|python_tag|>`, as the whole output.
+    fn json(&self, finished: bool) -> Outcome {
+        let buf = &self.buf;
+        let mut p = skip_ws(buf, 0);
+        if buf[p..].starts_with(PYTHON_TAG) {
+            p = skip_ws(buf, p + PYTHON_TAG.len());
+        }
+        let mut calls = Vec::new();
+        loop {
+            if !calls.is_empty() && buf[p..].starts_with(';') {
+                p = skip_ws(buf, p + 1);
+            }
+            if p == buf.len() {
+                if !finished {
+                    return Outcome::Wait;
+                }
+                return if calls.is_empty() {
+                    self.wait_or_text(true)
+                } else {
+                    Outcome::Calls(p, calls)
+                };
+            }
+            if !buf[p..].starts_with('{') {
+                return Outcome::Text {
+                    len: p,
+                    code: false,
+                };
+            }
+            let Some(e) = json_end(&buf[p..]) else {
+                return self.wait_or_text(finished);
+            };
+            match self.strict_call(&buf[p..p + e]) {
+                Some(c) => calls.push(c),
+                None => {
+                    return Outcome::Text {
+                        len: p + e,
+                        code: false,
+                    }
+                }
+            }
+            p = skip_ws(buf, p + e);
+        }
+    }
+
+    /// A Markdown fence (an optional language word) holding a call object or an array of
+    /// them, then the closing fence.
+    fn fence(&self, finished: bool) -> Outcome {
+        let buf = &self.buf;
+        let lang = FENCE.len()
+            + buf[FENCE.len()..]
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                .unwrap_or(buf.len() - FENCE.len());
+        let p = skip_ws(buf, lang);
+        if p == buf.len() {
+            return self.wait_or_text(finished);
+        }
+        if !(buf[p..].starts_with('{') || buf[p..].starts_with('[')) {
+            // A code block of something else: its closing fence must not open a block.
+            return Outcome::Text { len: p, code: true };
+        }
+        let Some(e) = json_end(&buf[p..]) else {
+            return self.wait_or_text(finished);
+        };
+        let q = skip_ws(buf, p + e);
+        if !buf[q..].starts_with(FENCE) {
+            return if FENCE.starts_with(&buf[q..]) && !finished {
+                Outcome::Wait
+            } else {
+                Outcome::Text {
+                    len: p + e,
+                    code: true,
+                }
+            };
+        }
+        let len = q + FENCE.len();
+        let calls = match serde_json::from_str::<Value>(&buf[p..p + e]) {
+            Ok(Value::Array(a)) if !a.is_empty() => a
+                .iter()
+                .map(|v| self.strict_call(&v.to_string()))
+                .collect::<Option<Vec<Call>>>(),
+            Ok(v @ Value::Object(_)) => self.strict_call(&v.to_string()).map(|c| vec![c]),
+            _ => None,
+        };
+        match calls {
+            Some(c) => Outcome::Calls(len, c),
+            None => Outcome::Text { len, code: false },
+        }
+    }
+
+    /// `{"name", "arguments"|"parameters"}` as a fallback or Llama call: the name must be an
+    /// offered tool (without the tools, the object must have just those two keys), and the
+    /// arguments an object.
+    fn strict_call(&self, text: &str) -> Option<Call> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let o = v.as_object()?;
+        let name = o.get("name")?.as_str()?;
+        let args = o.get("arguments").or_else(|| o.get("parameters"))?;
+        match &self.offered {
+            Some(tools) if !tools.iter().any(|t| t.name == name) => return None,
+            None if o.len() != 2 => return None,
+            _ => {}
+        }
+        let arguments = match args {
+            Value::Object(_) => args.to_string(),
+            Value::String(s) => object_text(s)?,
+            _ => return None,
+        };
+        Some(Call {
+            name: name.to_string(),
+            arguments,
+        })
+    }
+
+    /// Qwen3-Coder's `<function=NAME><parameter=P>VALUE</parameter>…</function>`, one or more.
+    fn xml_calls(&self, body: &str) -> Option<Vec<Call>> {
+        let mut calls = Vec::new();
+        let mut rest = body.trim();
+        while !rest.is_empty() {
+            let r = rest.strip_prefix("<function=")?;
+            let gt = r.find('>')?;
+            let name = r[..gt].trim();
+            if name.is_empty() {
+                return None;
+            }
+            let r = &r[gt + 1..];
+            let (inner, after) = match r.find("</function>") {
+                Some(i) => (&r[..i], &r[i + "</function>".len()..]),
+                None => (r, ""),
+            };
+            calls.push(Call {
+                name: name.to_string(),
+                arguments: self.xml_params(name, inner)?,
+            });
+            rest = after.trim();
+        }
+        Some(calls)
+    }
+
+    /// The `<parameter=P>VALUE</parameter>` list of one function, as a JSON object's text. A
+    /// missing `</parameter>` ends the value at the next parameter.
+    fn xml_params(&self, function: &str, inner: &str) -> Option<String> {
+        let mut args = Map::new();
+        let mut rest = inner.trim();
+        while !rest.is_empty() {
+            let r = rest.strip_prefix("<parameter=")?;
+            let gt = r.find('>')?;
+            let name = r[..gt].trim();
+            let r = &r[gt + 1..];
+            let close = r.find("</parameter>");
+            let next = r.find("<parameter=");
+            let (raw, after) = match (close, next) {
+                (Some(c), Some(n)) if n < c => (&r[..n], &r[n..]),
+                (Some(c), _) => (&r[..c], &r[c + "</parameter>".len()..]),
+                (None, Some(n)) => (&r[..n], &r[n..]),
+                (None, None) => (r, ""),
+            };
+            let raw = raw.strip_prefix('\n').unwrap_or(raw);
+            let raw = raw.strip_suffix('\n').unwrap_or(raw);
+            args.insert(name.to_string(), self.typed(function, name, raw));
+            rest = after.trim_start();
+        }
+        Some(Value::Object(args).to_string())
+    }
+
+    /// An XML value as its parameter's schema types it: numbers, booleans, null, objects and
+    /// arrays parse as JSON; strings, values that do not parse as their type, and parameters
+    /// the schema does not describe stay strings. A described parameter without a `type`
+    /// parses as JSON where it can.
+    fn typed(&self, function: &str, param: &str, raw: &str) -> Value {
+        let schema = self
+            .offered
+            .iter()
+            .flatten()
+            .find(|t| t.name == function)
+            .and_then(|t| t.params.get("properties")?.get(param));
+        let Some(schema) = schema else {
+            return Value::String(raw.to_string());
+        };
+        let types: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec!["any"],
+        };
+        let json = serde_json::from_str::<Value>(raw.trim()).ok();
+        for t in types {
+            let fits = |v: &Value| match t {
+                "integer" => v.is_i64() || v.is_u64(),
+                "number" => v.is_number(),
+                "boolean" => v.is_boolean(),
+                "null" => v.is_null(),
+                "object" => v.is_object(),
+                "array" => v.is_array(),
+                "any" => true,
+                _ => false,
+            };
+            if let Some(v) = json.as_ref().filter(|v| fits(v)) {
+                return v.clone();
+            }
+        }
+        Value::String(raw.to_string())
+    }
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-' || c == '.'
+}
+
+/// The first byte at or after `p` that is not whitespace.
+fn skip_ws(s: &str, p: usize) -> usize {
+    s.len() - s[p..].trim_start().len()
+}
+
+/// The length of the JSON object or array `s` starts with, once it is closed (brackets
+/// counted outside strings; whether it is valid JSON is for the parser to say).
+fn json_end(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_str = false;
+    let mut escaped = false;
+    for (i, b) in s.bytes().enumerate() {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `s` as compact JSON text when it is a JSON object.
+fn object_text(s: &str) -> Option<String> {
+    match serde_json::from_str::<Value>(s.trim()) {
+        Ok(v @ Value::Object(_)) => Some(v.to_string()),
+        _ => None,
+    }
+}
+
+/// `{"name": …, "arguments": …}` inside a format's own tags: arguments an object or a JSON
+/// string (kept as given), absent meaning none.
+fn loose_call(v: &Value) -> Option<Call> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let arguments = match v.get("arguments").or_else(|| v.get("parameters")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(a) => a.to_string(),
+        None => "{}".to_string(),
+    };
+    Some(Call { name, arguments })
+}
+
+/// Hermes's body: one call object, or an array of them.
+fn json_calls(body: &str) -> Option<Vec<Call>> {
+    match serde_json::from_str::<Value>(body.trim()).ok()? {
+        Value::Array(a) => a.iter().map(loose_call).collect(),
+        v => loose_call(&v).map(|c| vec![c]),
+    }
+}
+
+/// DeepSeek's calls between `<｜tool▁calls▁begin｜>` and `<｜tool▁calls▁end｜>`: each
+/// `<｜tool▁call▁begin｜>…<｜tool▁call▁end｜>`, in R1's or V3.1's form ([`deepseek_call`]).
+fn deepseek_calls(body: &str) -> Option<Vec<Call>> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim_start();
+    while !rest.is_empty() {
+        let r = rest.strip_prefix(DS_CALL_BEGIN)?;
+        let (inner, after) = match r.find(DS_CALL_END) {
+            Some(i) => (&r[..i], &r[i + DS_CALL_END.len()..]),
+            None => (r, ""),
+        };
+        calls.push(deepseek_call(inner)?);
+        rest = after.trim_start();
+    }
+    Some(calls)
+}
+
+/// R1: `function<｜tool▁sep｜>NAME\n```json\n{…}\n```` (the type, then the name and fenced
+/// arguments); V3.1: `NAME<｜tool▁sep｜>{…}`.
+fn deepseek_call(inner: &str) -> Option<Call> {
+    let (left, right) = inner.split_once(DS_SEP)?;
+    let (name, args) = if right.trim_start().starts_with('{') {
+        (left.trim(), right)
+    } else {
+        let (name, rest) = right.split_once('\n')?;
+        (name.trim(), strip_fence(rest))
+    };
+    if name.is_empty() {
+        return None;
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: object_text(args)?,
+    })
+}
+
+/// The inside of a Markdown fence (` ```json … ``` `), or the text when it has none.
+fn strip_fence(s: &str) -> &str {
+    let s = s.trim();
+    let Some(inner) = s.strip_prefix(FENCE) else {
+        return s;
+    };
+    let inner = inner.trim_start_matches(|c: char| c.is_alphanumeric());
+    inner.strip_suffix(FENCE).unwrap_or(inner).trim()
+}
+
+/// The canonical harmony call's body, `NAME<|channel|>commentary json<|message|>ARGS` (see
+/// `crate::reasoning`).
+fn harmony_call(body: &str) -> Option<Call> {
+    let name_end = body.find("<|").unwrap_or(body.len());
+    let name = body[..name_end].trim();
+    let args = &body[body.find(MESSAGE)? + MESSAGE.len()..];
+    if name.is_empty() {
+        return None;
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: object_text(args)?,
+    })
+}
+
+/// A harmony call that did not read as one, as text: its arguments, without control tokens.
+fn harmony_text(block: &str) -> String {
+    let text = match block.find(MESSAGE) {
+        Some(i) => &block[i + MESSAGE.len()..],
+        None => {
+            let head = block.strip_prefix(HARMONY_CALL_START).unwrap_or(block);
+            &head[..head.find("<|").unwrap_or(head.len())]
+        }
+    };
+    text.strip_suffix(CALL_TOKEN).unwrap_or(text).to_string()
+}
+
+/// Length of the longest suffix of `s` that is a proper prefix of one of `tags` (on a char
+/// boundary): text that may still become a tag.
+pub(crate) fn partial_suffix(s: &str, tags: &[&str]) -> usize {
+    tags.iter()
+        .map(|tag| {
+            (1..tag.len().min(s.len() + 1))
+                .rev()
+                .find(|&n| s.is_char_boundary(s.len() - n) && tag.starts_with(&s[s.len() - n..]))
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+pub(super) fn merge_content(pieces: Vec<Piece>) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match (out.last_mut(), p) {
+            (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(&b),
+            (_, Piece::Content(b)) if b.is_empty() => {}
+            (_, p) => out.push(p),
+        }
+    }
+    out
+}

@@ -1,0 +1,784 @@
+//! Tool-call tests: each family's real template is detected as its family, the calls it
+//! renders parse back (whole, one character at a time, and split anywhere), forced-call
+//! grammars compile in llguidance and accept a call in the family's syntax that parses back,
+//! and malformed or merely call-like text stays content.
+
+use std::sync::Arc;
+
+use ridge_engine::Grammars;
+use ridge_tokenizer::ChatMessage;
+
+use super::parse::merge_content;
+use super::*;
+use crate::reasoning::{self, ReasoningParser, Segment};
+
+fn feed(chunks: &[&str]) -> Vec<Piece> {
+    let mut p = CallParser::new(&FORMATS[1]);
+    let mut out: Vec<Piece> = chunks.iter().flat_map(|c| p.push(c)).collect();
+    out.extend(p.finish());
+    merge_content(out)
+}
+
+#[test]
+fn calls_split_out_of_streamed_text_at_any_boundary() {
+    let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    let want = vec![
+        Piece::Content("Let me check.\n".into()),
+        Piece::Call(Call {
+            name: "get_weather".into(),
+            arguments: "{\"city\":\"Paris\"}".into(),
+        }),
+        Piece::Content("\n".into()),
+        Piece::Call(Call {
+            name: "now".into(),
+            arguments: "{}".into(),
+        }),
+    ];
+    assert_eq!(feed(&[text]), want);
+    // One character at a time, and in uneven chunks: the same pieces.
+    let chars: Vec<String> = text.chars().map(String::from).collect();
+    let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
+    assert_eq!(feed(&refs), want);
+    let (a, b) = text.split_at(17);
+    assert_eq!(feed(&[a, b]), want);
+}
+
+#[test]
+fn text_that_only_looks_like_a_call_stays_text() {
+    assert_eq!(
+        feed(&["a <tool", "_c", "x> b"]),
+        vec![Piece::Content("a <tool_cx> b".into())]
+    );
+    assert_eq!(
+        feed(&["<tool_call>not json</tool_call>"]),
+        vec![Piece::Content("<tool_call>not json</tool_call>".into())]
+    );
+    assert_eq!(
+        feed(&["x<tool_call>{\"name\": \"f\""]),
+        vec![Piece::Content("x<tool_call>{\"name\": \"f\"".into())]
+    );
+}
+
+#[test]
+fn the_required_grammar_names_every_function() {
+    let t = Tools {
+        defs: vec![
+            json!({"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}),
+            json!({"type": "function", "function": {"name": "b"}}),
+        ],
+        choice: ToolChoice::Required,
+        parallel: false,
+        format: &FORMATS[1],
+        tags: ("<[7]>".into(), "\"</tool_call>\"".into()),
+        tag_refs: Vec::new(),
+    };
+    let Some(GrammarSpec::Lark(g)) = t.grammar() else {
+        panic!("no grammar");
+    };
+    assert!(
+        g.starts_with("start: call \"\\n\"?\ncall: <[7]> \"\\n\" %json {"),
+        "{g}"
+    );
+    assert!(g.trim_end().ends_with("\"\\n\" \"</tool_call>\""), "{g}");
+    assert!(
+        g.contains("{\"const\":\"a\"}") && g.contains("{\"const\":\"b\"}"),
+        "{g}"
+    );
+    let named = Tools {
+        choice: ToolChoice::Named("b".into()),
+        ..t
+    };
+    let Some(GrammarSpec::Lark(g)) = named.grammar() else {
+        panic!("no grammar");
+    };
+    assert!(!g.contains("{\"const\":\"a\"}"), "{g}");
+}
+
+/// A call by function name, with its arguments.
+type Named<'a> = (&'a str, Value);
+
+fn weather_tools() -> Vec<Value> {
+    vec![
+        json!({"type": "function", "function": {
+            "name": "get_weather",
+            "description": "The weather forecast for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        }}),
+        json!({"type": "function", "function": {
+            "name": "now",
+            "description": "The current time.",
+            "parameters": {"type": "object", "properties": {}},
+        }}),
+    ]
+}
+
+fn format(name: &str) -> &'static ToolFormat {
+    FORMATS
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no format {name}"))
+}
+
+/// `text` through fresh parsers whole, one character at a time, and in two pieces split at
+/// every character boundary; all must agree. Returns the whole-text result.
+fn parse_all(make: impl Fn() -> CallParser, text: &str) -> Vec<Piece> {
+    let run = |pieces: &[&str]| {
+        let mut p = make();
+        let mut out: Vec<Piece> = pieces.iter().flat_map(|c| p.push(c)).collect();
+        out.extend(p.finish());
+        merge_content(out)
+    };
+    let whole = run(&[text]);
+    let chars: Vec<String> = text.chars().map(String::from).collect();
+    let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
+    assert_eq!(run(&refs), whole, "one char at a time: {text:?}");
+    for (i, _) in text.char_indices().skip(1) {
+        let (a, b) = text.split_at(i);
+        assert_eq!(run(&[a, b]), whole, "split at {i}: {text:?}");
+    }
+    whole
+}
+
+/// The content of `text` after the reasoning parser (checked at every split as well).
+fn content_after_reasoning(format: reasoning::ReasoningFormat, prompt: &str, text: &str) -> String {
+    let run = |pieces: &[&str]| {
+        let mut p = ReasoningParser::new(format, prompt);
+        let mut segs: Vec<Segment> = pieces.iter().flat_map(|c| p.push(c)).collect();
+        segs.extend(p.finish());
+        segs.into_iter()
+            .filter_map(|s| match s {
+                Segment::Content(c) => Some(c),
+                Segment::Reasoning(_) => None,
+            })
+            .collect::<String>()
+    };
+    let whole = run(&[text]);
+    let chars: Vec<String> = text.chars().map(String::from).collect();
+    let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
+    assert_eq!(run(&refs), whole, "one char at a time: {text:?}");
+    whole
+}
+
+/// The calls among `pieces`, arguments parsed, and the rest as text.
+fn calls_and_text(pieces: &[Piece]) -> (Vec<(String, Value)>, String) {
+    let mut calls = Vec::new();
+    let mut text = String::new();
+    for p in pieces {
+        match p {
+            Piece::Call(c) => calls.push((
+                c.name.clone(),
+                serde_json::from_str(&c.arguments).unwrap_or_else(|e| panic!("{c:?}: {e}")),
+            )),
+            Piece::Content(t) => text.push_str(t),
+        }
+    }
+    (calls, text)
+}
+
+/// The generation prompt and the assistant turn `template` renders for `calls` (the text
+/// the model writes for that turn: after the prompt, without the end-of-turn marker).
+fn rendered_turn(template: &ChatTemplate, calls: &[(&str, Value)]) -> (String, String) {
+    rendered_turn_with(template, calls, Map::new())
+}
+
+/// [`rendered_turn`] with extra template variables.
+fn rendered_turn_with(
+    template: &ChatTemplate,
+    calls: &[(&str, Value)],
+    mut vars: Map<String, Value>,
+) -> (String, String) {
+    vars.insert("tools".into(), Value::Array(weather_tools()));
+    let user = ChatMessage::new(
+        "user",
+        "What is the weather in Paris for 3 days, and the time?",
+    );
+    let mut turn = ChatMessage::new("assistant", "");
+    turn.tool_calls = Some(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({"id": format!("call{i:04}x"), "type": "function",
+                       "function": {"name": name, "arguments": args}})
+            })
+            .collect(),
+    );
+    let prompt = template
+        .render_with(std::slice::from_ref(&user), true, &vars)
+        .unwrap();
+    let full = template.render_with(&[user, turn], false, &vars).unwrap();
+    let cut = if full.starts_with(&prompt) {
+        prompt.len()
+    } else {
+        // The generation prompt differs from the history's turn header (an opened
+        // `<think>`): cut after the last tag or line the two share.
+        let common = prompt
+            .char_indices()
+            .zip(full.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(prompt.len(), |((i, _), _)| i);
+        full[..common].rfind(['>', '\n']).map_or(0, |i| i + 1)
+    };
+    let mut out = full[cut..].to_string();
+    // The turn ends at its first end-of-turn marker (what follows is the template's own).
+    let end = [
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|eom_id|>",
+        "</s>",
+        "<｜end▁of▁sentence｜>",
+    ]
+    .iter()
+    .filter_map(|m| out.find(m))
+    .min();
+    if let Some(e) = end {
+        out.truncate(e);
+    }
+    (prompt, out)
+}
+
+#[test]
+fn each_family_is_detected_from_its_template() {
+    let cases = [
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"),
+        ("Qwen-Qwen3-0.6B.jinja", "hermes"),
+        ("Qwen-QwQ-32B.jinja", "hermes"),
+        ("Qwen3-Coder.jinja", "qwen3-coder"),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3"),
+        ("meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3"),
+        ("meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3"),
+        ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral"),
+        ("unsloth-mistral-Devstral-Small-2507.jinja", "mistral"),
+        ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral"),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral-nemo"),
+        (
+            "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+            "deepseek-r1",
+        ),
+        ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3.1"),
+        ("openai-gpt-oss-120b.jinja", "harmony"),
+    ];
+    for (file, want) in cases {
+        let t = test_template(file);
+        assert_eq!(format_of(&t).map(|f| f.name), Some(want), "{file}");
+    }
+    assert_eq!(
+        reasoning::format_of(&test_template(
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja"
+        )),
+        Some(reasoning::ReasoningFormat::MistralThink)
+    );
+}
+
+#[test]
+fn calls_each_template_renders_parse_back() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let paris = json!({"city": "Paris", "days": 3});
+    let two = [("get_weather", paris.clone()), ("now", json!({}))];
+    let one = [("get_weather", paris.clone())];
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 13] = [
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
+        (
+            "Qwen-Qwen3-0.6B.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::Think),
+        ),
+        ("Qwen3-Coder.jinja", &two, None),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", &one, None),
+        ("meta-llama-Llama-3.2-3B-Instruct.jinja", &one, None),
+        ("meta-llama-Llama-3.3-70B-Instruct.jinja", &one, None),
+        ("Mistral-Small-3.2-24B-Instruct-2506.jinja", &two, None),
+        ("unsloth-mistral-Devstral-Small-2507.jinja", &two, None),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", &two, None),
+        (
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::MistralThink),
+        ),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", &two, None),
+        ("deepseek-ai-DeepSeek-V3.1.jinja", &two, None),
+        (
+            "openai-gpt-oss-120b.jinja",
+            &one,
+            Some(reasoning::ReasoningFormat::Harmony),
+        ),
+    ];
+    for (file, calls, thinking) in cases {
+        let t = test_template(file);
+        let Some(fmt) = format_of(&t) else {
+            panic!("{file}: no format");
+        };
+        let (prompt, turn) = rendered_turn(&t, calls);
+        let text = match thinking {
+            Some(r) => content_after_reasoning(r, &prompt, &turn),
+            None => turn.clone(),
+        };
+        let want: Vec<(String, Value)> = calls
+            .iter()
+            .map(|(n, a)| (n.to_string(), a.clone()))
+            .collect();
+        // The forced-call grammar writes what the template writes (except where the template
+        // adds what models do not generate: Mistral's call ids, harmony's recipient placement).
+        let ids = file.contains("Mistral-") || file.contains("gpt-oss");
+        if !ids {
+            let tools = Tools::new(weather_tools(), ToolChoice::Required, true, fmt, |t| {
+                tok.token_id(t)
+            });
+            let Some(spec) = tools.grammar() else {
+                panic!("{file}: no grammar");
+            };
+            assert!(accepts(&grammars, &tok, &spec, &text), "{file}: {text:?}");
+        }
+        // Without the tools (types unknown), and with them.
+        let defs = weather_tools();
+        for with_tools in [false, true] {
+            let pieces = if with_tools {
+                parse_all(|| CallParser::with_tools(fmt, &defs), &text)
+            } else {
+                parse_all(|| CallParser::new(fmt), &text)
+            };
+            let (got, rest) = calls_and_text(&pieces);
+            if with_tools || fmt.syntax != Syntax::QwenXml {
+                assert_eq!(got, want, "{file} ({with_tools}): {turn:?}");
+            } else {
+                // Untyped XML values stay strings.
+                assert_eq!(got[0].1["days"], json!("3"), "{file}");
+            }
+            assert!(rest.trim().is_empty(), "{file}: left {rest:?} of {turn:?}");
+        }
+    }
+}
+
+#[test]
+fn qwq_thoughts_then_a_call() {
+    let t = test_template("Qwen-QwQ-32B.jinja");
+    let mut vars = Map::new();
+    vars.insert("enable_thinking".into(), true.into());
+    let (prompt, turn) = rendered_turn_with(&t, &[("now", json!({}))], vars);
+    assert!(prompt.ends_with("<think>\n"), "{prompt}");
+    let out = format!("The user wants the time.\n</think>\n\n{turn}");
+    let text = content_after_reasoning(reasoning::ReasoningFormat::Think, &prompt, &out);
+    let (calls, rest) = calls_and_text(&parse_all(|| CallParser::new(format("hermes")), &text));
+    assert_eq!(calls, vec![("now".to_string(), json!({}))]);
+    assert!(rest.trim().is_empty(), "{rest:?}");
+}
+
+#[test]
+fn call_variants_models_write() {
+    let tools = weather_tools();
+    let cases: &[(&str, &str, &[&str])] = &[
+        // Mistral's older array form under a newer template, and with a call id.
+        ("mistral", "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]", &["now"]),
+        ("mistral", "[TOOL_CALLS]now[CALL_ID]a1b2c3d4e[ARGS]{}", &["now"]),
+        ("mistral-nemo", "[TOOL_CALLS]now[ARGS]{}", &["now"]),
+        // Llama: after `<|python_tag|>`, several separated by `;`, `arguments` for `parameters`.
+        ("llama3", "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", &["now"]),
+        (
+            "llama3",
+            "{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"now\", \"arguments\": {}}",
+            &["now", "now"],
+        ),
+        // DeepSeek: V3.1's form under R1's template, and the reverse.
+        (
+            "deepseek-r1",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            &["now"],
+        ),
+        (
+            "deepseek-v3.1",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            &["now"],
+        ),
+        // Hermes with an array body, and Qwen3-Coder's XML under a Hermes template.
+        (
+            "hermes",
+            "<tool_call>\n[{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", \"arguments\": \"{}\"}]\n</tool_call>",
+            &["now", "now"],
+        ),
+        ("hermes", "<tool_call>\n<function=now>\n</function>\n</tool_call>", &["now"]),
+        // Qwen3-Coder: a missing `</parameter>`, and a JSON body.
+        (
+            "qwen3-coder",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n<parameter=days>\n3\n</function>\n</tool_call>",
+            &["get_weather"],
+        ),
+        ("qwen3-coder", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", &["now"]),
+        // The fallbacks: a fenced call (Qwen2.5-Coder 1.5B), a bare one, a fenced array.
+        (
+            "hermes",
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+            &["get_weather"],
+        ),
+        ("hermes", "\n{\"name\": \"now\", \"arguments\": {}}\n", &["now"]),
+        (
+            "deepseek-v3.1",
+            "```\n[{\"name\": \"now\", \"parameters\": {}}, {\"name\": \"now\", \"arguments\": {}}]\n```",
+            &["now", "now"],
+        ),
+        ("harmony", "```json\n{\"name\": \"now\", \"arguments\": {}}\n```", &["now"]),
+    ];
+    for (fmt, text, names) in cases {
+        let pieces = parse_all(|| CallParser::with_tools(format(fmt), &tools), text);
+        let (calls, rest) = calls_and_text(&pieces);
+        let got: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(&got, names, "{fmt}: {text:?}");
+        assert!(rest.trim().is_empty(), "{fmt}: {text:?} left {rest:?}");
+    }
+    // Qwen3-Coder's values are typed by the schema.
+    let text = "<tool_call>\n<function=get_weather>\n<parameter=city>\n3\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    let pieces = parse_all(
+        || CallParser::with_tools(format("qwen3-coder"), &tools),
+        text,
+    );
+    let (calls, _) = calls_and_text(&pieces);
+    assert_eq!(calls[0].1, json!({"city": "3", "days": 3}));
+}
+
+#[test]
+fn a_fenced_call_after_text_is_a_call_and_the_text_content() {
+    let tools = weather_tools();
+    let text = "I'll check.\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```\n";
+    let pieces = parse_all(|| CallParser::with_tools(format("hermes"), &tools), text);
+    assert_eq!(
+        pieces,
+        vec![
+            Piece::Content("I'll check.\n".into()),
+            Piece::Call(Call {
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into()
+            }),
+            Piece::Content("\n".into()),
+        ]
+    );
+}
+
+#[test]
+fn call_like_text_stays_content() {
+    let tools = weather_tools();
+    let cases: &[(&str, &str)] = &[
+        // An unknown name, fenced or bare.
+        ("hermes", "```json\n{\"name\": \"get_wether\", \"arguments\": {}}\n```"),
+        ("hermes", "{\"name\": \"delete_all\", \"arguments\": {}}"),
+        // A bare call that is not the whole output.
+        ("hermes", "{\"name\": \"now\", \"arguments\": {}} is how you would call it."),
+        ("llama3", "{\"name\": \"now\", \"parameters\": {}} then more"),
+        // Text that mentions JSON, and JSON that is no call.
+        ("hermes", "Call it as {\"name\": \"now\", \"arguments\": {}} in your code."),
+        ("hermes", "{\"city\": \"Paris\"}"),
+        ("llama3", "{\"name\": \"Ada\", \"age\": 36}"),
+        // Code blocks that are not calls, with JSON-looking text after them.
+        ("hermes", "```python\nprint(1)\n```\n{\"name\": \"now\", \"arguments\": {}}"),
+        ("hermes", "```json\n{\"a\": 1}\n```"),
+        ("hermes", "```json\n{\"name\": \"now\", \"arguments\": {}}\nmore\n```"),
+        // Malformed native calls.
+        ("hermes", "<tool_call>\n{\"name\": \"now\", \"arguments\": {</tool_call> after"),
+        ("qwen3-coder", "<tool_call>\n<function=>\n</function>\n</tool_call>"),
+        ("mistral", "[TOOL_CALLS]now[ARGS]not json at all"),
+        ("mistral", "[TOOL_CALLS] hello"),
+        ("mistral-nemo", "[TOOL_CALLS][1, 2]"),
+        ("deepseek-r1", "<｜tool▁calls▁begin｜>junk<｜tool▁calls▁end｜>"),
+        ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>[1]<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+        ("llama3", "<|python_tag|>print(1)"),
+    ];
+    for (fmt, text) in cases {
+        let pieces = parse_all(|| CallParser::with_tools(format(fmt), &tools), text);
+        assert_eq!(pieces, vec![Piece::Content(text.to_string())], "{fmt}");
+    }
+    // Without the tools, no fallback applies.
+    let text = "```json\n{\"name\": \"now\", \"arguments\": {}}\n```";
+    let pieces = parse_all(|| CallParser::new(format("hermes")), text);
+    assert_eq!(pieces, vec![Piece::Content(text.to_string())]);
+    // A malformed harmony call is its arguments' text, without control tokens.
+    let text = format!("{HARMONY_CALL_START}now<|channel|>commentary json<|message|>oops<|call|>");
+    let pieces = parse_all(|| CallParser::with_tools(format("harmony"), &tools), &text);
+    assert_eq!(pieces, vec![Piece::Content("oops".into())]);
+}
+
+#[test]
+fn every_prefix_of_every_call_is_safe() {
+    let tools = weather_tools();
+    let samples = [
+        ("hermes", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
+        ("qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"),
+        ("llama3", "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}; {\"name\": \"now\", \"parameters\": {}}"),
+        ("mistral", "[TOOL_CALLS]now[CALL_ID]a1b2c3d4e[ARGS]{\"a\": [1, \"]\"]}"),
+        ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"),
+        ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+        ("harmony", "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>"),
+        ("hermes", "```json\n{\"name\": \"now\", \"arguments\": {\"s\": \"\\\"}```\"}}\n```"),
+    ];
+    for (fmt, text) in samples {
+        for (i, _) in text.char_indices() {
+            // A truncated call (max_tokens) is content or a call, never lost or a panic.
+            let pieces = parse_all(|| CallParser::with_tools(format(fmt), &tools), &text[..i]);
+            let (calls, rest) = calls_and_text(&pieces);
+            if fmt != "harmony" && calls.is_empty() {
+                assert_eq!(rest, &text[..i], "{fmt}");
+            }
+        }
+    }
+}
+
+/// A byte-level vocabulary with every format's tags as control tokens (as the families'
+/// vocabularies have them), so that grammars refer to the tags by token.
+fn synthetic_tokenizer() -> Arc<Tokenizer> {
+    use ridge_gguf::{ArrayValue, GgufFile, GgufWriter, MetadataValue};
+    let mut tokens: Vec<String> = (0..=255u8)
+        .map(|b| ridge_model::synthetic::gpt2_byte_char(b).to_string())
+        .collect();
+    tokens.push("<|endoftext|>".into());
+    // With harmony's `<|return|>` and `<|call|>` ending the turn, `<|end|>` does not (as in
+    // gpt-oss's vocabulary).
+    tokens.push("<|return|>".into());
+    for f in FORMATS {
+        for t in f.tags {
+            if !tokens.iter().any(|x| x == t) {
+                tokens.push(t.to_string());
+            }
+        }
+    }
+    let mut types = vec![1i32; 256];
+    types.resize(tokens.len(), 3);
+    let mut w = GgufWriter::new();
+    w.meta(
+        "general.architecture",
+        MetadataValue::String("llama".into()),
+    )
+    .meta("tokenizer.ggml.model", MetadataValue::String("gpt2".into()))
+    .meta("tokenizer.ggml.pre", MetadataValue::String("gpt-2".into()))
+    .meta(
+        "tokenizer.ggml.tokens",
+        MetadataValue::Array(ArrayValue::String(tokens)),
+    )
+    .meta(
+        "tokenizer.ggml.token_type",
+        MetadataValue::Array(ArrayValue::I32(types)),
+    )
+    .meta(
+        "tokenizer.ggml.merges",
+        MetadataValue::Array(ArrayValue::String(vec![])),
+    )
+    .meta("tokenizer.ggml.bos_token_id", MetadataValue::U32(256))
+    .meta("tokenizer.ggml.eos_token_id", MetadataValue::U32(256))
+    .meta("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
+    let g = GgufFile::from_bytes("<memory>", w.to_bytes()).unwrap();
+    Arc::new(Tokenizer::from_gguf(&g).unwrap())
+}
+
+/// Whether the compiled `spec` accepts `text` whole.
+fn accepts(grammars: &Grammars, tok: &Tokenizer, spec: &GrammarSpec, text: &str) -> bool {
+    let mut c = grammars
+        .compile(spec)
+        .unwrap_or_else(|e| panic!("{e}: {spec:?}"));
+    for t in tok.encode(text, false, true).unwrap() {
+        if c.commit(t).is_err() {
+            return false;
+        }
+    }
+    c.is_accepting()
+}
+
+#[test]
+fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let cases = [
+        ("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
+        ("qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>"),
+        ("llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"now\", \"parameters\": {}}"),
+        ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]now[ARGS]{}"),
+        ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
+        ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+        ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+        ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
+    ];
+    for (name, text) in cases {
+        let fmt = format(name);
+        let tools = Tools::new(weather_tools(), ToolChoice::Required, true, fmt, |t| {
+            tok.token_id(t)
+        });
+        let Some(spec) = tools.grammar() else {
+            panic!("{name}: no grammar");
+        };
+        if let GrammarSpec::Lark(g) = &spec {
+            // The tags are the vocabulary's tokens, not their spelling.
+            assert_eq!(fmt.tags.is_empty(), !g.contains("<["), "{name}: {g}");
+        }
+        assert!(
+            accepts(&grammars, &tok, &spec, text),
+            "{name}: {spec:?}\n{text}"
+        );
+        // A name that is not offered, and arguments against the schema, are not accepted.
+        let wrong = text.replace("get_weather", "get_climate");
+        assert!(!accepts(&grammars, &tok, &spec, &wrong), "{name}: {wrong}");
+        let wrong = text.replace('3', "\"three\"");
+        assert!(!accepts(&grammars, &tok, &spec, &wrong), "{name}: {wrong}");
+        // What the grammar accepts parses back to the calls.
+        let content = if fmt.syntax == Syntax::Harmony {
+            content_after_reasoning(
+                reasoning::ReasoningFormat::Harmony,
+                "<|start|>assistant",
+                text,
+            )
+        } else {
+            text.to_string()
+        };
+        let (calls, rest) = calls_and_text(&parse_all(|| tools.parser(), &content));
+        let mut want = vec![(
+            "get_weather".to_string(),
+            json!({"city": "Paris", "days": 3}),
+        )];
+        if fmt.syntax != Syntax::Harmony {
+            want.push(("now".to_string(), json!({})));
+        }
+        assert_eq!(calls, want, "{name}");
+        assert!(rest.trim().is_empty(), "{name}: {rest:?}");
+        // A named choice admits that function only; without parallel calls, one call.
+        let named = Tools {
+            choice: ToolChoice::Named("now".into()),
+            parallel: false,
+            ..tools.clone()
+        };
+        let Some(spec) = named.grammar() else {
+            panic!("{name}: no grammar");
+        };
+        assert!(!accepts(&grammars, &tok, &spec, text), "{name}: named");
+    }
+}
+
+/// Pieces of every syntax, for random texts.
+const FRAGMENTS: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "\n",
+    " ",
+    "x",
+    "é",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    "<",
+    "```",
+    "json\n",
+    "\"name\": \"now\"",
+    ", ",
+    "\"arguments\": {}",
+    "\"parameters\": {}",
+    "<function=now>",
+    "</function>",
+    "<parameter=days>",
+    "3",
+    "</parameter>",
+    "[TOOL_CALLS]",
+    "now",
+    "[ARGS]",
+    "[CALL_ID]",
+    "<|python_tag|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    "function",
+    "<|channel|>",
+    "commentary",
+    "<|message|>",
+    "<|call|>",
+    "<|end|>",
+    "<|start|>assistant",
+    " to=functions.now",
+    HARMONY_CALL_START,
+    "<think>",
+    "</think>",
+    "[THINK]",
+    "[/THINK]",
+];
+
+/// Random texts made of [`FRAGMENTS`] (a fixed linear congruential sequence).
+fn random_texts(n: usize) -> Vec<String> {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |m: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize % m
+    };
+    (0..n)
+        .map(|_| {
+            let len = 1 + next(14);
+            (0..len).map(|_| FRAGMENTS[next(FRAGMENTS.len())]).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn random_text_parses_alike_at_every_split_and_loses_nothing() {
+    let tools = weather_tools();
+    for text in random_texts(150) {
+        for f in FORMATS {
+            for with_tools in [false, true] {
+                let pieces = if with_tools {
+                    parse_all(|| CallParser::with_tools(f, &tools), &text)
+                } else {
+                    parse_all(|| CallParser::new(f), &text)
+                };
+                let calls = pieces
+                    .iter()
+                    .filter(|p| matches!(p, Piece::Call(_)))
+                    .count();
+                if calls == 0 && f.syntax != Syntax::Harmony {
+                    let (_, rest) = calls_and_text(&pieces);
+                    assert_eq!(rest, text, "{}", f.name);
+                }
+            }
+        }
+        for r in [
+            reasoning::ReasoningFormat::Think,
+            reasoning::ReasoningFormat::MistralThink,
+            reasoning::ReasoningFormat::Harmony,
+        ] {
+            content_after_reasoning(r, "", &text);
+            content_after_reasoning(r, "<think>\n", &text);
+        }
+    }
+}
+
+#[test]
+fn forced_calls_after_a_prompt_that_opens_the_thoughts_let_the_model_think_first() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let tools = Tools::new(
+        weather_tools(),
+        ToolChoice::Named("now".into()),
+        false,
+        format("hermes"),
+        |t| tok.token_id(t),
+    );
+    let call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    // QwQ's and DeepSeek-R1's generation prompts leave `<think>` open.
+    let prompt = "<|im_start|>user\nWhat time is it?<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    let Some(spec) = tools.grammar_after(prompt) else {
+        panic!("no grammar");
+    };
+    for thoughts in ["", "The user wants the time. <tags> are fine.\n"] {
+        let text = format!("{thoughts}</think>\n\n{call}");
+        assert!(accepts(&grammars, &tok, &spec, &text), "{text}");
+        let content = content_after_reasoning(reasoning::ReasoningFormat::Think, prompt, &text);
+        let (calls, _) = calls_and_text(&parse_all(|| tools.parser(), &content));
+        assert_eq!(calls, vec![("now".to_string(), json!({}))]);
+    }
+    // The call without closing the thoughts would be read as thoughts: not allowed.
+    assert!(!accepts(&grammars, &tok, &spec, call));
+    // Where the prompt does not open them, the grammar is the plain one.
+    assert_eq!(
+        tools.grammar_after("<|im_start|>assistant\n"),
+        tools.grammar()
+    );
+}

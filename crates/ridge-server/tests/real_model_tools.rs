@@ -1,0 +1,126 @@
+//! Tool calls from a real model (Qwen2.5-Coder 1.5B, when it is in the model cache; the test
+//! says so and passes when it is not): at temperature 0 it answers a weather question with a
+//! Markdown-fenced JSON call rather than its template's `<tool_call>` tags, which the parser
+//! must read as a call of the offered function; and a forced call (`tool_choice: required`),
+//! constrained by the grammar in the template's syntax with the tags as the model's tokens,
+//! parses to a call whose arguments match the schema.
+
+use std::sync::Arc;
+
+use ridge_engine::{generate, GenerateParams, Grammars, SamplingParams};
+use ridge_model::{registry, Model};
+use ridge_server::params::Fields;
+use ridge_server::tools::{self, CallParser, Piece};
+use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use serde_json::{json, Map, Value};
+
+fn weather_tools() -> Value {
+    json!([{"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name"}},
+            "required": ["city"],
+        },
+    }}])
+}
+
+/// Greedy output for `question` with the tools offered, under `constraint`'s grammar if any.
+fn answer(
+    model: &Model,
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    question: &str,
+    constraint: Option<ridge_engine::Constraint>,
+) -> String {
+    let mut vars = Map::new();
+    vars.insert("tools".into(), weather_tools());
+    let prompt = template
+        .render_with(&[ChatMessage::new("user", question)], true, &vars)
+        .unwrap();
+    let ids = tok.encode_chat_prompt(&prompt).unwrap();
+    let params = GenerateParams {
+        max_tokens: 80,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        stop_tokens: tok.eog_ids(),
+        constraint,
+    };
+    let out = generate(model, &ids, &params, |_| true).unwrap();
+    tok.decode(&out.tokens, false)
+}
+
+/// The calls `text` holds, parsed by `parser`, and the rest.
+fn split(mut parser: CallParser, text: &str) -> (Vec<(String, Value)>, String) {
+    let mut pieces = parser.push(text);
+    pieces.extend(parser.finish());
+    let mut calls = Vec::new();
+    let mut rest = String::new();
+    for p in pieces {
+        match p {
+            Piece::Call(c) => calls.push((c.name, serde_json::from_str(&c.arguments).unwrap())),
+            Piece::Content(t) => rest.push_str(&t),
+        }
+    }
+    (calls, rest)
+}
+
+#[test]
+fn qwen2_5_coder_calls_parse_free_and_forced() {
+    let Some(m) = registry::find("qwen2.5-coder-1.5b") else {
+        panic!("qwen2.5-coder-1.5b is not a known model");
+    };
+    let path = registry::cached_path(m);
+    if !path.exists() {
+        eprintln!("skipped: {} is not in the model cache", path.display());
+        return;
+    }
+    let model = Model::load(&path).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(model.gguf()).unwrap());
+    let template = ChatTemplate::from_gguf(model.gguf(), &tok).unwrap();
+    let format = tools::format_of(&template).unwrap();
+    assert_eq!(format.name, "hermes");
+    let defs = weather_tools();
+    let defs = defs.as_array().unwrap();
+
+    let text = answer(
+        &model,
+        &tok,
+        &template,
+        "What is the weather like in Paris?",
+        None,
+    );
+    eprintln!("auto: {text:?}");
+    let (calls, rest) = split(CallParser::with_tools(format, defs), &text);
+    assert_eq!(calls.len(), 1, "{text:?}");
+    assert_eq!(calls[0].0, "get_weather");
+    assert!(
+        calls[0].1["city"]
+            .as_str()
+            .is_some_and(|c| c.contains("Paris")),
+        "{calls:?}"
+    );
+    assert!(rest.trim().is_empty(), "{rest:?}");
+
+    let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
+    let t = tools::read(&Fields(body.as_object().unwrap()), Some(&template), &tok)
+        .unwrap()
+        .unwrap();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let constraint = grammars.compile(&t.grammar().unwrap()).unwrap();
+    let text = answer(
+        &model,
+        &tok,
+        &template,
+        "Tell me about Paris.",
+        Some(constraint),
+    );
+    eprintln!("required: {text:?}");
+    let (calls, _) = split(t.parser(), &text);
+    assert_eq!(calls.len(), 1, "{text:?}");
+    assert_eq!(calls[0].0, "get_weather");
+    assert!(calls[0].1["city"].is_string(), "{calls:?}");
+}
