@@ -9,7 +9,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 
-use common::server::Server;
+use common::server::{sse, Server};
 use common::*;
 use serde_json::{json, Value};
 
@@ -276,4 +276,161 @@ fn bad_bodies_get_each_protocols_own_error_object() {
     let got: Value = serde_json::from_str(&got).unwrap();
     assert_eq!(got["output"], v["output"]);
     assert!(s.drained());
+}
+
+/// The thinking split, end to end on a real model: Qwen2.5-Coder 0.5B served through Qwen3's
+/// real template (the same ChatML turns, plus `<think>` handling), its output forced by a
+/// regex to think first — so every protocol must carry the thoughts apart from the answer.
+#[test]
+fn thinking_goes_apart_from_the_answer_in_every_protocol() {
+    let template = repo().join("crates/ridge-tokenizer/tests/data/templates/Qwen-Qwen3-0.6B.jinja");
+    let s = Server::start_model(
+        &qwen2_0_5b(),
+        &["--chat-template-file", template.to_str().unwrap()],
+    );
+    let regex = "<think>\n[a-z ]{5,40}\n</think>\n\nThe answer is [0-9]+\\.";
+    let question = json!([{"role": "user", "content": "What is 2 + 3?"}]);
+    let chat =
+        json!({"messages": question, "max_tokens": 60, "temperature": 0, "guided_regex": regex});
+    let (code, v) = s.post("/v1/chat/completions", &chat);
+    assert_eq!(code, 200, "{v}");
+    let msg = &v["choices"][0]["message"];
+    let thought = msg["reasoning_content"].as_str().unwrap().to_string();
+    assert_eq!(msg["reasoning"], msg["reasoning_content"], "{v}");
+    let t = thought.trim();
+    assert!(
+        t.len() >= 5 && t.chars().all(|c| c.is_ascii_lowercase() || c == ' '),
+        "{v}"
+    );
+    let answer = msg["content"].as_str().unwrap().to_string();
+    assert!(
+        answer.starts_with("The answer is ") && answer.ends_with('.'),
+        "{v}"
+    );
+    assert!(!answer.contains("think"), "{v}");
+
+    // Streamed: the same thoughts as `delta.reasoning_content`, then the same answer.
+    let mut stream = chat.clone();
+    stream["stream"] = json!(true);
+    let r = Server::client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&stream)
+        .send()
+        .unwrap();
+    let (chunks, done) = sse(r);
+    assert!(done);
+    let delta = |k: &str| -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][k].as_str())
+            .collect()
+    };
+    assert_eq!(delta("reasoning_content"), thought);
+    assert_eq!(delta("reasoning"), thought);
+    assert_eq!(delta("content"), answer);
+
+    // Anthropic: a thinking block, then the text block; streamed as thinking_delta.
+    let body =
+        json!({"max_tokens": 60, "messages": question, "temperature": 0, "guided_regex": regex});
+    let (code, v) = s.post("/v1/messages", &body);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["content"][0]["type"], "thinking", "{v}");
+    assert_eq!(v["content"][0]["thinking"], thought.as_str(), "{v}");
+    assert_eq!(
+        v["content"][1],
+        json!({"type": "text", "text": answer}),
+        "{v}"
+    );
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let r = Server::client()
+        .post(s.url("/v1/messages"))
+        .json(&sb)
+        .send()
+        .unwrap();
+    let events = named_events(r);
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_start")
+        .map(|(_, d)| &d["content_block"]["type"])
+        .collect();
+    assert_eq!(starts, [&json!("thinking"), &json!("text")], "{events:?}");
+    let thinking: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(thinking, thought);
+
+    // Responses: a reasoning item, then the message; streamed as reasoning_text deltas.
+    let body = json!({"input": "What is 2 + 3?", "max_output_tokens": 60, "temperature": 0, "guided_regex": regex});
+    let (code, v) = s.post("/v1/responses", &body);
+    assert_eq!(code, 200, "{v}");
+    let kinds: Vec<&str> = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["reasoning", "message"], "{v}");
+    assert_eq!(
+        v["output"][0]["content"][0]["text"],
+        thought.as_str(),
+        "{v}"
+    );
+    assert_eq!(v["output"][1]["content"][0]["text"], answer.as_str(), "{v}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let r = Server::client()
+        .post(s.url("/v1/responses"))
+        .json(&sb)
+        .send()
+        .unwrap();
+    let events = named_events(r);
+    let deltas: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.reasoning_text.delta")
+        .filter_map(|(_, d)| d["delta"].as_str())
+        .collect();
+    assert_eq!(deltas, thought);
+
+    // The switches reach the template: Qwen3's renders an empty thought block when thinking
+    // is off (chat_template_kwargs, Anthropic's `thinking: disabled`).
+    let tokens = |extra: Value| {
+        let mut b = json!({"messages": question});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let (_, v) = s.post("/tokenize", &b);
+        v["count"].as_u64().unwrap()
+    };
+    assert!(
+        tokens(json!({"chat_template_kwargs": {"enable_thinking": false}})) > tokens(json!({}))
+    );
+    let count = |thinking: &str| {
+        let (_, v) = s.post(
+            "/v1/messages/count_tokens",
+            &json!({"messages": question, "thinking": {"type": thinking}}),
+        );
+        v["input_tokens"].as_u64().unwrap()
+    };
+    assert!(count("disabled") > count("enabled"));
+    drop(s);
+
+    // `--reasoning-format none` leaves the thoughts in the content.
+    let s = Server::start_model(
+        &qwen2_0_5b(),
+        &[
+            "--chat-template-file",
+            template.to_str().unwrap(),
+            "--reasoning-format",
+            "none",
+        ],
+    );
+    let (_, v) = s.post("/v1/chat/completions", &chat);
+    let msg = &v["choices"][0]["message"];
+    assert!(msg.get("reasoning_content").is_none(), "{v}");
+    assert_eq!(
+        msg["content"].as_str().unwrap(),
+        format!("<think>{thought}</think>\n\n{answer}")
+    );
 }

@@ -217,6 +217,7 @@ pub fn request(data: &[u8]) {
         template: Some(chatml()),
         model_name: "fuzz-model",
         vocab: tok.vocab_size(),
+        parse_reasoning: sel & 16 == 0,
     };
     const CTX: usize = 2048;
     const BLOCKS: usize = 64;

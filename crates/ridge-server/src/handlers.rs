@@ -31,7 +31,7 @@ impl Validator<'_> {
         params::check_model(&f, self.model_name)?;
         if f.get("messages").is_some() {
             let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
-            self.render_chat(&f, tools.as_ref())
+            self.render_chat(&f, tools.as_ref()).map(|r| r.tokens)
         } else {
             let text = f.str("prompt")?.ok_or_else(|| {
                 ApiError::invalid("prompt", "`prompt` (a string) or `messages` is required")

@@ -33,6 +33,7 @@ use crate::error::ApiError;
 use crate::metrics::Observer;
 use crate::params::{engine_request, Common};
 use crate::protocols::{Adapter, Frame};
+use crate::reasoning::{ReasoningParser, Segment};
 use crate::state::AppState;
 use crate::tools::{Call, CallParser, Piece};
 
@@ -50,6 +51,19 @@ pub struct Job {
     pub structured: Option<crate::structured::Structured>,
     /// Tools the model may call: its output is parsed for calls.
     pub tools: Option<crate::tools::Tools>,
+    /// How the output splits into reasoning and answer (thinking models).
+    pub reasoning: Option<Reasoning>,
+}
+
+/// A job's reasoning split.
+#[derive(Clone, Debug)]
+pub struct Reasoning {
+    /// The model family's syntax.
+    pub format: crate::reasoning::ReasoningFormat,
+    /// The end of the rendered prompt (it may leave a `<think>` open).
+    pub prompt_tail: String,
+    /// Reasoning goes apart from the answer (else it is answer text, tags removed).
+    pub keep_apart: bool,
 }
 
 /// A piece of one choice's output, as the parsers split it.
@@ -97,6 +111,8 @@ pub struct ChoiceState {
     pub logprobs: Vec<(u32, TokenLogprobs, usize)>,
     /// Splits the text into content and calls (requests with tools).
     parser: Option<CallParser>,
+    /// Splits the text into reasoning and the rest (thinking models), before `parser`.
+    thinking: Option<(ReasoningParser, bool)>,
 }
 
 impl ChoiceState {
@@ -105,8 +121,38 @@ impl ChoiceState {
         !self.calls.is_empty() && self.finish == Some(FinishReason::Stop)
     }
 
-    /// Runs `text` (and, at the end, what the parser still holds) through the parser.
+    /// Runs `text` (and, at the end, what the parsers still hold) through the reasoning
+    /// parser, then its answer part through the call parser.
     fn parse(&mut self, text: &str, end: bool) -> Vec<Delta> {
+        let Some((thinking, apart)) = self.thinking.as_mut() else {
+            return self.parse_answer(text, end);
+        };
+        let apart = *apart;
+        let mut segments = thinking.push(text);
+        if end {
+            segments.extend(thinking.finish());
+        }
+        let mut out = Vec::new();
+        for seg in segments {
+            match seg {
+                Segment::Reasoning(t) if t.is_empty() => {}
+                Segment::Reasoning(t) if apart => {
+                    self.reasoning.push_str(&t);
+                    out.push(Delta::Reasoning(t));
+                }
+                Segment::Reasoning(t) | Segment::Content(t) => {
+                    out.extend(self.parse_answer(&t, false));
+                }
+            }
+        }
+        if end {
+            out.extend(self.parse_answer("", true));
+        }
+        out
+    }
+
+    /// Runs answer text through the call parser (requests with tools).
+    fn parse_answer(&mut self, text: &str, end: bool) -> Vec<Delta> {
         let Some(parser) = self.parser.as_mut() else {
             if text.is_empty() {
                 return Vec::new();
@@ -211,7 +257,7 @@ impl Session {
                 c.usage = f.usage;
                 c.timings = Some(f.timings);
                 let deltas = c.parse(&f.text, true);
-                if c.parser.is_some() {
+                if c.parser.is_some() || c.thinking.is_some() {
                     let t = c.content.trim().to_string();
                     c.content = t;
                 }
@@ -398,7 +444,12 @@ async fn submit<A: Adapter>(
     if let Some(t) = &job.tools {
         session.has_tools = true;
         for c in &mut session.choices {
-            c.parser = Some(CallParser::new(t.format));
+            c.parser = Some(t.parser());
+        }
+    }
+    if let Some(r) = &job.reasoning {
+        for c in &mut session.choices {
+            c.thinking = Some((ReasoningParser::new(r.format, &r.prompt_tail), r.keep_apart));
         }
     }
     if job.common.stream {

@@ -22,6 +22,8 @@ pub struct AppState {
     pub created: u64,
     /// Required bearer token, if any.
     pub api_key: Option<String>,
+    /// Split thinking models' reasoning from their answers (`--reasoning-format none`: no).
+    pub parse_reasoning: bool,
     /// Prometheus metrics.
     pub metrics: Metrics,
     /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
@@ -50,6 +52,7 @@ impl AppState {
             model_name,
             created,
             api_key,
+            parse_reasoning: true,
             metrics: Metrics::new(),
             responses: Default::default(),
             grammars: OnceLock::new(),

@@ -196,6 +196,23 @@ pub fn read(f: &Fields) -> Result<Option<Structured>, ApiError> {
     }
 }
 
+/// vLLM's constraint fields (`guided_*`, `structured_outputs`), which ridge accepts on every
+/// protocol as an extension: copied from `f` into `into` so a protocol's own constraint
+/// field and these are read (and refused when combined) together.
+pub fn copy_vllm_fields(f: &Fields, into: &mut Map<String, Value>) {
+    for k in [
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
+    ] {
+        if let Some(v) = f.get(k) {
+            into.insert(k.into(), v.clone());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,3 +295,4 @@ mod tests {
         }
     }
 }
+

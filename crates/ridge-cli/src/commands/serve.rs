@@ -24,7 +24,7 @@ pub struct Args {
     /// Port (0 picks a free one; the address is printed on stderr).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Require `Authorization: Bearer KEY` on the API routes.
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
     #[arg(long)]
     api_key: Option<String>,
     /// Name clients address the model by (default: the model argument).
@@ -54,6 +54,14 @@ pub struct Args {
     /// Read bandwidth in GB/s for the roofline figures (default: probe it at start, ~1 s).
     #[arg(long)]
     bandwidth_gbs: Option<f64>,
+    /// A Jinja chat template to use instead of the model's own (`tokenizer.chat_template`).
+    #[arg(long)]
+    chat_template_file: Option<std::path::PathBuf>,
+    /// Thinking models' reasoning: `auto` splits it from the answer (`reasoning_content`,
+    /// Anthropic `thinking` blocks, Responses `reasoning` items); `none` leaves it in the
+    /// content.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "none"])]
+    reasoning_format: String,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
@@ -92,12 +100,31 @@ pub fn main(a: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| ridge_model::registry::DEFAULT_MODEL.to_string());
     let l = crate::load::load(a.model.as_deref())?;
-    let template = match ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!("note: {e}; /v1/chat/completions will answer 400, /v1/completions works");
-            None
+    let template = match &a.chat_template_file {
+        Some(path) => {
+            let source = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display())
+            })?;
+            let text = |id: Option<u32>| {
+                id.and_then(|i| l.tokenizer.token_str(i))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let t = ChatTemplate::new(
+                source,
+                text(l.tokenizer.bos_id()),
+                text(l.tokenizer.eos_id()),
+            )
+            .map_err(|e| anyhow::anyhow!("--chat-template-file {}: {e}", path.display()))?;
+            Some(t)
         }
+        None => match ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("note: {e}; /v1/chat/completions will answer 400, /v1/completions works");
+                None
+            }
+        },
     };
     let cfg = l.model.config().clone();
     let kv_bytes_per_token = a.kv_cache_dtype.token_bytes(&cfg);
@@ -140,13 +167,15 @@ pub fn main(a: Args) -> Result<()> {
     }
     let engine = Engine::from_core(core)?;
     let info = engine.info().clone();
-    let state = Arc::new(AppState::new(
+    let mut state = AppState::new(
         Arc::new(engine),
         tokenizer,
         template,
         a.served_model_name.unwrap_or(name),
         a.api_key,
-    ));
+    );
+    state.parse_reasoning = a.reasoning_format == "auto";
+    let state = Arc::new(state);
     let app = ridge_server::router(state.clone(), a.max_body_bytes);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

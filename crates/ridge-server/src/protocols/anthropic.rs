@@ -25,7 +25,7 @@ use ridge_engine::FinishReason;
 use ridge_tokenizer::ChatMessage;
 
 use super::openai::tool_job;
-use super::{Adapter, Frame, Validator};
+use super::{Adapter, Frame, Rendered, Validator};
 use crate::error::{ApiError, ErrorStyle};
 use crate::params::{self, Fields, MAX_MESSAGES};
 use crate::session::{ChoiceState, Delta, Job, Session, Update};
@@ -56,19 +56,20 @@ impl Validator<'_> {
         let common = params::common(&Fields(&shared), self.vocab).map_err(rename)?;
         let tools = self.tools(&f)?;
         let prompt = self.prompt(&f, tools.as_ref())?;
-        let input_tokens = prompt.len();
-        let structured = match output_config(&f)?.0 {
-            Some(rf) => {
-                let mut o = Map::new();
-                o.insert("response_format".into(), rf);
-                crate::structured::read(&Fields(&o)).map_err(|mut e| {
-                    e.param = Some("output_config".into());
-                    e
-                })?
+        let input_tokens = prompt.tokens.len();
+        let reasoning = self.reasoning(&prompt);
+        let mut o = Map::new();
+        crate::structured::copy_vllm_fields(&f, &mut o);
+        if let Some(rf) = output_config(&f)?.0 {
+            o.insert("response_format".into(), rf);
+        }
+        let structured = crate::structured::read(&Fields(&o)).map_err(|mut e| {
+            if e.param.as_deref() == Some("response_format") {
+                e.param = Some("output_config".into());
             }
-            None => None,
-        };
-        let job = tool_job(vec![prompt], common, None, structured, tools)?;
+            e
+        })?;
+        let job = tool_job(prompt, common, None, structured, tools, reasoning)?;
         Ok(MessagesJob { job, input_tokens })
     }
 
@@ -78,7 +79,7 @@ impl Validator<'_> {
         let f = Fields(&m);
         params::check_model(&f, self.model_name)?;
         let tools = self.tools(&f)?;
-        Ok(self.prompt(&f, tools.as_ref())?.len())
+        Ok(self.prompt(&f, tools.as_ref())?.tokens.len())
     }
 
     fn tools(&self, f: &Fields) -> Result<Option<Tools>, ApiError> {
@@ -103,7 +104,7 @@ impl Validator<'_> {
         crate::tools::read(&Fields(&o), self.template, self.tokenizer)
     }
 
-    fn prompt(&self, f: &Fields, tools: Option<&Tools>) -> Result<Vec<u32>, ApiError> {
+    fn prompt(&self, f: &Fields, tools: Option<&Tools>) -> Result<Rendered, ApiError> {
         let msgs = conversation(f)?;
         let mut extra = Map::new();
         match f.object("thinking")? {

@@ -87,6 +87,17 @@ pub struct Validator<'a> {
     pub model_name: &'a str,
     /// Vocabulary size: token ids must lie below it.
     pub vocab: usize,
+    /// Split thinking from answers (`--reasoning-format none` keeps it in the content).
+    pub parse_reasoning: bool,
+}
+
+/// A conversation rendered for the model: its tokens and the text they came from (the
+/// reasoning parser and the forced-call grammar look at how the prompt ends).
+pub struct Rendered {
+    /// The prompt's tokens.
+    pub tokens: Vec<u32>,
+    /// The prompt's text.
+    pub text: String,
 }
 
 impl<'a> Validator<'a> {
@@ -97,6 +108,7 @@ impl<'a> Validator<'a> {
             template: st.template.as_ref(),
             model_name: &st.model_name,
             vocab: st.engine.info().vocab,
+            parse_reasoning: st.parse_reasoning,
         }
     }
 
@@ -131,7 +143,7 @@ impl<'a> Validator<'a> {
         tools: Option<&Tools>,
         add_generation_prompt: bool,
         mut extra: Map<String, Value>,
-    ) -> Result<Vec<u32>, ApiError> {
+    ) -> Result<Rendered, ApiError> {
         let Some(template) = self.template else {
             return Err(ApiError::bad_request(
                 "this model has no chat template; use /v1/completions with a plain prompt",
@@ -143,8 +155,33 @@ impl<'a> Validator<'a> {
         let text = template
             .render_with(msgs, add_generation_prompt, &extra)
             .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
-        self.tokenizer
+        let tokens = self
+            .tokenizer
             .encode_chat_prompt(&text)
-            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))
+            .map_err(|e| ApiError::invalid("messages", format!("cannot tokenize: {e}")))?;
+        Ok(Rendered { tokens, text })
     }
+
+    /// How this model's output is split into reasoning and answer, for a prompt rendered as
+    /// `r` (`None`: not split).
+    pub(crate) fn reasoning(&self, r: &Rendered) -> Option<crate::session::Reasoning> {
+        let format = crate::reasoning::format_of(self.template?)?;
+        // Harmony's channels are always parsed (their control tokens are no answer); with
+        // `--reasoning-format none` the analysis goes to the content.
+        let harmony = format == crate::reasoning::ReasoningFormat::Harmony;
+        (self.parse_reasoning || harmony).then(|| crate::session::Reasoning {
+            format,
+            prompt_tail: tail(&r.text, 256).to_string(),
+            keep_apart: self.parse_reasoning,
+        })
+    }
+}
+
+/// The last `n` bytes of `s` (or a little more, to stay on a character boundary).
+fn tail(s: &str, n: usize) -> &str {
+    let mut at = s.len().saturating_sub(n);
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    &s[at..]
 }

@@ -11,10 +11,10 @@ use serde_json::{json, Map, Value};
 use ridge_engine::{FinishReason, TokenLogprobs};
 use ridge_tokenizer::ChatMessage;
 
-use super::{Adapter, Frame, Validator};
+use super::{Adapter, Frame, Rendered, Validator};
 use crate::error::{ApiError, ErrorStyle};
 use crate::params::{self, Fields, MAX_LOGPROBS, MAX_MESSAGES, MAX_PROMPTS};
-use crate::session::{Delta, Job, Session, Update};
+use crate::session::{Delta, Job, Reasoning, Session, Update};
 use crate::structured::Structured;
 use crate::tools::{Call, Tools};
 
@@ -89,6 +89,7 @@ impl Validator<'_> {
             logprobs,
             structured: crate::structured::read(&f)?,
             tools: None,
+            reasoning: None,
         })
     }
 
@@ -112,7 +113,8 @@ impl Validator<'_> {
         let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
         let structured = crate::structured::read(&f)?;
         let prompt = self.render_chat(&f, tools.as_ref())?;
-        tool_job(vec![prompt], common, logprobs, structured, tools)
+        let reasoning = self.reasoning(&prompt);
+        tool_job(prompt, common, logprobs, structured, tools, reasoning)
     }
 
     /// The prompt of a body with `messages` (chat, `/tokenize`).
@@ -120,7 +122,7 @@ impl Validator<'_> {
         &self,
         f: &Fields,
         tools: Option<&Tools>,
-    ) -> Result<Vec<u32>, ApiError> {
+    ) -> Result<Rendered, ApiError> {
         let msgs = messages(f)?;
         let add_gen = f.bool("add_generation_prompt", true)?;
         self.render(&msgs, tools, add_gen, template_vars(f)?)
@@ -149,20 +151,26 @@ fn template_vars(f: &Fields) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The job of a templated conversation: tools that force a call become its grammar (and
-/// cannot be combined with another output constraint), and call tags stay in the text.
+/// cannot be combined with another output constraint), and call and reasoning tags stay in
+/// the text the parsers read.
 pub(crate) fn tool_job(
-    prompts: Vec<Vec<u32>>,
+    prompt: Rendered,
     mut common: params::Common,
     logprobs: Option<usize>,
     mut structured: Option<Structured>,
     tools: Option<Tools>,
+    reasoning: Option<Reasoning>,
 ) -> Result<Job, ApiError> {
+    if reasoning.is_some() {
+        // Thinking tags (and harmony's channels) are control tokens in some vocabularies.
+        common.render_special = true;
+    }
     if tools.as_ref().is_some_and(|t| t.template_var().is_some()) {
         // The call tags are special tokens in some vocabularies: keep them in the text the
         // call parser reads (vLLM's Hermes parser does the same).
         common.render_special = true;
     }
-    if let Some(spec) = tools.as_ref().and_then(Tools::grammar) {
+    if let Some(spec) = tools.as_ref().and_then(|t| t.grammar_after(&prompt.text)) {
         if let Some(s) = &structured {
             return Err(ApiError::invalid(
                 s.param,
@@ -178,12 +186,13 @@ pub(crate) fn tool_job(
         });
     }
     Ok(Job {
-        prompts,
+        prompts: vec![prompt.tokens],
         common,
         default_max: None,
         logprobs,
         structured,
         tools,
+        reasoning,
     })
 }
 

@@ -167,6 +167,7 @@ impl Validator<'_> {
                 shared.insert("response_format".into(), rf);
             }
         }
+        crate::structured::copy_vllm_fields(&f, &mut shared);
         let sf = Fields(&shared);
         let common = params::common(&sf, self.vocab).map_err(rename)?;
         let tools = crate::tools::read(&sf, self.template, self.tokenizer).map_err(rename)?;
@@ -241,7 +242,8 @@ impl Validator<'_> {
         echo.insert("truncation".into(), json!("disabled"));
         let store = f.bool("store", true)?;
         echo.insert("store".into(), json!(store));
-        let job = tool_job(vec![prompt], common, None, structured, tools)?;
+        let reasoning = self.reasoning(&prompt);
+        let job = tool_job(prompt, common, None, structured, tools, reasoning)?;
         Ok(ResponsesJob {
             job,
             conversation,
