@@ -165,6 +165,8 @@ pub struct EngineCore {
     plan: Vec<Planned>,
     /// Scratch: per token of the batch, whether the pass returns its hidden state.
     hidden: Vec<bool>,
+    /// The pooling embeddings get by default: the file's declaration unless overridden.
+    pooling: ridge_model::Pooling,
     /// Speculative decoding, when enabled.
     speculator: Option<Speculator>,
     next_uid: u64,
@@ -212,6 +214,7 @@ impl EngineCore {
             window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),
             bandwidth: bw * 1e9,
         });
+        let pooling = model.pooling().unwrap_or(ridge_model::Pooling::None);
         Ok(EngineCore {
             roof,
             model,
@@ -226,6 +229,7 @@ impl EngineCore {
             stats,
             plan: Vec::new(),
             hidden: Vec::new(),
+            pooling,
             speculator: None,
             next_uid: 0,
             step_costs: StepCosts::default(),
@@ -248,6 +252,18 @@ impl EngineCore {
             self.step_costs.seed_draft(c);
         }
         self.speculator = Some(spec);
+    }
+
+    /// The pooling embeddings get by default (what [`crate::EngineInfo::pooling`] reports):
+    /// the one the model file declares (none without a declaration, or with a value ridge does
+    /// not know), unless [`EngineCore::set_pooling`] chose another.
+    pub fn pooling(&self) -> ridge_model::Pooling {
+        self.pooling
+    }
+
+    /// Overrides the pooling the model file declares (`ridge serve --pooling`).
+    pub fn set_pooling(&mut self, pooling: ridge_model::Pooling) {
+        self.pooling = pooling;
     }
 
     /// The live statistics.

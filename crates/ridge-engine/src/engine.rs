@@ -50,9 +50,12 @@ pub struct EngineInfo {
     pub speculative: Option<&'static str>,
     /// Width of an embedding vector (the model's hidden size).
     pub embedding_width: usize,
+    /// The pooling embeddings get: [`EngineCore::pooling`] (the file's declaration unless
+    /// overridden).
+    pub pooling: ridge_model::Pooling,
     /// The pooling the model file declares ([`ridge_model::Pooling::None`] when it declares
     /// none, or a value ridge does not know).
-    pub pooling: ridge_model::Pooling,
+    pub declared_pooling: ridge_model::Pooling,
 }
 
 /// A running engine. Dropping it aborts what is left and joins the thread.
@@ -87,7 +90,8 @@ impl Engine {
             kv_bytes_per_token: cfg.kv_dtype.token_bytes(mcfg),
             speculative: core.speculative(),
             embedding_width: mcfg.d_model,
-            pooling: core.model().pooling().unwrap_or(ridge_model::Pooling::None),
+            pooling: core.pooling(),
+            declared_pooling: core.model().pooling().unwrap_or(ridge_model::Pooling::None),
             config: cfg,
         };
         let stats = core.stats().clone();

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod embeddings;
 pub mod error;
 pub mod generate;
 pub mod handlers;
@@ -47,6 +48,8 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
     let api = Router::new()
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
         .route("/v1/models", get(handlers::models))
         .route("/tokenize", post(handlers::tokenize))
         .route("/detokenize", post(handlers::detokenize))
