@@ -21,6 +21,9 @@ const TEXTS: [&str; 4] = [
     "fn main() { println!(\"hello\"); }",
 ];
 
+/// Vectors by input index.
+type Vectors = Vec<(usize, Vec<f32>)>;
+
 /// The engine's own vectors for `TEXTS` (tokenized as the server does), and their token ids.
 fn engine_vectors(pooling: Pooling) -> (Vec<Vec<u32>>, Vec<Vec<f32>>) {
     let model = ridge_model::Model::load(smollm2()).unwrap();
@@ -30,7 +33,7 @@ fn engine_vectors(pooling: Pooling) -> (Vec<Vec<u32>>, Vec<Vec<f32>>) {
         .iter()
         .map(|t| tok.encode(t, true, true).unwrap())
         .collect();
-    let out: Arc<Mutex<Vec<(usize, Vec<f32>)>>> = Arc::default();
+    let out: Arc<Mutex<Vectors>> = Arc::default();
     for (i, t) in ids.iter().enumerate() {
         let o = out.clone();
         let sink: EmbeddingSink = Arc::new(move |e| {
@@ -52,7 +55,8 @@ fn engine_vectors(pooling: Pooling) -> (Vec<Vec<u32>>, Vec<Vec<f32>>) {
 #[test]
 fn the_openai_sdk_gets_the_engines_vectors_as_float_and_base64() {
     let (ids, vectors) = engine_vectors(Pooling::Mean);
-    let s = Server::start(&["--pooling", "mean"]);
+    // A queue of 2: requests of more inputs wait for their own answers instead of a 429.
+    let s = Server::start(&["--pooling", "mean", "--max-queue", "2", "--max-seqs", "8"]);
     let (code, models) = s.get("/v1/models");
     assert_eq!(code, 200);
     let models: Value = serde_json::from_str(&models).unwrap();
@@ -99,6 +103,25 @@ fn the_openai_sdk_gets_the_engines_vectors_as_float_and_base64() {
         got, vectors[1],
         "JSON floats round-trip to the engine's f32s"
     );
+    // 100 inputs through a queue of 2, each the engine's vector of its text.
+    let many: Vec<&str> = (0..100).map(|i| TEXTS[i % 4]).collect();
+    let (code, r) = s.post(
+        "/v1/embeddings",
+        &json!({"input": many, "encoding_format": "float"}),
+    );
+    assert_eq!(code, 200, "{r}");
+    let data = r["data"].as_array().unwrap();
+    assert_eq!(data.len(), 100);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i);
+        let v: Vec<f32> = d["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(v, vectors[i % 4], "input {i}");
+    }
 }
 
 #[test]

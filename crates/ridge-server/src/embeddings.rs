@@ -44,6 +44,9 @@ pub const MAX_INPUTS: usize = 2048;
 /// Most tokens over all inputs of one request (OpenAI's limit).
 pub const MAX_TOTAL_TOKENS: usize = 300_000;
 
+/// Short waits for a full queue to drain, once a request has had answers (see `embed_all`).
+const QUEUE_RETRIES: usize = 1000;
+
 type Body = Result<Bytes, BytesRejection>;
 
 /// How the vectors are written.
@@ -136,7 +139,11 @@ fn inputs(
             "`input` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids",
         )
     };
+    // An empty string is refused as OpenAI does, even where the tokenizer would add a BOS.
     let text = |s: &str| {
+        if s.is_empty() {
+            return Err(ApiError::invalid("input", "an input string is empty"));
+        }
         tokenizer
             .encode(s, true, true)
             .map_err(|e| ApiError::invalid("input", format!("cannot tokenize: {e}")))
@@ -259,32 +266,57 @@ impl Drop for Outstanding<'_> {
     }
 }
 
-/// Runs every input through the engine concurrently; the vectors in input order.
+/// Runs the inputs through the engine concurrently, the vectors in input order. At most
+/// `max_seqs` of one request are in the engine at a time, and a full queue only waits for this
+/// request's own answers: a request of 2048 inputs neither needs a queue that long nor crowds
+/// out everyone else. It is a 429 only when the queue is full before the request got anything
+/// in, or stays full for [`QUEUE_RETRIES`] short waits with none of its inputs left inside
+/// (the engine's queue gauge is published once per step, so it can read full for a moment
+/// after this request's own inputs were admitted).
 async fn embed_all(
     engine: &Engine,
     inputs: Vec<Vec<u32>>,
     pooling: Pooling,
 ) -> Result<Vec<Vec<f32>>, ApiError> {
     let (tx, mut rx) = unbounded_channel::<(usize, EmbeddingEvent)>();
+    // Dropped once every input is submitted, so that a sink the engine drops unanswered (it
+    // stopped) ends the wait instead of hanging it.
+    let mut tx = Some(tx);
     let n = inputs.len();
+    let window = engine.info().config.max_seqs.max(1);
     let mut pending = Outstanding {
         engine,
         ids: vec![None; n],
     };
-    for (i, tokens) in inputs.into_iter().enumerate() {
-        let tx = tx.clone();
-        let sink: EmbeddingSink = Arc::new(move |e| {
-            let _ = tx.send((i, e));
-        });
-        let id = engine
-            .submit_embedding(EmbeddingRequest { tokens, pooling }, sink)
-            .map_err(engine_error)?;
-        pending.ids[i] = Some(id);
-    }
-    drop(tx);
     let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
-    let mut left = n;
-    while left > 0 {
+    let (mut next, mut in_flight, mut done, mut retries) = (0, 0, 0, 0);
+    while done < n {
+        while next < n && in_flight < window {
+            let Some(tx) = tx.clone() else { break };
+            let i = next;
+            let sink: EmbeddingSink = Arc::new(move |e| {
+                let _ = tx.send((i, e));
+            });
+            let req = EmbeddingRequest {
+                tokens: inputs[i].clone(),
+                pooling,
+            };
+            match engine.submit_embedding(req, sink) {
+                Ok(id) => pending.ids[i] = Some(id),
+                Err(EngineError::QueueFull(_)) if in_flight > 0 => break,
+                Err(EngineError::QueueFull(_)) if done > 0 && retries < QUEUE_RETRIES => {
+                    retries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    continue;
+                }
+                Err(e) => return Err(engine_error(e)),
+            }
+            next += 1;
+            in_flight += 1;
+        }
+        if next == n {
+            tx = None;
+        }
         let Some((i, e)) = rx.recv().await else {
             return Err(engine_error(EngineError::Stopped));
         };
@@ -299,7 +331,8 @@ async fn embed_all(
                 ))
             }
         }
-        left -= 1;
+        in_flight -= 1;
+        done += 1;
     }
     Ok(out.into_iter().flatten().collect())
 }
