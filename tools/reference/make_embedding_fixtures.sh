@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Regenerate crates/ridge-engine/tests/data/llama_embedding_smollm2.json: llama.cpp's own
-# embeddings (llama-embedding, L2-normalised) of a few texts on SmolLM2-135M, with mean and with
-# last pooling, plus llama.cpp's token ids of each text. The suite cannot run llama.cpp; the
-# engine's test (crates/ridge-engine/tests/embeddings.rs) compares ridge against this file.
-# A few seconds.
+# Regenerate crates/ridge-engine/tests/data/llama_embedding_{smollm2,gemma3}.json: llama.cpp's
+# own embeddings (llama-embedding, L2-normalised) of a few texts on SmolLM2-135M and Gemma 3
+# 270M, with mean and with last pooling, plus llama.cpp's token ids of each text, and the same
+# poolings of the float64 reference forward passes (embedding_ref.py over llama_ref.py /
+# gemma3_ref.py). The suite cannot run llama.cpp; the engine's test
+# (crates/ridge-engine/tests/embeddings.rs) compares ridge against these files. About a minute.
 #
-# Usage (repo root): BIN=/path/to/llama.cpp/build/bin M=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf \
+# Usage (repo root): BIN=/path/to/llama.cpp/build/bin PY=/path/to/python-with-numpy-and-gguf \
 #   bash tools/reference/make_embedding_fixtures.sh
 #   (BIN: llama.cpp's build/bin with llama-embedding built:
 #    cmake --build <llama.cpp>/build --target llama-embedding llama-tokenize;
-#    M: the file `ridge pull smollm2-135m` caches, by default ~/.cache/ridge/)
+#    the models: the files `ridge pull smollm2-135m` / `ridge pull gemma3-270m` cache, in
+#    RIDGE_HOME, by default ~/.cache/ridge/)
 set -euo pipefail
 BIN=${BIN:?set BIN to llama.cpp build/bin}
-M=${M:-$HOME/.cache/ridge/SmolLM2-135M-Instruct.Q4_1.gguf}
+PY=${PY:-python3}
+HOME_DIR=${RIDGE_HOME:-$HOME/.cache/ridge}
 export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-OUT=crates/ridge-engine/tests/data/llama_embedding_smollm2.json
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
 # One text per line (llama-embedding splits its prompt on newlines).
@@ -27,6 +29,9 @@ fn main() { println!("hello, world"); }
 The history of the Roman Empire spans more than a thousand years, from the founding of the city in the eighth century before the common era, through the Republic and the reign of the emperors, to the fall of Constantinople in 1453, and its institutions, laws and languages shaped much of Europe, the Mediterranean and the Near East for centuries after its end.
 TXT
 
+one() {
+NAME=$1 M=$2
+OUT=crates/ridge-engine/tests/data/llama_embedding_$NAME.json
 while IFS= read -r line; do
   "$BIN/llama-tokenize" -m "$M" -p "$line" --ids --log-disable
 done < "$TMP/texts.txt" > "$TMP/ids.txt"
@@ -43,7 +48,7 @@ texts = open(f"{tmp}/texts.txt").read().splitlines()
 ids = [ast.literal_eval(l) for l in open(f"{tmp}/ids.txt").read().splitlines()]
 assert len(ids) == len(texts)
 fixture = {
-    "about": "llama.cpp's llama-embedding (--embd-normalize 2) on SmolLM2-135M; "
+    "about": "llama.cpp's llama-embedding (--embd-normalize 2); "
              "regenerate with tools/reference/make_embedding_fixtures.sh",
     "model": os.path.basename(model),
     "sha256": hashlib.sha256(open(model, "rb").read()).hexdigest(),
@@ -59,3 +64,11 @@ with open(out, "w") as f:
     f.write("\n")
 print(f"wrote {out}: {len(texts)} texts, width {len(fixture['mean'][0])}")
 PY
+}
+
+one smollm2 "$HOME_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+one gemma3 "$HOME_DIR/gemma-3-270m-q4_k_m.gguf"
+"$PY" tools/reference/embedding_ref.py llama "$HOME_DIR/SmolLM2-135M-Instruct.Q4_1.gguf" \
+  crates/ridge-engine/tests/data/llama_embedding_smollm2.json
+"$PY" tools/reference/embedding_ref.py gemma3 "$HOME_DIR/gemma-3-270m-q4_k_m.gguf" \
+  crates/ridge-engine/tests/data/llama_embedding_gemma3.json
