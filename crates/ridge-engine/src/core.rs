@@ -26,6 +26,14 @@
 //! (always leaving at least one token to compute, since sampling needs its logits). After each
 //! step, newly completed blocks are indexed. Choices 1..n of a request wait until choice 0 has
 //! computed the prompt, then find its blocks in the cache: the prompt is shared, not copied.
+//!
+//! # Embeddings
+//!
+//! An embedding request is a sequence that never samples (see `embed.rs`): its rows ask the
+//! model for hidden states instead of logits, each step folds them into its pooling, and when
+//! its prompt is computed it sends its vector and frees its blocks. It adopts no cached prefix
+//! and indexes none of its blocks, so the prefix cache neither changes its vector nor is
+//! changed by it; preempted, it starts its pooling over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,6 +43,7 @@ use ridge_model::{Batch, KvCache, KvDtype, Model, SeqId, Workspace, KV_BLOCK_SIZ
 use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::constraint::{sample_constrained, Constraint, GrammarError};
+use crate::embed::{check_embedding, EmbedState, EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
 use crate::request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
@@ -126,6 +135,8 @@ struct Seq {
     constraint: Option<Constraint>,
     /// A masked copy of the logits row (constrained sequences only).
     masked: Vec<f32>,
+    /// Set for an embedding request: its pooling (it never samples).
+    embed: Option<Box<EmbedState>>,
 }
 
 impl Seq {
@@ -152,6 +163,10 @@ pub struct EngineCore {
     roof: Option<Roof>,
     /// Scratch: what each scheduled sequence computes this step.
     plan: Vec<Planned>,
+    /// Scratch: per token of the batch, whether the pass returns its hidden state.
+    hidden: Vec<bool>,
+    /// The pooling embeddings get by default: the file's declaration unless overridden.
+    pooling: ridge_model::Pooling,
     /// Speculative decoding, when enabled.
     speculator: Option<Speculator>,
     next_uid: u64,
@@ -199,6 +214,7 @@ impl EngineCore {
             window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),
             bandwidth: bw * 1e9,
         });
+        let pooling = model.pooling().unwrap_or(ridge_model::Pooling::None);
         Ok(EngineCore {
             roof,
             model,
@@ -212,6 +228,8 @@ impl EngineCore {
             eog,
             stats,
             plan: Vec::new(),
+            hidden: Vec::new(),
+            pooling,
             speculator: None,
             next_uid: 0,
             step_costs: StepCosts::default(),
@@ -234,6 +252,18 @@ impl EngineCore {
             self.step_costs.seed_draft(c);
         }
         self.speculator = Some(spec);
+    }
+
+    /// The pooling embeddings get by default (what [`crate::EngineInfo::pooling`] reports):
+    /// the one the model file declares (none without a declaration, or with a value ridge does
+    /// not know), unless [`EngineCore::set_pooling`] chose another.
+    pub fn pooling(&self) -> ridge_model::Pooling {
+        self.pooling
+    }
+
+    /// Overrides the pooling the model file declares (`ridge serve --pooling`).
+    pub fn set_pooling(&mut self, pooling: ridge_model::Pooling) {
+        self.pooling = pooling;
     }
 
     /// The live statistics.
@@ -357,8 +387,68 @@ impl EngineCore {
                 done: false,
                 constraint: req.constraint.clone(),
                 masked: Vec::new(),
+                embed: None,
             });
         }
+        self.publish_gauges();
+        Ok(())
+    }
+
+    /// Checks an embedding request against the model and the cache without queueing it.
+    pub fn check_embedding(&self, req: &EmbeddingRequest) -> Result<(), SubmitError> {
+        check_embedding(
+            req,
+            self.model.config().ctx_len,
+            self.model.config().vocab,
+            self.kv.total_blocks(),
+            KV_BLOCK_SIZE,
+        )
+    }
+
+    /// Queues an embedding request; its one [`EmbeddingEvent`] goes to `sink`.
+    pub fn submit_embedding(
+        &mut self,
+        id: RequestId,
+        req: EmbeddingRequest,
+        sink: EmbeddingSink,
+        arrival: Instant,
+    ) -> Result<(), SubmitError> {
+        self.check_embedding(&req)?;
+        // Generation events never reach it: the sink of its shared settings is inert.
+        let inert: EventSink = Arc::new(|_| true);
+        let shared = Arc::new(Shared {
+            id,
+            sink: inert,
+            stop_token_ids: Vec::new(),
+            ignore_eos: true,
+            logprobs: None,
+            max_new: 0,
+            speculative: false,
+        });
+        let sampling = crate::SamplingParams::greedy();
+        self.next_uid += 1;
+        self.waiting.push_back(Seq {
+            uid: self.next_uid,
+            spec: SpecState::with_prior(0.0),
+            draft: Vec::new(),
+            req: shared,
+            index: 0,
+            prompt_len: req.tokens.len(),
+            computed: 0,
+            kv: None,
+            admitted_once: false,
+            cached_tokens: 0,
+            history: TokenHistory::new(&[], &sampling),
+            sampler: Sampler::new(sampling),
+            decoder: IncrementalDecoder::new(true),
+            stop: StopMatcher::new(&[]),
+            timings: ChoiceTimings::new(arrival),
+            done: false,
+            constraint: None,
+            masked: Vec::new(),
+            embed: Some(Box::new(EmbedState::new(req.pooling, sink))),
+            tokens: req.tokens,
+        });
         self.publish_gauges();
         Ok(())
     }
@@ -438,15 +528,25 @@ impl EngineCore {
         let draft_ms = started.elapsed().as_secs_f64() * 1e3;
         // A lone decoding sequence's step time calibrates the draft sizing.
         let lone = match self.plan.as_slice() {
-            [p] if p.n == 1 && self.running.len() == 1 => Some(1 + self.running[p.ri].draft.len()),
+            [p] if p.n == 1 && self.running.len() == 1 && self.running[p.ri].embed.is_none() => {
+                Some(1 + self.running[p.ri].draft.len())
+            }
             _ => None,
         };
         self.batch.clear();
+        self.hidden.clear();
         for p in &self.plan {
             let s = &self.running[p.ri];
             if let Some(seq) = s.kv {
                 let from = s.computed;
-                if s.draft.is_empty() {
+                if let Some(e) = &s.embed {
+                    // Hidden states instead of logits, for the rows its pooling reads.
+                    self.batch
+                        .push_seq(&s.tokens[from..from + p.n], from, seq, false);
+                    let len = s.tokens.len();
+                    self.hidden
+                        .extend((from..from + p.n).map(|pos| e.wants(pos, len)));
+                } else if s.draft.is_empty() {
                     let last = from + p.n == s.tokens.len();
                     self.batch
                         .push_seq(&s.tokens[from..from + p.n], from, seq, last);
@@ -457,6 +557,7 @@ impl EngineCore {
                         self.batch.push(t, from + 1 + j, seq, true);
                     }
                 }
+                self.hidden.resize(self.batch.len(), false);
             }
         }
         EngineStats::add(&self.stats.steps, 1);
@@ -473,6 +574,7 @@ impl EngineCore {
             stats,
             plan,
             roof,
+            hidden,
             ..
         } = self;
         let vocab = model.config().vocab;
@@ -481,7 +583,7 @@ impl EngineCore {
             .filter_map(|s| s.constraint.as_mut())
             .collect();
         let forward = if grammars.is_empty() {
-            model.forward(batch, kv, ws)
+            model.forward_outputs(batch, hidden, kv, ws)
         } else {
             // The next masks depend only on tokens already committed: compute them while the
             // forward pass runs (an error resurfaces, and is reported, when the mask is used).
@@ -491,14 +593,38 @@ impl EngineCore {
                         let _ = c.prepare();
                     }
                 });
-                model.forward(batch, kv, ws)
+                model.forward_outputs(batch, hidden, kv, ws)
             })
         };
         match forward {
-            Ok(logits) => {
-                let mut row = 0;
+            Ok(out) => {
+                let (logits, states) = (out.logits, out.hidden);
+                let d = model.config().d_model;
+                let (mut row, mut hrow) = (0, 0);
                 for p in plan.iter() {
                     let s = &mut running[p.ri];
+                    if let Some(e) = s.embed.as_mut() {
+                        let len = s.tokens.len();
+                        for pos in s.computed..s.computed + p.n {
+                            if e.wants(pos, len) {
+                                e.add(&states[hrow * d..(hrow + 1) * d]);
+                                hrow += 1;
+                            }
+                        }
+                        s.computed += p.n;
+                        if s.computed == len {
+                            finish_seq(
+                                s,
+                                kv,
+                                stats,
+                                *roof,
+                                FinishReason::Stop,
+                                String::new(),
+                                None,
+                            );
+                        }
+                        continue;
+                    }
                     if !s.draft.is_empty() {
                         let rows = s.draft.len() + 1;
                         let l = &logits[row * vocab..(row + rows) * vocab];
@@ -703,9 +829,12 @@ impl EngineCore {
             }
             let seq = self.kv.add_seq();
             let s = &self.waiting[w];
-            let cached = self
-                .kv
-                .attach_cached_prefix(seq, &s.tokens, s.tokens.len() - 1);
+            let cached = if s.embed.is_some() {
+                0
+            } else {
+                self.kv
+                    .attach_cached_prefix(seq, &s.tokens, s.tokens.len() - 1)
+            };
             let n = (s.tokens.len() - cached).min(budget);
             let need = self.kv.blocks_needed(seq, cached + n);
             if need + self.running.len() > self.kv.free_blocks()
@@ -753,8 +882,13 @@ impl EngineCore {
 
     fn preempt(&mut self, mut s: Seq) {
         if let Some(seq) = s.kv.take() {
-            self.kv.commit_blocks(seq, &s.tokens);
+            if s.embed.is_none() {
+                self.kv.commit_blocks(seq, &s.tokens);
+            }
             self.kv.remove_seq(seq);
+        }
+        if let Some(e) = s.embed.as_mut() {
+            e.reset();
         }
         s.computed = 0;
         EngineStats::add(&self.stats.preemptions, 1);
@@ -948,7 +1082,9 @@ fn finish_seq(
     }
     s.done = true;
     if let Some(seq) = s.kv.take() {
-        kv.commit_blocks(seq, &s.tokens);
+        if s.embed.is_none() {
+            kv.commit_blocks(seq, &s.tokens);
+        }
         kv.remove_seq(seq);
     }
     let counter = match (&error, reason) {
@@ -958,6 +1094,21 @@ fn finish_seq(
         (None, FinishReason::Aborted) => &stats.finished_abort,
     };
     EngineStats::add(counter, 1);
+    if let Some(e) = &s.embed {
+        let result = match (error, reason) {
+            (Some(msg), _) => Err(msg),
+            (None, FinishReason::Aborted) => Err("the request was aborted".to_string()),
+            (None, _) => Ok(e.vector()),
+        };
+        (e.sink)(EmbeddingEvent {
+            result,
+            prompt_tokens: s.prompt_len,
+            arrival: s.timings.arrival,
+            scheduled: s.timings.scheduled,
+            finished: Instant::now(),
+        });
+        return;
+    }
     if let Some(r) = roof {
         let ctx = s.prompt_len as f64 + s.generated() as f64 / 2.0;
         let bytes = r.weight_bytes

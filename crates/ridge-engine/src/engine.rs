@@ -18,6 +18,7 @@ use ridge_model::Model;
 use ridge_tokenizer::Tokenizer;
 
 use crate::core::{check_request, EngineConfig, EngineCore};
+use crate::embed::{check_embedding, EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
 use crate::request::{Event, EventSink, Request, RequestId};
 use crate::stats::EngineStats;
 use crate::{EngineError, FinishReason};
@@ -25,6 +26,7 @@ use crate::{EngineError, FinishReason};
 // Commands are few (one per request), so the size of `Submit` costs nothing worth a box.
 enum Command {
     Submit(RequestId, Box<Request>, EventSink, Instant),
+    Embed(RequestId, EmbeddingRequest, EmbeddingSink, Instant),
     Abort(RequestId),
     Shutdown,
 }
@@ -46,6 +48,14 @@ pub struct EngineInfo {
     pub kv_bytes_per_token: usize,
     /// The speculative decoding method, when enabled.
     pub speculative: Option<&'static str>,
+    /// Width of an embedding vector (the model's hidden size).
+    pub embedding_width: usize,
+    /// The pooling embeddings get: [`EngineCore::pooling`] (the file's declaration unless
+    /// overridden).
+    pub pooling: ridge_model::Pooling,
+    /// The pooling the model file declares ([`ridge_model::Pooling::None`] when it declares
+    /// none, or a value ridge does not know).
+    pub declared_pooling: ridge_model::Pooling,
 }
 
 /// A running engine. Dropping it aborts what is left and joins the thread.
@@ -79,6 +89,9 @@ impl Engine {
             weight_bytes: core.model().weight_bytes_per_token(),
             kv_bytes_per_token: cfg.kv_dtype.token_bytes(mcfg),
             speculative: core.speculative(),
+            embedding_width: mcfg.d_model,
+            pooling: core.pooling(),
+            declared_pooling: core.model().pooling().unwrap_or(ridge_model::Pooling::None),
             config: cfg,
         };
         let stats = core.stats().clone();
@@ -132,6 +145,33 @@ impl Engine {
         Ok(id)
     }
 
+    /// Validates and queues an embedding request (see `embed.rs`); its one event goes to
+    /// `sink`. Refused when it can never fit, is malformed, or the queue is full. It shares
+    /// the queue, the scheduler and [`Engine::abort`] with generation requests.
+    pub fn submit_embedding(
+        &self,
+        req: EmbeddingRequest,
+        sink: EmbeddingSink,
+    ) -> Result<RequestId, EngineError> {
+        check_embedding(
+            &req,
+            self.info.ctx_len,
+            self.info.vocab,
+            self.info.kv_total_blocks,
+            ridge_model::KV_BLOCK_SIZE,
+        )?;
+        let waiting = self.stats.waiting.load(Ordering::Relaxed) as usize;
+        if waiting + self.queued.load(Ordering::Relaxed) >= self.info.config.max_queue {
+            return Err(EngineError::QueueFull(self.info.config.max_queue));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send(Command::Embed(id, req, sink, Instant::now()))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(id)
+    }
+
     /// Aborts a request (no-op if it already ended).
     pub fn abort(&self, id: RequestId) {
         let _ = self.tx.send(Command::Abort(id));
@@ -177,6 +217,19 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
                             error: Some(e.to_string()),
                             stop_sequence: None,
                         }));
+                    }
+                }
+                Command::Embed(id, req, sink, arrival) => {
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    let tokens = req.tokens.len();
+                    if let Err(e) = core.submit_embedding(id, req, sink.clone(), arrival) {
+                        sink(EmbeddingEvent {
+                            result: Err(e.to_string()),
+                            prompt_tokens: tokens,
+                            arrival,
+                            scheduled: None,
+                            finished: Instant::now(),
+                        });
                     }
                 }
                 Command::Abort(id) => core.abort(id),

@@ -4,6 +4,10 @@
 //!   continuous batching with chunked prefill under a token budget, a paged KV cache with
 //!   preemption and prefix reuse, per-request sampling, stop strings, logprobs, `n` choices —
 //!   and streaming [`Event`]s back to each request's sink (see `core.rs` for the mechanism).
+//! - Embeddings ride the same engine: [`Engine::submit_embedding`] queues an
+//!   [`EmbeddingRequest`] whose prompt is prefilled (chunked, batched with generation) and
+//!   pooled into one vector, sent as one [`EmbeddingEvent`] to its own [`EmbeddingSink`]; it
+//!   never samples or decodes (see `embed.rs`).
 //! - [`generate`] runs one request alone (the CLI's `run`, offline benchmarks) and
 //!   [`perplexity()`] evaluates a text with llama-perplexity's protocol.
 //!
@@ -13,6 +17,7 @@
 
 mod constraint;
 mod core;
+mod embed;
 mod engine;
 mod generate;
 mod perplexity;
@@ -26,12 +31,14 @@ mod timing;
 
 pub use crate::core::{check_request, EngineConfig, EngineCore};
 pub use constraint::{Constraint, GrammarError, GrammarSpec, Grammars, COMPILE_LIMITS};
+pub use embed::{EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
 pub use engine::{Engine, EngineInfo};
 pub use generate::{generate, generate_in, FinishReason, GenerateParams, Generation};
 pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};
 pub use request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
+pub use ridge_model::Pooling;
 pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
 pub use stats::EngineStats;
 pub use stop::{StopMatcher, StopOutcome};

@@ -7,6 +7,9 @@
 //!   position — and a paged [`KvCache`]; it appends every token's keys and values to its
 //!   sequence, attends causally, and returns logits for the tokens that asked for them. Decode,
 //!   prefill, chunked prefill and batched decode are all this one call.
+//! - [`Model::forward_outputs`] is the same pass that also returns the final hidden states
+//!   (after the output norm) of the rows that ask, for embeddings; [`Pooling`] names how the
+//!   file says they are pooled.
 //! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`,
 //!   which also runs qwen2, qwen3 and Llama 3's RoPE scaling, and `gemma3.rs`; the parts they
 //!   share are in `model.rs`).
@@ -23,6 +26,7 @@ mod kv_cache;
 mod llama;
 mod model;
 mod moe;
+mod pooling;
 pub mod registry;
 mod rope;
 pub mod synthetic;
@@ -38,5 +42,6 @@ pub use config::{
 };
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvDtype, SeqId, DROPPED, KV_BLOCK_SIZE};
-pub use model::Model;
+pub use model::{Model, Outputs};
+pub use pooling::Pooling;
 pub use workspace::Workspace;

@@ -339,6 +339,11 @@ impl Model {
         &self.cfg
     }
 
+    /// The pooling the file declares for embeddings (see [`crate::Pooling::declared`]).
+    pub fn pooling(&self) -> Result<crate::Pooling, ModelError> {
+        crate::Pooling::declared(&self.file)
+    }
+
     /// The underlying file (for the tokenizer and metadata).
     pub fn gguf(&self) -> &Arc<GgufFile> {
         &self.file
@@ -586,6 +591,59 @@ impl Model {
         ws: &'w mut Workspace,
         skip: Option<&[bool]>,
     ) -> Result<&'w [f32], ModelError> {
+        self.run_layers(batch, kv, ws, skip)?;
+        let n = self.head(batch, ws);
+        Ok(&ws.logits[..n])
+    }
+
+    /// As [`Model::forward`], and also the final hidden states — after the output norm,
+    /// where the head would read them, `d_model` per row — of the tokens with `hidden[t]`
+    /// set, in batch order: what embeddings pool. A row may ask for either, both or neither;
+    /// the head runs only for the rows that want logits (none, for a batch of embeddings).
+    pub fn forward_outputs<'w>(
+        &self,
+        batch: &Batch,
+        hidden: &[bool],
+        kv: &mut KvCache,
+        ws: &'w mut Workspace,
+    ) -> Result<Outputs<'w>, ModelError> {
+        if hidden.len() != batch.len() {
+            return Err(ModelError::BadBatch(format!(
+                "{} hidden-state flags for a batch of {} tokens",
+                hidden.len(),
+                batch.len()
+            )));
+        }
+        self.run_layers(batch, kv, ws, None)?;
+        let d = self.cfg.d_model;
+        let rows = hidden.iter().filter(|&&h| h).count();
+        fit(&mut ws.hidden, rows * d);
+        for (i, t) in (0..batch.len()).filter(|&t| hidden[t]).enumerate() {
+            ops::rms_norm(
+                self.isa,
+                &ws.x[t * d..(t + 1) * d],
+                &self.output_norm,
+                self.cfg.norm_eps,
+                &mut ws.hidden[i * d..(i + 1) * d],
+            );
+        }
+        let n = self.head(batch, ws);
+        let ws: &'w Workspace = ws;
+        Ok(Outputs {
+            logits: &ws.logits[..n],
+            hidden: &ws.hidden[..rows * d],
+        })
+    }
+
+    /// Checks the batch, embeds it and runs the layer stack, leaving the residual stream in
+    /// `ws.x` and the sequences' new lengths in `kv`.
+    fn run_layers(
+        &self,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        skip: Option<&[bool]>,
+    ) -> Result<(), ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
         match self.cfg.arch {
@@ -601,7 +659,7 @@ impl Model {
         for &(seq, len) in &ws.seq_of {
             kv.set_len(seq, len);
         }
-        Ok(self.head(batch, ws))
+        Ok(())
     }
 
     /// Sizes the activation buffers for `n` tokens, writes the (scaled) embedding rows into
@@ -837,14 +895,18 @@ impl Model {
         }
     }
 
-    /// Final norm and output head for the rows that asked for logits.
-    fn head<'w>(&self, batch: &Batch, ws: &'w mut Workspace) -> &'w [f32] {
+    /// Final norm and output head for the rows that asked for logits, into `ws.logits`;
+    /// returns how many values it wrote.
+    fn head(&self, batch: &Batch, ws: &mut Workspace) -> usize {
         let cfg = &self.cfg;
         let d = cfg.d_model;
         ws.out_rows.clear();
         ws.out_rows
             .extend((0..batch.len()).filter(|&t| batch.logits[t]));
         let m = ws.out_rows.len();
+        if m == 0 {
+            return 0;
+        }
         for (i, &t) in ws.out_rows.iter().enumerate() {
             let (src, dst) = (t * d, i * d);
             // xn is free now; gather the normed rows at its front (i <= t, so no overlap issue).
@@ -872,8 +934,17 @@ impl Model {
         if let Some(cap) = cfg.logit_softcap {
             ops::softcap_inplace(&mut ws.logits, cap);
         }
-        &ws.logits[..m * w.rows]
+        m * w.rows
     }
+}
+
+/// What [`Model::forward_outputs`] returns.
+#[derive(Clone, Copy, Debug)]
+pub struct Outputs<'w> {
+    /// [`Model::logit_width`] logits per row that asked for them, in batch order.
+    pub logits: &'w [f32],
+    /// `d_model` normed final hidden states per row that asked for them, in batch order.
+    pub hidden: &'w [f32],
 }
 
 /// Makes the tiled copies of every layer matrix and of the output head where the format has a

@@ -21,6 +21,8 @@ pub struct Workspace {
     pub(crate) cos_swa: Vec<f32>,
     pub(crate) sin_swa: Vec<f32>,
     pub(crate) logits: Vec<f32>,
+    /// Normed final hidden states of the rows that asked for them (embeddings).
+    pub(crate) hidden: Vec<f32>,
     pub(crate) out_rows: Vec<usize>,
     /// Per KV layer group (see `KvCache::groups`), the block table of each sequence.
     pub(crate) tables: Vec<Vec<Vec<u32>>>,

@@ -13,7 +13,8 @@
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/messages` (with
 //! `/v1/messages/count_tokens`), `POST /v1/responses` (with `GET`/`DELETE
-//! /v1/responses/{id}`), `GET /v1/models`, `GET /health`,
+//! /v1/responses/{id}`), `POST /v1/embeddings`, `POST /v1/rerank` (a 400: no rank models yet),
+//! `GET /v1/models`, `GET /health`,
 //! `GET /metrics`, `POST /tokenize`, `POST /detokenize`, and for people `GET /` (a chat page
 //! embedded in the binary, which shows each answer's TTFT, TPOT and roofline efficiency) with
 //! `GET /state` (the engine's live state as JSON). Unknown paths get a 404 error object. The
@@ -23,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod embeddings;
 pub mod error;
 pub mod handlers;
 pub mod metrics;
@@ -70,6 +72,8 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
             "/v1/responses/{id}",
             get(protocols::responses::handlers::get).delete(protocols::responses::handlers::delete),
         )
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
         .route("/v1/models", get(handlers::models))
         .route("/tokenize", post(handlers::tokenize))
         .route("/detokenize", post(handlers::detokenize))

@@ -62,11 +62,24 @@ pub struct Args {
     /// content.
     #[arg(long, default_value = "auto", value_parser = ["auto", "none"])]
     reasoning_format: String,
+    /// Pooling of `/v1/embeddings`: mean, last or cls (default: what the model file declares;
+    /// a causal LM declares none, and then embeddings answer 400 until one is chosen).
+    #[arg(long, value_parser = parse_pooling)]
+    pooling: Option<ridge_engine::Pooling>,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
+}
+
+/// `--pooling`: the poolings that give one vector per input.
+fn parse_pooling(s: &str) -> Result<ridge_engine::Pooling, String> {
+    use ridge_engine::Pooling;
+    match Pooling::parse(s) {
+        Some(p @ (Pooling::Mean | Pooling::Last | Pooling::Cls)) => Ok(p),
+        _ => Err(format!("expected mean, last or cls, got {s:?}")),
+    }
 }
 
 /// Runs `serve`.
@@ -165,6 +178,9 @@ pub fn main(a: Args) -> Result<()> {
     if let Some(s) = speculator {
         core.set_speculator(s);
     }
+    if let Some(p) = a.pooling {
+        core.set_pooling(p);
+    }
     let engine = Engine::from_core(core)?;
     let info = engine.info().clone();
     let mut state = AppState::new(
@@ -188,7 +204,7 @@ pub fn main(a: Args) -> Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, roofline floor at {:.1} GB/s ({}{}), speculative decoding: {}",
+            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, roofline floor at {:.1} GB/s ({}{}), speculative decoding: {}, embeddings pooling: {}",
             state.model_name,
             info.kv_total_blocks,
             info.kv_total_blocks * KV_BLOCK_SIZE,
@@ -204,6 +220,7 @@ pub fn main(a: Args) -> Result<()> {
                 _ => String::new(),
             },
             info.speculative.unwrap_or("off"),
+            info.pooling,
         );
         ridge_server::serve(
             listener,
