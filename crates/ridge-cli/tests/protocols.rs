@@ -434,3 +434,55 @@ fn thinking_goes_apart_from_the_answer_in_every_protocol() {
         format!("<think>{thought}</think>\n\n{answer}")
     );
 }
+
+/// A thinking budget, end to end: DeepSeek-R1's template opens the thoughts in the prompt;
+/// with `thinking.budget_tokens` the engine writes `</think>` itself once the budget is spent,
+/// so the answer begins; without one the model thinks to `max_tokens`.
+#[test]
+fn a_thinking_budget_closes_the_thoughts() {
+    let template = repo().join(
+        "crates/ridge-server/tests/data/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+    );
+    let s = Server::start_model(
+        &qwen2_0_5b(),
+        &["--chat-template-file", template.to_str().unwrap()],
+    );
+    let ask = |thinking: Value| {
+        let body = json!({"max_tokens": 40, "temperature": 0, "thinking": thinking,
+                          "messages": [{"role": "user", "content": "What is 2 + 3?"}]});
+        let (code, v) = s.post("/v1/messages", &body);
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["usage"]["output_tokens"], 40, "{v}");
+        v
+    };
+    let tokens = |text: &str| {
+        let (_, v) = s.post(
+            "/tokenize",
+            &json!({"prompt": text, "add_special_tokens": false}),
+        );
+        v["count"].as_u64().unwrap()
+    };
+    let free = ask(json!({"type": "enabled"}));
+    assert_eq!(free["content"][0]["type"], "thinking", "{free}");
+    assert!(
+        tokens(free["content"][0]["thinking"].as_str().unwrap()) > 6,
+        "{free}"
+    );
+    let capped = ask(json!({"type": "enabled", "budget_tokens": 6}));
+    assert_eq!(capped["content"][0]["type"], "thinking", "{capped}");
+    let thought = capped["content"][0]["thinking"].as_str().unwrap();
+    assert!(!thought.is_empty() && tokens(thought) <= 6, "{capped}");
+    // The first six tokens are the same thoughts as without a budget.
+    assert!(
+        free["content"][0]["thinking"]
+            .as_str()
+            .unwrap()
+            .starts_with(thought),
+        "{free} {capped}"
+    );
+    assert_eq!(capped["content"][1]["type"], "text", "{capped}");
+    assert!(
+        !capped["content"][1]["text"].as_str().unwrap().is_empty(),
+        "{capped}"
+    );
+}

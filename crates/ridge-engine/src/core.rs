@@ -137,6 +137,8 @@ struct Seq {
     masked: Vec<f32>,
     /// Set for an embedding request: its pooling (it never samples).
     embed: Option<Box<EmbedState>>,
+    /// Where it stands against its thinking budget, when it has one.
+    think: Option<crate::think::ThinkState>,
 }
 
 impl Seq {
@@ -388,6 +390,7 @@ impl EngineCore {
                 constraint: req.constraint.clone(),
                 masked: Vec::new(),
                 embed: None,
+                think: req.think_budget.clone().map(crate::think::ThinkState::new),
             });
         }
         self.publish_gauges();
@@ -447,6 +450,7 @@ impl EngineCore {
             constraint: None,
             masked: Vec::new(),
             embed: Some(Box::new(EmbedState::new(req.pooling, sink))),
+            think: None,
             tokens: req.tokens,
         });
         self.publish_gauges();
@@ -936,15 +940,27 @@ struct Roof {
 
 /// Samples `s`'s next token from its logits row `l` (verifying `draft` when given), through its
 /// grammar when it has one.
+/// A spent thinking budget writes the closing tag instead (unconstrained sequences only).
 fn sample_seq(s: &mut Seq, l: &[f32], draft: Option<u32>) -> Result<u32, GrammarError> {
-    sample_constrained(
-        &mut s.sampler,
-        Some(&s.history),
-        s.constraint.as_mut(),
-        &mut s.masked,
-        l,
-        draft,
-    )
+    let forced = match (&s.think, &s.constraint) {
+        (Some(t), None) => t.forced(),
+        _ => None,
+    };
+    let tok = match forced {
+        Some(t) => t,
+        None => sample_constrained(
+            &mut s.sampler,
+            Some(&s.history),
+            s.constraint.as_mut(),
+            &mut s.masked,
+            l,
+            draft,
+        )?,
+    };
+    if let Some(t) = s.think.as_mut() {
+        t.observe(tok, forced.is_some());
+    }
+    Ok(tok)
 }
 
 /// Streams token `tok` (chosen from `logits`) of `s`, and says whether the choice ends (with

@@ -26,6 +26,7 @@ mod sampler;
 pub mod spec;
 mod stats;
 mod stop;
+mod think;
 mod throughput;
 mod timing;
 
@@ -42,6 +43,7 @@ pub use ridge_model::Pooling;
 pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
 pub use stats::EngineStats;
 pub use stop::{StopMatcher, StopOutcome};
+pub use think::ThinkBudget;
 pub use throughput::{run_concurrent, ThroughputRun};
 pub use timing::RequestTimings;
 

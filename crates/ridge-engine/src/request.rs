@@ -36,6 +36,8 @@ pub struct Request {
     /// A grammar the output must match (compiled by [`crate::Grammars::compile`]); each choice
     /// gets its own copy.
     pub constraint: Option<crate::Constraint>,
+    /// A cap on the tokens a reasoning model thinks before it must answer.
+    pub think_budget: Option<crate::ThinkBudget>,
 }
 
 impl Request {
@@ -53,6 +55,7 @@ impl Request {
             render_special: false,
             speculative: true,
             constraint: None,
+            think_budget: None,
         }
     }
 }

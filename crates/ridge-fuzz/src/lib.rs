@@ -218,6 +218,7 @@ pub fn request(data: &[u8]) {
         model_name: "fuzz-model",
         vocab: tok.vocab_size(),
         parse_reasoning: sel & 16 == 0,
+        reasoning_budget: (sel & 32 != 0).then_some(16),
     };
     const CTX: usize = 2048;
     const BLOCKS: usize = 64;

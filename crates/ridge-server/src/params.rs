@@ -352,6 +352,7 @@ pub fn engine_request(
         render_special: c.render_special,
         speculative: c.speculative,
         constraint: None,
+        think_budget: None,
     })
 }
 

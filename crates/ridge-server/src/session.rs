@@ -64,6 +64,8 @@ pub struct Reasoning {
     pub prompt_tail: String,
     /// Reasoning goes apart from the answer (else it is answer text, tags removed).
     pub keep_apart: bool,
+    /// The engine's cap on the thoughts, when there is one.
+    pub budget: Option<ridge_engine::ThinkBudget>,
 }
 
 /// A piece of one choice's output, as the parsers split it.
@@ -419,6 +421,7 @@ async fn submit<A: Adapter>(
     for p in job.prompts {
         let mut r = engine_request(p, &job.common, job.default_max, job.logprobs, ctx)?;
         r.constraint = compiled.as_ref().map(|(c, _)| c.clone());
+        r.think_budget = job.reasoning.as_ref().and_then(|x| x.budget.clone());
         reqs.push(r);
     }
     let (tx, rx) = unbounded_channel::<(usize, Event)>();

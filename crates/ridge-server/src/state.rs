@@ -24,6 +24,9 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Split thinking models' reasoning from their answers (`--reasoning-format none`: no).
     pub parse_reasoning: bool,
+    /// Most tokens a thinking model may think before the engine closes its thoughts
+    /// (`--reasoning-budget`; requests may set their own).
+    pub reasoning_budget: Option<usize>,
     /// Prometheus metrics.
     pub metrics: Metrics,
     /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
@@ -53,6 +56,7 @@ impl AppState {
             created,
             api_key,
             parse_reasoning: true,
+            reasoning_budget: None,
             metrics: Metrics::new(),
             responses: Default::default(),
             grammars: OnceLock::new(),

@@ -62,6 +62,11 @@ pub struct Args {
     /// content.
     #[arg(long, default_value = "auto", value_parser = ["auto", "none"])]
     reasoning_format: String,
+    /// Most tokens a thinking model (`<think>`, `[THINK]`) may think before ridge writes the
+    /// closing tag itself (default: unbounded; requests may set their own: Anthropic's
+    /// `thinking.budget_tokens`, `reasoning_effort` low 1024 / medium 8192).
+    #[arg(long)]
+    reasoning_budget: Option<usize>,
     /// Pooling of `/v1/embeddings`: mean, last or cls (default: what the model file declares;
     /// a causal LM declares none, and then embeddings answer 400 until one is chosen).
     #[arg(long, value_parser = parse_pooling)]
@@ -191,6 +196,7 @@ pub fn main(a: Args) -> Result<()> {
         a.api_key,
     );
     state.parse_reasoning = a.reasoning_format == "auto";
+    state.reasoning_budget = a.reasoning_budget;
     let state = Arc::new(state);
     let app = ridge_server::router(state.clone(), a.max_body_bytes);
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -57,7 +57,13 @@ impl Validator<'_> {
         let tools = self.tools(&f)?;
         let prompt = self.prompt(&f, tools.as_ref())?;
         let input_tokens = prompt.tokens.len();
-        let reasoning = self.reasoning(&prompt);
+        let budget = f
+            .object("thinking")?
+            .filter(|t| t.get("type").and_then(Value::as_str) == Some("enabled"))
+            .and_then(|t| t.get("budget_tokens"))
+            .and_then(Value::as_u64)
+            .map(|b| b as usize);
+        let reasoning = self.reasoning(&prompt, budget);
         let mut o = Map::new();
         crate::structured::copy_vllm_fields(&f, &mut o);
         if let Some(rf) = output_config(&f)?.0 {

@@ -89,6 +89,8 @@ pub struct Validator<'a> {
     pub vocab: usize,
     /// Split thinking from answers (`--reasoning-format none` keeps it in the content).
     pub parse_reasoning: bool,
+    /// The server's thinking budget in tokens (`--reasoning-budget`), when it has one.
+    pub reasoning_budget: Option<usize>,
 }
 
 /// A conversation rendered for the model: its tokens and the text they came from (the
@@ -109,6 +111,7 @@ impl<'a> Validator<'a> {
             model_name: &st.model_name,
             vocab: st.engine.info().vocab,
             parse_reasoning: st.parse_reasoning,
+            reasoning_budget: st.reasoning_budget,
         }
     }
 
@@ -163,16 +166,53 @@ impl<'a> Validator<'a> {
     }
 
     /// How this model's output is split into reasoning and answer, for a prompt rendered as
-    /// `r` (`None`: not split).
-    pub(crate) fn reasoning(&self, r: &Rendered) -> Option<crate::session::Reasoning> {
+    /// `r` (`None`: not split); `budget` is the request's thinking budget in tokens (else
+    /// the server's).
+    pub(crate) fn reasoning(
+        &self,
+        r: &Rendered,
+        budget: Option<usize>,
+    ) -> Option<crate::session::Reasoning> {
         let format = crate::reasoning::format_of(self.template?)?;
         // Harmony's channels are always parsed (their control tokens are no answer); with
         // `--reasoning-format none` the analysis goes to the content.
         let harmony = format == crate::reasoning::ReasoningFormat::Harmony;
-        (self.parse_reasoning || harmony).then(|| crate::session::Reasoning {
+        let budget = budget
+            .or(self.reasoning_budget)
+            .and_then(|n| self.think_budget(format, &r.text, n));
+        (self.parse_reasoning || harmony || budget.is_some()).then(|| crate::session::Reasoning {
             format,
             prompt_tail: tail(&r.text, 256).to_string(),
             keep_apart: self.parse_reasoning,
+            budget,
+        })
+    }
+
+    /// The engine's budget for a family that thinks between tags (harmony models budget
+    /// themselves through the template's `reasoning_effort`).
+    fn think_budget(
+        &self,
+        format: crate::reasoning::ReasoningFormat,
+        prompt: &str,
+        max_tokens: usize,
+    ) -> Option<ridge_engine::ThinkBudget> {
+        use crate::reasoning::ReasoningFormat as F;
+        let (open, close) = match format {
+            F::Think => ("<think>", "</think>"),
+            F::MistralThink => ("[THINK]", "[/THINK]"),
+            F::Harmony => return None,
+        };
+        let ids = |t: &str| {
+            self.tokenizer
+                .encode(t, false, true)
+                .ok()
+                .filter(|v| !v.is_empty())
+        };
+        Some(ridge_engine::ThinkBudget {
+            max_tokens,
+            open: ids(open)?,
+            close: ids(close)?,
+            starts_inside: prompt.trim_end().ends_with(open),
         })
     }
 }
@@ -184,4 +224,15 @@ fn tail(s: &str, n: usize) -> &str {
         at -= 1;
     }
     &s[at..]
+}
+
+/// The thinking budget an effort level stands for, on models that think between tags:
+/// `low` 1024 tokens, `medium` 8192, `minimal` none at all, `high` unbounded.
+pub(crate) fn effort_budget(effort: Option<&str>) -> Option<usize> {
+    match effort {
+        Some("minimal") => Some(0),
+        Some("low") => Some(1024),
+        Some("medium") => Some(8192),
+        _ => None,
+    }
 }

@@ -113,7 +113,8 @@ impl Validator<'_> {
         let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
         let structured = crate::structured::read(&f)?;
         let prompt = self.render_chat(&f, tools.as_ref())?;
-        let reasoning = self.reasoning(&prompt);
+        let budget = super::effort_budget(f.str("reasoning_effort")?);
+        let reasoning = self.reasoning(&prompt, budget);
         tool_job(prompt, common, logprobs, structured, tools, reasoning)
     }
 

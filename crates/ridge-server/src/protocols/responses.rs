@@ -242,7 +242,11 @@ impl Validator<'_> {
         echo.insert("truncation".into(), json!("disabled"));
         let store = f.bool("store", true)?;
         echo.insert("store".into(), json!(store));
-        let reasoning = self.reasoning(&prompt);
+        let effort = f
+            .object("reasoning")?
+            .and_then(|r| r.get("effort"))
+            .and_then(Value::as_str);
+        let reasoning = self.reasoning(&prompt, super::effort_budget(effort));
         let job = tool_job(prompt, common, None, structured, tools, reasoning)?;
         Ok(ResponsesJob {
             job,
