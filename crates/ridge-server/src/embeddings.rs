@@ -22,8 +22,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -47,7 +45,7 @@ pub const MAX_TOTAL_TOKENS: usize = 300_000;
 /// Short waits for a full queue to drain, once a request has had answers (see `embed_all`).
 const QUEUE_RETRIES: usize = 1000;
 
-type Body = Result<Bytes, BytesRejection>;
+use crate::handlers::Body;
 
 /// How the vectors are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,37 +190,12 @@ fn inputs(
     }
 }
 
-/// Standard base64 (with padding) of `v`'s little-endian f32 bytes.
+/// Standard base64 (with padding) of `v`'s little-endian f32 bytes (what the OpenAI SDKs
+/// decode for `encoding_format: "base64"`).
 pub fn base64_f32(v: &[f32]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    use base64::Engine as _;
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= c.len() {
-                out.push(char::from(ABC[(n >> shift) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
-    body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is larger than this server accepts",
-            )
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {r}"))
-        }
-    })
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn engine_error(e: EngineError) -> ApiError {
@@ -347,7 +320,7 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> Response
 
 async fn embeddings_inner(st: &AppState, body: Body) -> Result<Value, ApiError> {
     let info = st.engine.info();
-    let b = body_bytes(body)?;
+    let b = crate::handlers::read_body(body)?;
     let job = validate(
         &b,
         &st.tokenizer,
@@ -383,7 +356,7 @@ async fn embeddings_inner(st: &AppState, body: Body) -> Result<Value, ApiError> 
 /// `POST /v1/rerank`: a 400 naming why — the model declares no rank pooling, or it does and
 /// ridge does not run classifier heads.
 pub async fn rerank(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let checked = body_bytes(body).and_then(|b| {
+    let checked = crate::handlers::read_body(body).and_then(|b| {
         let m: Map<String, Value> = Fields::parse(&b)?;
         params::check_model(&Fields(&m), &st.model_name)
     });
