@@ -457,6 +457,13 @@ impl EngineCore {
         Ok(())
     }
 
+    /// Drops the prefix cache's unused blocks (`POST /flush_cache`); returns how many.
+    pub fn flush_prefix_cache(&mut self) -> usize {
+        let n = self.kv.flush_prefix_cache();
+        self.publish_gauges();
+        n
+    }
+
     /// Aborts every choice of a request, wherever it is; its blocks are freed now.
     pub fn abort(&mut self, id: RequestId) {
         let mut removed: Vec<Seq> = Vec::new();

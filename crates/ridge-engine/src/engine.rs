@@ -28,6 +28,7 @@ enum Command {
     Submit(RequestId, Box<Request>, EventSink, Instant),
     Embed(RequestId, EmbeddingRequest, EmbeddingSink, Instant),
     Abort(RequestId),
+    FlushCache(std::sync::mpsc::Sender<usize>),
     Shutdown,
 }
 
@@ -36,6 +37,8 @@ enum Command {
 pub struct EngineInfo {
     /// The model's context length.
     pub ctx_len: usize,
+    /// The model's architecture (`general.architecture`).
+    pub architecture: &'static str,
     /// Vocabulary size.
     pub vocab: usize,
     /// KV blocks in the pool.
@@ -84,6 +87,7 @@ impl Engine {
         let mcfg = core.model().config();
         let info = EngineInfo {
             ctx_len: mcfg.ctx_len,
+            architecture: mcfg.arch.gguf_name(),
             vocab: mcfg.vocab,
             kv_total_blocks: core.kv_total_blocks(),
             weight_bytes: core.model().weight_bytes_per_token(),
@@ -176,6 +180,16 @@ impl Engine {
     pub fn abort(&self, id: RequestId) {
         let _ = self.tx.send(Command::Abort(id));
     }
+
+    /// Drops the prefix cache's unused blocks; waits for the engine thread (at most one step)
+    /// and returns how many blocks were dropped.
+    pub fn flush_prefix_cache(&self) -> Result<usize, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.tx
+            .send(Command::FlushCache(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
 }
 
 impl Drop for Engine {
@@ -233,6 +247,9 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
                     }
                 }
                 Command::Abort(id) => core.abort(id),
+                Command::FlushCache(reply) => {
+                    let _ = reply.send(core.flush_prefix_cache());
+                }
                 Command::Shutdown => shutdown = true,
             }
         }

@@ -39,7 +39,7 @@ pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};
 pub use request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
-pub use ridge_model::Pooling;
+pub use ridge_model::{Pooling, KV_BLOCK_SIZE};
 pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
 pub use stats::EngineStats;
 pub use stop::{StopMatcher, StopOutcome};

@@ -106,6 +106,18 @@ impl BlockPool {
         }
     }
 
+    /// Drops every cached block no sequence holds (they go back to the free list, out of the
+    /// index); blocks in use keep their index. Returns how many were dropped.
+    pub(crate) fn drop_cached(&mut self) -> usize {
+        let cached: Vec<u32> = self.lru.iter().map(|&(_, b)| b).collect();
+        self.lru.clear();
+        for &b in &cached {
+            self.unindex(b);
+            self.free.push(b);
+        }
+        cached.len()
+    }
+
     /// Blocks that an allocation can take: free plus evictable.
     pub(crate) fn available(&self) -> usize {
         self.free.len() + self.lru.len()

@@ -280,6 +280,12 @@ impl KvCache {
         }
     }
 
+    /// Drops the prefix cache's unused blocks (those no sequence holds), in every layer group;
+    /// returns how many blocks were dropped. Running sequences keep theirs.
+    pub fn flush_prefix_cache(&mut self) -> usize {
+        self.groups.iter_mut().map(|g| g.pool.drop_cached()).sum()
+    }
+
     /// Starts an empty sequence.
     pub fn add_seq(&mut self) -> SeqId {
         let fresh = SeqState {

@@ -174,7 +174,7 @@ pub async fn health() -> Json<Value> {
 
 /// `GET /metrics`.
 pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let text = st.metrics.render(st.engine.stats());
+    let text = st.metrics.render_as(st.engine.stats(), st.metrics_prefix);
     (
         [(
             axum::http::header::CONTENT_TYPE,

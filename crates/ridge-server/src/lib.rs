@@ -14,7 +14,8 @@
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/messages` (with
 //! `/v1/messages/count_tokens`), `POST /v1/responses` (with `GET`/`DELETE
 //! /v1/responses/{id}`), `POST /v1/embeddings`, `POST /v1/rerank` (a 400: no rank models yet),
-//! `GET /v1/models`, `GET /health`,
+//! `GET /v1/models`, the gateway probes of [`worker`] (`/server_info`, `/model_info`,
+//! `/get_load`, `/health_generate`, `POST /flush_cache`), `GET /health`,
 //! `GET /metrics`, `POST /tokenize`, `POST /detokenize`, and for people `GET /` (a chat page
 //! embedded in the binary, which shows each answer's TTFT, TPOT and roofline efficiency) with
 //! `GET /state` (the engine's live state as JSON). Unknown paths get a 404 error object. The
@@ -35,6 +36,7 @@ pub mod session;
 pub mod state;
 pub mod structured;
 pub mod tools;
+pub mod worker;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -74,6 +76,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         )
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/rerank", post(embeddings::rerank))
+        .route("/flush_cache", post(worker::flush_cache))
         .route("/v1/models", get(handlers::models))
         .route("/tokenize", post(handlers::tokenize))
         .route("/detokenize", post(handlers::detokenize))
@@ -85,6 +88,12 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/", get(handlers::page))
         .route("/state", get(handlers::state))
         .route("/health", get(handlers::health))
+        .route("/health_generate", get(worker::health_generate))
+        .route("/server_info", get(worker::server_info))
+        .route("/get_server_info", get(worker::server_info))
+        .route("/model_info", get(worker::model_info))
+        .route("/get_model_info", get(worker::model_info))
+        .route("/get_load", get(worker::get_load))
         .route("/metrics", get(handlers::metrics))
         .merge(api)
         .fallback(handlers::not_found)

@@ -144,8 +144,48 @@ impl Metrics {
             .absolute(s.finished_length.load(Relaxed));
         self.success_abort
             .absolute(s.finished_abort.load(Relaxed) + s.finished_error.load(Relaxed));
-        let _ = &self.recorder;
+        // What an endpoint picker reads beside the gauges: the cache's shape, and (ridge
+        // serves no LoRA adapters) an empty adapter set, as vLLM exports them.
+        let total = s.kv_total_blocks.load(Relaxed).to_string();
+        self.recorder
+            .register_gauge(
+                &Key::from_parts(
+                    "ridge:cache_config_info",
+                    vec![
+                        Label::new("block_size", ridge_engine::KV_BLOCK_SIZE.to_string()),
+                        Label::new("num_gpu_blocks", total),
+                    ],
+                ),
+                &META,
+            )
+            .set(1.0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.recorder
+            .register_gauge(
+                &Key::from_parts(
+                    "ridge:lora_requests_info",
+                    vec![
+                        Label::new("max_lora", "0"),
+                        Label::new("running_lora_adapters", ""),
+                        Label::new("waiting_lora_adapters", ""),
+                    ],
+                ),
+                &META,
+            )
+            .set(now);
         self.handle.render()
+    }
+
+    /// [`render`](Metrics::render) with the `ridge:` prefix replaced by `prefix` (`vllm` for
+    /// endpoint pickers left at vLLM's metric names).
+    pub fn render_as(&self, s: &EngineStats, prefix: &str) -> String {
+        let text = self.render(s);
+        if prefix == "ridge" {
+            return text;
+        }
+        rename(&text, prefix)
     }
 }
 
@@ -197,8 +237,46 @@ impl Observer {
     }
 }
 
+/// The exposition with every metric name's `ridge:` prefix replaced by `prefix:` (names start
+/// a sample line or follow `# HELP ` / `# TYPE `; label values are left alone).
+fn rename(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let (head, rest) = match line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+        {
+            Some(rest) => (&line[..7], rest),
+            None => ("", line),
+        };
+        out.push_str(head);
+        match rest.strip_prefix("ridge:") {
+            Some(r) => {
+                out.push_str(prefix);
+                out.push(':');
+                out.push_str(r);
+            }
+            None => out.push_str(rest),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_renamed_and_label_values_left_alone() {
+        let text = "# HELP ridge:x help\n# TYPE ridge:x gauge\nridge:x{a=\"ridge:y\"} 1\nother 2\n";
+        assert_eq!(
+            super::rename(text, "vllm"),
+            "# HELP vllm:x help\n# TYPE vllm:x gauge\nvllm:x{a=\"ridge:y\"} 1\nother 2\n"
+        );
     }
 }

@@ -29,6 +29,8 @@ pub struct AppState {
     pub reasoning_budget: Option<usize>,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// The metric names' prefix: `ridge`, or `vllm` for pickers left at vLLM's names.
+    pub metrics_prefix: &'static str,
     /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
     pub responses: crate::protocols::responses::ResponseStore,
     /// The grammar compiler for this vocabulary, built on the first constrained request.
@@ -58,6 +60,7 @@ impl AppState {
             parse_reasoning: true,
             reasoning_budget: None,
             metrics: Metrics::new(),
+            metrics_prefix: "ridge",
             responses: Default::default(),
             grammars: OnceLock::new(),
             next_id: AtomicU64::new(1),

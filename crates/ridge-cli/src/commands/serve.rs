@@ -71,6 +71,10 @@ pub struct Args {
     /// a causal LM declares none, and then embeddings answer 400 until one is chosen).
     #[arg(long, value_parser = parse_pooling)]
     pooling: Option<ridge_engine::Pooling>,
+    /// Prefix of the Prometheus metric names: `ridge`, or `vllm` (vLLM's exact names, for
+    /// endpoint pickers left at their defaults).
+    #[arg(long, default_value = "ridge", value_parser = ["ridge", "vllm"])]
+    metrics_prefix: String,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
@@ -197,6 +201,11 @@ pub fn main(a: Args) -> Result<()> {
     );
     state.parse_reasoning = a.reasoning_format == "auto";
     state.reasoning_budget = a.reasoning_budget;
+    state.metrics_prefix = if a.metrics_prefix == "vllm" {
+        "vllm"
+    } else {
+        "ridge"
+    };
     let state = Arc::new(state);
     let app = ridge_server::router(state.clone(), a.max_body_bytes);
     let rt = tokio::runtime::Builder::new_multi_thread()
