@@ -37,6 +37,8 @@ fn probes_flush_and_router_fields() {
     }
     let (code, v) = get_json(&s, "/health_generate");
     assert_eq!((code, &v["status"]), (200, &json!("ok")), "{v}");
+    // The engine's gauges settle after the step that finished the probe's request.
+    assert!(s.drained());
     let (code, v) = get_json(&s, "/get_load");
     assert_eq!(code, 200);
     assert_eq!(
@@ -66,6 +68,7 @@ fn probes_flush_and_router_fields() {
         .as_u64()
         .unwrap();
     assert!(cached >= 32, "the second request reuses the prefix: {v}");
+    assert!(s.drained());
     let (_, state) = get_json(&s, "/state");
     let held = state["kv_cached_blocks"].as_u64().unwrap();
     assert!(held > 0, "{state}");
