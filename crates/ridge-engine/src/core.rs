@@ -399,6 +399,12 @@ impl EngineCore {
 
     /// Checks an embedding request against the model and the cache without queueing it.
     pub fn check_embedding(&self, req: &EmbeddingRequest) -> Result<(), SubmitError> {
+        if req.pooling == ridge_model::Pooling::Rank && self.model.rank_head().is_none() {
+            return Err(EngineError::InvalidParam(
+                "rank pooling needs a reranker's classifier head, and this model declares none"
+                    .into(),
+            ));
+        }
         check_embedding(
             req,
             self.model.config().ctx_len,
@@ -449,7 +455,11 @@ impl EngineCore {
             done: false,
             constraint: None,
             masked: Vec::new(),
-            embed: Some(Box::new(EmbedState::new(req.pooling, sink))),
+            embed: Some(Box::new(EmbedState::new(
+                req.pooling,
+                sink,
+                self.model.rank_head().cloned(),
+            ))),
             think: None,
             tokens: req.tokens,
         });

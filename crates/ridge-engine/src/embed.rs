@@ -1,4 +1,5 @@
-//! Embedding requests: a prompt in, one pooled, L2-normalised vector out.
+//! Embedding requests: a prompt in, one pooled, L2-normalised vector out — or, under rank
+//! pooling, a reranker's scores.
 //!
 //! # Why a seam of its own
 //!
@@ -14,6 +15,14 @@
 //! The event type and sink are separate from [`crate::Event`] on purpose: a consumer of
 //! generation events never sees an embedding, and one of embeddings never matches on tokens.
 //!
+//! # Rank pooling
+//!
+//! A rerank request is an embedding request under [`Pooling::Rank`]: the same path, the
+//! last row kept (every architecture ridge runs is causal, and llama.cpp then reads the last
+//! token), and at the end the model's classifier head ([`ridge_model::RankHead`]) applied to
+//! it instead of the normalisation: the event carries the head's outputs, the score first
+//! (see `ridge-model`'s `rank.rs` for the definition).
+//!
 //! # Invariance
 //!
 //! A vector must not depend on what else ran in its steps. The layers already reduce every
@@ -27,7 +36,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ridge_model::Pooling;
+use ridge_model::{Pooling, RankHead};
 
 use crate::EngineError;
 
@@ -36,15 +45,18 @@ use crate::EngineError;
 pub struct EmbeddingRequest {
     /// The tokens to embed (already tokenized; at most the context length).
     pub tokens: Vec<u32>,
-    /// How the rows are pooled: [`Pooling::Mean`], [`Pooling::Cls`] or [`Pooling::Last`].
+    /// How the rows are pooled: [`Pooling::Mean`], [`Pooling::Cls`] or [`Pooling::Last`]
+    /// for a vector, [`Pooling::Rank`] for a reranker's scores (the tokens then hold one
+    /// formed query–document prompt).
     pub pooling: Pooling,
 }
 
 /// The answer to an embedding request, sent once.
 #[derive(Clone, Debug)]
 pub struct EmbeddingEvent {
-    /// The L2-normalised vector (`d_model` values), or why there is none (aborted, or an
-    /// internal failure of the step).
+    /// The L2-normalised vector (`d_model` values) — under rank pooling the classifier
+    /// head's outputs, the score first —, or why there is none (aborted, or an internal
+    /// failure of the step).
     pub result: Result<Vec<f32>, String>,
     /// Tokens embedded.
     pub prompt_tokens: usize,
@@ -68,9 +80,12 @@ pub(crate) fn check_embedding(
     total_blocks: usize,
     block: usize,
 ) -> Result<(), EngineError> {
-    if !matches!(req.pooling, Pooling::Mean | Pooling::Cls | Pooling::Last) {
+    if !matches!(
+        req.pooling,
+        Pooling::Mean | Pooling::Cls | Pooling::Last | Pooling::Rank
+    ) {
         return Err(EngineError::InvalidParam(format!(
-            "pooling `{}` does not give one vector per input; use mean, cls or last",
+            "pooling `{}` does not give one vector per input; use mean, cls, last or rank",
             req.pooling
         )));
     }
@@ -97,10 +112,43 @@ pub(crate) fn check_embedding(
     Ok(())
 }
 
+/// The tokens of one (query, document) pair for a reranker, formed as llama-server forms them:
+/// with the model's rerank template (`template`, [`RankHead::template`]) `{query}` and
+/// `{document}` are replaced and the text tokenized with special tokens parsed and none
+/// added; without one, `[BOS if add_bos] query [EOS if add_eos] document [EOS if add_eos]`,
+/// the texts tokenized plainly (llama.cpp also puts a SEP token after the query for
+/// vocabularies that ask for one; the decoder-only ones ridge reads never do).
+pub fn rerank_prompt(
+    tokenizer: &ridge_tokenizer::Tokenizer,
+    template: Option<&str>,
+    query: &str,
+    document: &str,
+) -> Result<Vec<u32>, ridge_tokenizer::TokenizerError> {
+    if let Some(t) = template {
+        let text = t.replace("{query}", query).replace("{document}", document);
+        return tokenizer.encode(&text, false, true);
+    }
+    let mut out = Vec::new();
+    if tokenizer.add_bos() {
+        out.extend(tokenizer.bos_id());
+    }
+    out.extend(tokenizer.encode(query, false, false)?);
+    if tokenizer.add_eos() {
+        out.extend(tokenizer.eos_id());
+    }
+    out.extend(tokenizer.encode(document, false, false)?);
+    if tokenizer.add_eos() {
+        out.extend(tokenizer.eos_id());
+    }
+    Ok(out)
+}
+
 /// The pooling state of one embedding sequence.
 pub(crate) struct EmbedState {
     pub(crate) pooling: Pooling,
     pub(crate) sink: EmbeddingSink,
+    /// The classifier head, under rank pooling.
+    head: Option<Arc<RankHead>>,
     /// Mean: the sum of the rows so far; cls / last: the chosen row once seen.
     acc: Vec<f64>,
     /// Rows folded in so far.
@@ -108,10 +156,12 @@ pub(crate) struct EmbedState {
 }
 
 impl EmbedState {
-    pub(crate) fn new(pooling: Pooling, sink: EmbeddingSink) -> Self {
+    /// A fresh state; `head` is the model's classifier head, which rank pooling applies.
+    pub(crate) fn new(pooling: Pooling, sink: EmbeddingSink, head: Option<Arc<RankHead>>) -> Self {
         EmbedState {
             pooling,
             sink,
+            head,
             acc: Vec::new(),
             rows: 0,
         }
@@ -127,7 +177,7 @@ impl EmbedState {
     pub(crate) fn wants(&self, pos: usize, len: usize) -> bool {
         match self.pooling {
             Pooling::Cls => pos == 0,
-            Pooling::Last => pos + 1 == len,
+            Pooling::Last | Pooling::Rank => pos + 1 == len,
             _ => true,
         }
     }
@@ -143,8 +193,13 @@ impl EmbedState {
         self.rows += 1;
     }
 
-    /// The pooled, L2-normalised vector (a zero vector stays zero).
+    /// The pooled, L2-normalised vector (a zero vector stays zero); under rank pooling the
+    /// head's outputs for the kept row, not normalised.
     pub(crate) fn vector(&self) -> Vec<f32> {
+        if let (Pooling::Rank, Some(head)) = (self.pooling, &self.head) {
+            let row: Vec<f32> = self.acc.iter().map(|&a| a as f32).collect();
+            return head.outputs(&row);
+        }
         let n = self.rows.max(1) as f64;
         let pooled: Vec<f64> = self.acc.iter().map(|a| a / n).collect();
         let norm = pooled.iter().map(|x| x * x).sum::<f64>().sqrt();
@@ -160,7 +215,7 @@ mod tests {
     use super::*;
 
     fn state(p: Pooling) -> EmbedState {
-        EmbedState::new(p, Arc::new(|_| {}))
+        EmbedState::new(p, Arc::new(|_| {}), None)
     }
 
     #[test]
@@ -180,6 +235,8 @@ mod tests {
         assert!(state(Pooling::Cls).wants(0, 3));
         assert!(!state(Pooling::Cls).wants(1, 3));
         assert!(state(Pooling::Last).wants(2, 3));
+        assert!(state(Pooling::Rank).wants(2, 3));
+        assert!(!state(Pooling::Rank).wants(0, 3));
         assert!(!state(Pooling::Last).wants(1, 3));
         assert!(state(Pooling::Mean).wants(1, 3));
         assert_eq!(state(Pooling::Mean).vector(), Vec::<f32>::new());
@@ -192,7 +249,7 @@ mod tests {
             pooling,
         };
         assert!(check_embedding(&r(Pooling::None), 8, 10, 4, 16).is_err());
-        assert!(check_embedding(&r(Pooling::Rank), 8, 10, 4, 16).is_err());
+        assert!(check_embedding(&r(Pooling::Rank), 8, 10, 4, 16).is_ok());
         assert!(check_embedding(&r(Pooling::Last), 8, 10, 4, 16).is_ok());
         assert!(check_embedding(&r(Pooling::Last), 1, 10, 4, 16).is_err());
         assert!(check_embedding(&r(Pooling::Last), 8, 2, 4, 16).is_err());

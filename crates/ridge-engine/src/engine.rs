@@ -59,6 +59,9 @@ pub struct EngineInfo {
     /// The pooling the model file declares ([`ridge_model::Pooling::None`] when it declares
     /// none, or a value ridge does not know).
     pub declared_pooling: ridge_model::Pooling,
+    /// The reranker's classifier head, for a file that declares rank pooling (what rank
+    /// requests need; its template forms their prompts).
+    pub rank_head: Option<Arc<ridge_model::RankHead>>,
 }
 
 /// A running engine. Dropping it aborts what is left and joins the thread.
@@ -96,6 +99,7 @@ impl Engine {
             embedding_width: mcfg.d_model,
             pooling: core.pooling(),
             declared_pooling: core.model().pooling().unwrap_or(ridge_model::Pooling::None),
+            rank_head: core.model().rank_head().cloned(),
             config: cfg,
         };
         let stats = core.stats().clone();

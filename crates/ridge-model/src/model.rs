@@ -167,6 +167,8 @@ pub struct Model {
     /// Tiled copies of the layer matrices that have a tile layout (see
     /// `ridge_kernels::packed`), made at load on CPUs with tile kernels.
     tiles: Vec<PackedMatrix>,
+    /// The reranker's classifier head, bound when the file declares rank pooling.
+    rank: Option<Arc<crate::RankHead>>,
 }
 
 /// Per-matrix activation precision resolved from an [`ActPolicy`].
@@ -299,6 +301,10 @@ impl Model {
         } else {
             None
         };
+        let rank = match crate::Pooling::declared(f)? {
+            crate::Pooling::Rank => Some(Arc::new(crate::RankHead::bind(f, &cfg)?)),
+            _ => None,
+        };
         let act = ActPlan::new(ActPolicy::default(), cfg.arch);
         let isa = Isa::detect();
         let head_rows = cfg.vocab;
@@ -321,6 +327,7 @@ impl Model {
             act,
             head_rows,
             tiles,
+            rank,
         })
     }
 
@@ -342,6 +349,11 @@ impl Model {
     /// The pooling the file declares for embeddings (see [`crate::Pooling::declared`]).
     pub fn pooling(&self) -> Result<crate::Pooling, ModelError> {
         crate::Pooling::declared(&self.file)
+    }
+
+    /// The reranker's classifier head, for a file that declares rank pooling (see `rank.rs`).
+    pub fn rank_head(&self) -> Option<&Arc<crate::RankHead>> {
+        self.rank.as_ref()
     }
 
     /// The underlying file (for the tokenizer and metadata).

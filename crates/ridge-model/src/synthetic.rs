@@ -11,6 +11,18 @@ use ridge_kernels::{blocks, DType};
 
 use crate::Architecture;
 
+/// The rank head of a synthetic reranker, in the layout llama.cpp loads for qwen3:
+/// `cls.output.weight` (f32, GGUF dims `[d_model, n_out]` with `n_out` the number of labels, 1
+/// without), `{arch}.classifier.output_labels` when there are labels, and the rerank prompt
+/// template `tokenizer.chat_template.rerank` when one is given.
+#[derive(Clone, Debug)]
+pub struct SyntheticRank {
+    /// The output labels (Qwen3-Reranker: `["yes", "no"]`).
+    pub labels: Vec<String>,
+    /// The template with `{query}` and `{document}`, if any.
+    pub template: Option<String>,
+}
+
 /// Shape and formats of a synthetic model.
 #[derive(Clone, Debug)]
 pub struct SyntheticSpec {
@@ -58,6 +70,9 @@ pub struct SyntheticSpec {
     /// `rope.scaling.type` and `rope.scaling.factor` to write (`yarn` also gets an original
     /// context of `ctx_len / 4`); gpt-oss writes its own YaRN keys when this is `None`.
     pub rope_scaling: Option<(&'static str, f32)>,
+    /// A reranker's head: `{arch}.pooling_type = 4` and `cls.output.weight`, as Qwen3-Reranker
+    /// GGUFs carry them (see [`SyntheticRank`]).
+    pub rank: Option<SyntheticRank>,
 }
 
 /// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
@@ -120,7 +135,28 @@ impl Default for SyntheticSpec {
             moe: None,
             expert_dtype: None,
             rope_scaling: None,
+            rank: None,
         }
+    }
+}
+
+/// The synthetic reranker the rank fixtures were made on (`tools/reference/make_rerank_fixtures.sh`):
+/// a two-layer qwen3 in f32 with Qwen3-Reranker's head layout (labels `yes`, `no`) and a rerank
+/// template that wraps the pair in `<|endoftext|>` control tokens.
+pub fn synthetic_reranker() -> SyntheticSpec {
+    SyntheticSpec {
+        arch: Architecture::Qwen3,
+        dtype: DType::F32,
+        embd_dtype: DType::F32,
+        ctx_len: 512,
+        seed: 7,
+        rank: Some(SyntheticRank {
+            labels: vec!["yes".into(), "no".into()],
+            template: Some(
+                "<|endoftext|>query: {query} | document: {document}<|endoftext|>".into(),
+            ),
+        }),
+        ..SyntheticSpec::default()
     }
 }
 
@@ -426,6 +462,21 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 );
             }
         }
+    }
+    if let Some(rank) = &spec.rank {
+        w.meta(&k("pooling_type"), u(4));
+        if !rank.labels.is_empty() {
+            w.meta(
+                &k("classifier.output_labels"),
+                MetadataValue::Array(ArrayValue::String(rank.labels.clone())),
+            );
+        }
+        if let Some(t) = &rank.template {
+            w.meta("tokenizer.chat_template.rerank", s(t));
+        }
+        // Twice the layers' scale: logits a unit or two apart, far from a saturated softmax.
+        let n_out = rank.labels.len().max(1);
+        f32_tensor(&mut w, "cls.output.weight", &[d, n_out], &rng, 2.0 * ws);
     }
     w.to_bytes()
 }

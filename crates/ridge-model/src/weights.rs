@@ -58,7 +58,7 @@ fn supported_list() -> String {
     names.join(", ")
 }
 
-fn shape_err(f: &GgufFile, name: &str, message: String) -> ModelError {
+pub(crate) fn shape_err(f: &GgufFile, name: &str, message: String) -> ModelError {
     ModelError::Gguf(ridge_gguf::GgufError::Tensor {
         path: f.path().to_path_buf(),
         name: name.to_string(),

@@ -16,9 +16,8 @@
 //! which is what the OpenAI SDKs request by default and decode with `frombuffer(…, float32)`:
 //! a quarter of the JSON's size and exact.
 //!
-//! Reranking needs a classifier head over rank pooling (`{arch}.pooling_type = 4`), which ridge
-//! does not run: `/v1/rerank` answers 400 either way, naming why (no rank model has been
-//! available to test one against).
+//! Reranking (`/v1/rerank`, in `rerank.rs`) rides the same seam under rank pooling; its
+//! handler shares [`embed_all`] and the engine's error mapping.
 
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::mpsc::unbounded_channel;
 
 use ridge_engine::{
@@ -198,7 +197,7 @@ pub fn base64_f32(v: &[f32]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn engine_error(e: EngineError) -> ApiError {
+pub(crate) fn engine_error(e: EngineError) -> ApiError {
     match e {
         EngineError::QueueFull(_) => {
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", format!("{e}"))
@@ -215,7 +214,7 @@ fn engine_error(e: EngineError) -> ApiError {
 /// The 400 for a server whose pooling gives no single vector.
 fn no_pooling(model: &str, pooling: Pooling) -> ApiError {
     let why = match pooling {
-        Pooling::Rank => "declares rank pooling (a reranker's classifier head), which ridge does not run",
+        Pooling::Rank => "declares rank pooling (a reranker: its scores are served by /v1/rerank)",
         _ => "declares no pooling (llama.cpp's default for it is `none`, a vector per token, which this endpoint cannot return)",
     };
     ApiError::new(
@@ -246,7 +245,7 @@ impl Drop for Outstanding<'_> {
 /// in, or stays full for [`QUEUE_RETRIES`] short waits with none of its inputs left inside
 /// (the engine's queue gauge is published once per step, so it can read full for a moment
 /// after this request's own inputs were admitted).
-async fn embed_all(
+pub(crate) async fn embed_all(
     engine: &Engine,
     inputs: Vec<Vec<u32>>,
     pooling: Pooling,
@@ -351,29 +350,6 @@ async fn embeddings_inner(st: &AppState, body: Body) -> Result<Value, ApiError> 
         "model": st.model_name,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }))
-}
-
-/// `POST /v1/rerank`: a 400 naming why — the model declares no rank pooling, or it does and
-/// ridge does not run classifier heads.
-pub async fn rerank(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    let checked = crate::handlers::read_body(body).and_then(|b| {
-        let m: Map<String, Value> = Fields::parse(&b)?;
-        params::check_model(&Fields(&m), &st.model_name)
-    });
-    if let Err(e) = checked {
-        return e.into_response();
-    }
-    let msg = match st.engine.info().declared_pooling {
-        Pooling::Rank => format!(
-            "the model `{}` declares rank pooling, but ridge does not run reranking classifier heads yet",
-            st.model_name
-        ),
-        p => format!(
-            "the model `{}` has no rank pooling (it declares `{p}`); reranking needs a reranker model",
-            st.model_name
-        ),
-    };
-    ApiError::new(StatusCode::BAD_REQUEST, "rerank_unsupported", msg).into_response()
 }
 
 #[cfg(test)]

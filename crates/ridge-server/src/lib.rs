@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod params;
 pub mod protocols;
 pub mod reasoning;
+pub mod rerank;
 pub mod session;
 pub mod state;
 pub mod structured;
@@ -75,7 +76,9 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
             get(protocols::responses::handlers::get).delete(protocols::responses::handlers::delete),
         )
         .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/v2/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .route("/flush_cache", post(worker::flush_cache))
         .route("/v1/models", get(handlers::models))
         .route("/tokenize", post(handlers::tokenize))
