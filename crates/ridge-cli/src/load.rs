@@ -18,9 +18,19 @@ pub struct Loaded {
 
 /// Resolves a path or known name (pulling on first use) and loads model and tokenizer.
 pub fn load(model: Option<&str>) -> Result<Loaded> {
+    load_quiet(model, false)
+}
+
+/// [`load`], without the progress bar and spinner when `quiet` (a server loading a model
+/// on demand).
+pub fn load_quiet(model: Option<&str>, quiet: bool) -> Result<Loaded> {
     let arg = model.unwrap_or(registry::DEFAULT_MODEL);
-    let path = registry::resolve(arg, false)?;
-    let spinner = loading_spinner(&path);
+    let path = registry::resolve(arg, quiet)?;
+    let spinner = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        loading_spinner(&path)
+    };
     let mut model = Model::load(&path)?;
     spinner.finish_and_clear();
     model.set_act_policy(ACT_POLICY.get().copied().unwrap_or_default());

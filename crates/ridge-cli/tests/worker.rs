@@ -94,13 +94,16 @@ fn picker_metrics_under_ridges_names_and_vllms() {
     let s = Server::start(&[]);
     let (_, state) = get_json(&s, "/state");
     let blocks = state["kv_total_blocks"].as_u64().unwrap();
+    let model = state["model"].as_str().unwrap().to_string();
     let (_, text) = s.get("/metrics");
-    let line =
-        format!("ridge:cache_config_info{{block_size=\"16\",num_gpu_blocks=\"{blocks}\"}} 1");
+    // Every series carries its model's name, as vLLM's do.
+    let line = format!(
+        "ridge:cache_config_info{{model_name=\"{model}\",block_size=\"16\",num_gpu_blocks=\"{blocks}\"}} 1"
+    );
     assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     assert!(
         text.lines().any(|l| l.starts_with(
-            "ridge:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}"
+            &format!("ridge:lora_requests_info{{model_name=\"{model}\",max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}}")
         )),
         "{text}"
     );
@@ -111,14 +114,15 @@ fn picker_metrics_under_ridges_names_and_vllms() {
         "ridge:prefix_cache_queries_total",
         "ridge:prefix_cache_hits_total",
     ] {
-        assert!(text.lines().any(|l| l.starts_with(name)), "{name} missing");
+        let sample = format!("{name}{{model_name=\"{model}\"}} ");
+        assert!(text.lines().any(|l| l.starts_with(&sample)), "{sample} missing");
     }
     drop(s);
     let s = Server::start(&["--metrics-prefix", "vllm"]);
     let (_, text) = s.get("/metrics");
     assert!(
         text.lines()
-            .any(|l| l.starts_with("vllm:num_requests_waiting ")),
+            .any(|l| l.starts_with("vllm:num_requests_waiting{model_name=")),
         "{text}"
     );
     assert!(

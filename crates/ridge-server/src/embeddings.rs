@@ -70,13 +70,14 @@ pub fn validate(
     body: &[u8],
     tokenizer: &ridge_tokenizer::Tokenizer,
     model_name: &str,
+    aliases: &[String],
     vocab: usize,
     ctx: usize,
     width: usize,
 ) -> Result<EmbeddingJob, ApiError> {
     let m = Fields::parse(body)?;
     let f = Fields(&m);
-    params::check_model(&f, model_name)?;
+    params::check_model(&f, model_name, aliases)?;
     let encoding = match f.str("encoding_format")? {
         None | Some("float") => Encoding::Float,
         Some("base64") => Encoding::Base64,
@@ -317,13 +318,15 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> Response
     }
 }
 
-async fn embeddings_inner(st: &AppState, body: Body) -> Result<Value, ApiError> {
-    let info = st.engine.info();
+async fn embeddings_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
     let b = crate::handlers::read_body(body)?;
+    let st = app.pool.for_body(&b).await?;
+    let info = st.engine.info();
     let job = validate(
         &b,
         &st.tokenizer,
         &st.model_name,
+        &st.aliases,
         info.vocab,
         info.ctx_len,
         info.embedding_width,

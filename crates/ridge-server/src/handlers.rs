@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::params::{self, Fields};
 use crate::protocols::openai::{Kind, OpenAi};
 use crate::session;
-use crate::state::AppState;
+use crate::state::{AppState, ModelState};
 
 /// A request body as axum hands it over (a rejection when it could not be read).
 pub type Body = Result<Bytes, BytesRejection>;
@@ -28,7 +28,7 @@ impl Validator<'_> {
     pub fn tokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
+        params::check_model(&f, self.model_name, self.aliases)?;
         if f.get("messages").is_some() {
             let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
             self.render_chat(&f, tools.as_ref()).map(|r| r.tokens)
@@ -47,7 +47,7 @@ impl Validator<'_> {
     pub fn detokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
+        params::check_model(&f, self.model_name, self.aliases)?;
         match f.get("tokens") {
             Some(Value::Array(a)) => self.token_ids(a, "tokens"),
             _ => Err(ApiError::invalid(
@@ -78,9 +78,23 @@ pub(crate) fn read_body(body: Body) -> Result<Bytes, ApiError> {
     body_bytes(body)
 }
 
+/// The body and the model it names (loaded if it was not), or the error to answer.
+pub(crate) async fn body_and_model(
+    app: &AppState,
+    body: Body,
+) -> Result<(Bytes, Arc<ModelState>), ApiError> {
+    let b = body_bytes(body)?;
+    let m = app.pool.for_body(&b).await?;
+    Ok((b, m))
+}
+
 /// `POST /v1/completions`.
-pub async fn completions(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    match body_bytes(body).and_then(|b| Validator::of(&st).completion(&b)) {
+pub async fn completions(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let (b, st) = match body_and_model(&app, body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match Validator::of(&st).completion(&b) {
         Ok(job) => {
             let a = OpenAi::new(
                 Kind::Completion,
@@ -94,8 +108,12 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Body) -> Respons
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    match body_bytes(body).and_then(|b| Validator::of(&st).chat(&b)) {
+pub async fn chat(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let (b, st) = match body_and_model(&app, body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match Validator::of(&st).chat(&b) {
         Ok(job) => {
             let a = OpenAi::new(Kind::Chat, &st.next_response_id(), job.common.include_usage);
             session::run(st.clone(), job, a).await
@@ -104,20 +122,97 @@ pub async fn chat(State(st): State<Arc<AppState>>, body: Body) -> Response {
     }
 }
 
-/// `GET /v1/models`.
-pub async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.model_name,
-            "object": "model",
-            "created": st.created,
-            "owned_by": "ridge",
-            "root": st.model_name,
-            "parent": null,
-            "max_model_len": st.engine.info().ctx_len,
-        }],
-    }))
+/// `GET /v1/models` (and `/models`): every model the server serves, loaded or not, with its
+/// state (`status.value`: `loaded`, `loading`, `unloaded`, as llama-server's router reports
+/// it) and, once loaded, its memory, requests in flight and idle time.
+pub async fn models(State(app): State<Arc<AppState>>) -> Json<Value> {
+    let data: Vec<Value> = app
+        .pool
+        .list()
+        .into_iter()
+        .map(|l| {
+            let mut v = json!({
+                "id": l.entry.id,
+                "object": "model",
+                "created": l.model.as_ref().map_or(app.created, |m| m.created),
+                "owned_by": "ridge",
+                "root": l.entry.source,
+                "parent": null,
+                "aliases": l.entry.aliases,
+                "size_bytes": l.entry.size_bytes,
+                "status": {"value": l.status},
+                "keep_alive_seconds": l.keep_alive.seconds(),
+            });
+            if let Some(m) = &l.model {
+                v["max_model_len"] = json!(m.engine.info().ctx_len);
+                v["memory_bytes"] = json!(m.memory_bytes);
+                v["in_flight"] = json!(l.in_flight);
+                v["idle_seconds"] = json!(l.idle_seconds);
+                v["expires_in_seconds"] = match (l.keep_alive.seconds(), l.idle_seconds) {
+                    (Some(k), Some(idle)) => json!((k - idle).max(0.0)),
+                    _ => Value::Null,
+                };
+            }
+            if let Some(e) = l.last_error {
+                v["status"]["error"] = json!(e);
+            }
+            v
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+/// The `model` (and optional `keep_alive`) of a `/models/load` or `/models/unload` body.
+fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiError> {
+    let b = body_bytes(body)?;
+    let m = Fields::parse(&b)?;
+    let f = Fields(&m);
+    let name = f
+        .str("model")?
+        .ok_or_else(|| ApiError::invalid("model", "`model` is required (a string)"))?
+        .to_string();
+    let keep = match f.get("keep_alive") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            crate::pool::KeepAlive::parse(v).map_err(|e| ApiError::invalid("keep_alive", e))?,
+        ),
+    };
+    Ok((name, keep))
+}
+
+/// `POST /models/load`: loads a model now (answers once it is loaded).
+pub async fn load_model(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let r = async {
+        let (name, keep) = model_of(body)?;
+        app.pool.load(&name, keep).await
+    };
+    match r.await {
+        Ok(m) => Json(json!({"success": true, "model": m.model_name, "status": "loaded"}))
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /models/unload`: unloads a model now, or (while requests use it) after its last.
+pub async fn unload_model(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let r = async {
+        let (name, _) = model_of(body)?;
+        let now = app.pool.unload(&name).await?;
+        Ok::<_, ApiError>((name, now))
+    };
+    match r.await {
+        Ok((name, true)) => {
+            Json(json!({"success": true, "model": name, "status": "unloaded"})).into_response()
+        }
+        Ok((name, false)) => Json(json!({
+            "success": true,
+            "model": name,
+            "status": "unloading",
+            "message": "requests are using the model: it unloads after the last of them",
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `GET /`: the chat page (one self-contained file: no external scripts, styles or fonts).
@@ -137,14 +232,13 @@ pub async fn page() -> Response {
         .into_response()
 }
 
-/// `GET /state`: the engine's live state as JSON (what the chat page's panel shows; the same
-/// numbers as `/metrics`, in one object).
-pub async fn state(State(st): State<Arc<AppState>>) -> Json<Value> {
+/// One loaded model's live state.
+fn engine_state(st: &ModelState) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     let s = st.engine.stats();
     let info = st.engine.info();
     let running = s.running.load(Relaxed);
-    Json(json!({
+    json!({
         "model": st.model_name,
         "ctx_len": info.ctx_len,
         "max_seqs": info.config.max_seqs,
@@ -164,7 +258,35 @@ pub async fn state(State(st): State<Arc<AppState>>) -> Json<Value> {
         "dram_bandwidth_gbs": info.config.dram_bandwidth_gbs,
         "llc_bandwidth_gbs": info.config.llc_bandwidth_gbs,
         "speculative": info.speculative,
-    }))
+        "memory_bytes": st.memory_bytes,
+    })
+}
+
+/// `GET /state`: the engines' live state as JSON (what the chat page's panel shows; the same
+/// numbers as `/metrics`). The top level is the default model's (or, while it is not
+/// loaded, the first loaded one's); `models` lists every model with its status, and each
+/// loaded one's state.
+pub async fn state(State(app): State<Arc<AppState>>) -> Json<Value> {
+    let list = app.pool.list();
+    let models: Vec<Value> = list
+        .iter()
+        .map(|l| {
+            let mut v = match &l.model {
+                Some(m) => engine_state(m),
+                None => json!({"model": l.entry.id}),
+            };
+            v["status"] = json!(l.status);
+            v["idle_seconds"] = json!(l.idle_seconds);
+            v["in_flight"] = json!(l.in_flight);
+            v
+        })
+        .collect();
+    let mut top = list
+        .iter()
+        .find_map(|l| l.model.as_ref())
+        .map_or_else(|| json!({"model": app.pool.entries()[0].id}), |m| engine_state(m));
+    top["models"] = json!(models);
+    Json(top)
 }
 
 /// `GET /health`.
@@ -173,8 +295,13 @@ pub async fn health() -> Json<Value> {
 }
 
 /// `GET /metrics`.
-pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let text = st.metrics.render_as(st.engine.stats(), st.metrics_prefix);
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let loaded = app.pool.loaded();
+    let pairs: Vec<_> = loaded
+        .iter()
+        .map(|m| (&*m.metrics, &**m.engine.stats()))
+        .collect();
+    let text = app.metrics.render_as(&pairs, app.metrics_prefix);
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -186,8 +313,12 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
 }
 
 /// `POST /tokenize`: `{prompt}` or `{messages}` → `{tokens, count, max_model_len}`.
-pub async fn tokenize(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    match body_bytes(body).and_then(|b| Validator::of(&st).tokenize(&b)) {
+pub async fn tokenize(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let (b, st) = match body_and_model(&app, body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match Validator::of(&st).tokenize(&b) {
         Ok(tokens) => Json(json!({
             "tokens": tokens,
             "count": tokens.len(),
@@ -199,8 +330,12 @@ pub async fn tokenize(State(st): State<Arc<AppState>>, body: Body) -> Response {
 }
 
 /// `POST /detokenize`: `{tokens}` → `{prompt}`.
-pub async fn detokenize(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    match body_bytes(body).and_then(|b| Validator::of(&st).detokenize(&b)) {
+pub async fn detokenize(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let (b, st) = match body_and_model(&app, body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    match Validator::of(&st).detokenize(&b) {
         Ok(ids) => Json(json!({"prompt": st.tokenizer.decode(&ids, false)})).into_response(),
         Err(e) => e.into_response(),
     }

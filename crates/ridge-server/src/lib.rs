@@ -30,6 +30,7 @@ pub mod error;
 pub mod handlers;
 pub mod metrics;
 pub mod params;
+pub mod pool;
 pub mod protocols;
 pub mod reasoning;
 pub mod rerank;
@@ -49,7 +50,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use state::AppState;
+pub use pool::{KeepAlive, Loader, ModelEntry, ModelPool, PoolConfig};
+pub use state::{AppState, ModelState};
 
 /// Default largest request body, bytes.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
@@ -81,6 +83,9 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/rerank", post(rerank::rerank))
         .route("/flush_cache", post(worker::flush_cache))
         .route("/v1/models", get(handlers::models))
+        .route("/models", get(handlers::models))
+        .route("/models/load", post(handlers::load_model))
+        .route("/models/unload", post(handlers::unload_model))
         .route("/tokenize", post(handlers::tokenize))
         .route("/detokenize", post(handlers::detokenize))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -22,10 +22,15 @@ const LATENCY_BUCKETS: &[f64] = &[
     20.0, 40.0, 80.0,
 ];
 
-/// The server's metric handles.
+/// The server's metrics registry: one Prometheus recorder for every model.
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
+}
+
+/// One model's metric handles, each series labelled `model_name` (as vLLM's are). They live
+/// as long as the server, not the load: counters continue across an unload and a reload.
+pub struct ModelMetrics {
     running: Gauge,
     waiting: Gauge,
     kv_usage: Gauge,
@@ -46,31 +51,109 @@ pub struct Metrics {
     tpot: Histogram,
     e2e: Histogram,
     queue: Histogram,
+    lora_info: Gauge,
+    /// The model's name (its series' label).
+    name: String,
+    /// The cache-shape series of the current load (its block count is a label).
+    cache_series: std::sync::Mutex<Option<(u64, Gauge)>>,
+    /// What earlier loads of the model counted (added to the live engine's totals).
+    base: std::sync::Mutex<Totals>,
+}
+
+/// The engine's counters, as the metrics count them.
+#[derive(Clone, Copy, Default, Debug)]
+struct Totals {
+    prompt: u64,
+    generation: u64,
+    preemptions: u64,
+    prefix_queries: u64,
+    prefix_hits: u64,
+    spec_draft: u64,
+    spec_accepted: u64,
+    stop: u64,
+    length: u64,
+    abort: u64,
+}
+
+impl Totals {
+    fn of(s: &EngineStats) -> Self {
+        Totals {
+            prompt: s.prompt_tokens.load(Relaxed),
+            generation: s.generation_tokens.load(Relaxed),
+            preemptions: s.preemptions.load(Relaxed),
+            prefix_queries: s.prefix_queries.load(Relaxed),
+            prefix_hits: s.prefix_hits.load(Relaxed),
+            spec_draft: s.spec_draft_tokens.load(Relaxed),
+            spec_accepted: s.spec_accepted_tokens.load(Relaxed),
+            stop: s.finished_stop.load(Relaxed),
+            length: s.finished_length.load(Relaxed),
+            abort: s.finished_abort.load(Relaxed) + s.finished_error.load(Relaxed),
+        }
+    }
+
+    fn plus(self, o: Totals) -> Totals {
+        Totals {
+            prompt: self.prompt + o.prompt,
+            generation: self.generation + o.generation,
+            preemptions: self.preemptions + o.preemptions,
+            prefix_queries: self.prefix_queries + o.prefix_queries,
+            prefix_hits: self.prefix_hits + o.prefix_hits,
+            spec_draft: self.spec_draft + o.spec_draft,
+            spec_accepted: self.spec_accepted + o.spec_accepted,
+            stop: self.stop + o.stop,
+            length: self.length + o.length,
+            abort: self.abort + o.abort,
+        }
+    }
 }
 
 static META: Metadata<'static> = Metadata::new("ridge", Level::INFO, Some("ridge_server"));
 
 impl Metrics {
-    /// Registers every metric.
+    /// An empty registry.
     pub fn new() -> Self {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
             .map(PrometheusBuilder::build_recorder)
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();
-        let c = |n: &'static str| recorder.register_counter(&Key::from_static_name(n), &META);
-        let g = |n: &'static str| recorder.register_gauge(&Key::from_static_name(n), &META);
-        let h = |n: &'static str| recorder.register_histogram(&Key::from_static_name(n), &META);
+        Metrics { recorder, handle }
+    }
+
+    /// Registers every metric of the model named `model` (idempotent per name: the same
+    /// series come back).
+    pub fn for_model(&self, model: &str) -> ModelMetrics {
+        let r = &self.recorder;
+        let key = |n: &'static str, extra: Vec<Label>| {
+            let mut labels = vec![Label::new("model_name", model.to_string())];
+            labels.extend(extra);
+            Key::from_parts(n, labels)
+        };
+        let c = |n: &'static str| r.register_counter(&key(n, vec![]), &META);
+        let g = |n: &'static str| r.register_gauge(&key(n, vec![]), &META);
+        let h = |n: &'static str| r.register_histogram(&key(n, vec![]), &META);
         let success = |reason: &'static str| {
-            recorder.register_counter(
-                &Key::from_parts(
+            r.register_counter(
+                &key(
                     "ridge:request_success_total",
                     vec![Label::new("finished_reason", reason)],
                 ),
                 &META,
             )
         };
-        Metrics {
+        // ridge serves no LoRA adapters: an empty adapter set, as vLLM exports it.
+        let lora = r.register_gauge(
+            &key(
+                "ridge:lora_requests_info",
+                vec![
+                    Label::new("max_lora", "0"),
+                    Label::new("running_lora_adapters", ""),
+                    Label::new("waiting_lora_adapters", ""),
+                ],
+            ),
+            &META,
+        );
+        ModelMetrics {
             running: g("ridge:num_requests_running"),
             waiting: g("ridge:num_requests_waiting"),
             kv_usage: g("ridge:kv_cache_usage_perc"),
@@ -91,9 +174,64 @@ impl Metrics {
             tpot: h("ridge:request_time_per_output_token_seconds"),
             e2e: h("ridge:e2e_request_latency_seconds"),
             queue: h("ridge:request_queue_time_seconds"),
-            recorder,
-            handle,
+            lora_info: lora,
+            name: model.to_string(),
+            cache_series: Default::default(),
+            base: Default::default(),
         }
+    }
+
+    /// The Prometheus text exposition, with each loaded model's engine gauges and counters
+    /// read now (`loaded`: the models' handles and their engines' stats).
+    pub fn render(&self, loaded: &[(&ModelMetrics, &EngineStats)]) -> String {
+        for (m, s) in loaded {
+            m.publish(s);
+            self.publish_cache_shape(m, s.kv_total_blocks.load(Relaxed));
+        }
+        self.handle.render()
+    }
+
+    /// [`render`](Metrics::render) with the `ridge:` prefix replaced by `prefix` (`vllm` for
+    /// endpoint pickers left at vLLM's metric names).
+    pub fn render_as(&self, loaded: &[(&ModelMetrics, &EngineStats)], prefix: &str) -> String {
+        let text = self.render(loaded);
+        if prefix == "ridge" {
+            return text;
+        }
+        rename(&text, prefix)
+    }
+
+    /// What an endpoint picker reads beside the gauges: the cache's shape, as vLLM exports
+    /// it. The block count is a label, so a reload with another size starts a new series and
+    /// the old one reads 0.
+    fn publish_cache_shape(&self, m: &ModelMetrics, blocks: u64) {
+        let mut cur = m.cache_series.lock().unwrap_or_else(|p| p.into_inner());
+        if cur.as_ref().is_some_and(|(b, _)| *b == blocks) {
+            return;
+        }
+        if let Some((_, old)) = cur.take() {
+            old.set(0.0);
+        }
+        let g = self.recorder.register_gauge(
+            &Key::from_parts(
+                "ridge:cache_config_info",
+                vec![
+                    Label::new("model_name", m.name.clone()),
+                    Label::new("block_size", ridge_engine::KV_BLOCK_SIZE.to_string()),
+                    Label::new("num_gpu_blocks", blocks.to_string()),
+                ],
+            ),
+            &META,
+        );
+        g.set(1.0);
+        *cur = Some((blocks, g));
+    }
+}
+
+impl ModelMetrics {
+    /// Handles that record into a registry nobody renders (a state built outside a pool).
+    pub fn detached() -> Self {
+        Metrics::new().for_model("")
     }
 
     /// Records a choice's first token, `secs` after its request arrived.
@@ -124,68 +262,43 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition, with engine gauges and counters read now.
-    pub fn render(&self, s: &EngineStats) -> String {
+    /// Copies the live engine's gauges and (with earlier loads' counts) counters.
+    fn publish(&self, s: &EngineStats) {
         self.running.set(s.running.load(Relaxed) as f64);
         self.waiting.set(s.waiting.load(Relaxed) as f64);
         self.kv_usage.set(s.kv_usage());
         self.kv_window_usage.set(s.kv_window_usage());
-        self.prompt_tokens.absolute(s.prompt_tokens.load(Relaxed));
-        self.generation_tokens
-            .absolute(s.generation_tokens.load(Relaxed));
-        self.preemptions.absolute(s.preemptions.load(Relaxed));
-        self.prefix_queries.absolute(s.prefix_queries.load(Relaxed));
-        self.prefix_hits.absolute(s.prefix_hits.load(Relaxed));
-        self.spec_draft.absolute(s.spec_draft_tokens.load(Relaxed));
-        self.spec_accepted
-            .absolute(s.spec_accepted_tokens.load(Relaxed));
-        self.success_stop.absolute(s.finished_stop.load(Relaxed));
-        self.success_length
-            .absolute(s.finished_length.load(Relaxed));
-        self.success_abort
-            .absolute(s.finished_abort.load(Relaxed) + s.finished_error.load(Relaxed));
-        // What an endpoint picker reads beside the gauges: the cache's shape, and (ridge
-        // serves no LoRA adapters) an empty adapter set, as vLLM exports them.
-        let total = s.kv_total_blocks.load(Relaxed).to_string();
-        self.recorder
-            .register_gauge(
-                &Key::from_parts(
-                    "ridge:cache_config_info",
-                    vec![
-                        Label::new("block_size", ridge_engine::KV_BLOCK_SIZE.to_string()),
-                        Label::new("num_gpu_blocks", total),
-                    ],
-                ),
-                &META,
-            )
-            .set(1.0);
+        let base = *self.base.lock().unwrap_or_else(|p| p.into_inner());
+        self.set_counters(base.plus(Totals::of(s)));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        self.recorder
-            .register_gauge(
-                &Key::from_parts(
-                    "ridge:lora_requests_info",
-                    vec![
-                        Label::new("max_lora", "0"),
-                        Label::new("running_lora_adapters", ""),
-                        Label::new("waiting_lora_adapters", ""),
-                    ],
-                ),
-                &META,
-            )
-            .set(now);
-        self.handle.render()
+        self.lora_info.set(now);
     }
 
-    /// [`render`](Metrics::render) with the `ridge:` prefix replaced by `prefix` (`vllm` for
-    /// endpoint pickers left at vLLM's metric names).
-    pub fn render_as(&self, s: &EngineStats, prefix: &str) -> String {
-        let text = self.render(s);
-        if prefix == "ridge" {
-            return text;
-        }
-        rename(&text, prefix)
+    fn set_counters(&self, t: Totals) {
+        self.prompt_tokens.absolute(t.prompt);
+        self.generation_tokens.absolute(t.generation);
+        self.preemptions.absolute(t.preemptions);
+        self.prefix_queries.absolute(t.prefix_queries);
+        self.prefix_hits.absolute(t.prefix_hits);
+        self.spec_draft.absolute(t.spec_draft);
+        self.spec_accepted.absolute(t.spec_accepted);
+        self.success_stop.absolute(t.stop);
+        self.success_length.absolute(t.length);
+        self.success_abort.absolute(t.abort);
+    }
+
+    /// The model is being unloaded: its engine's final counts carry over to the next load,
+    /// and its gauges read zero until then.
+    pub fn retire(&self, s: &EngineStats) {
+        let mut base = self.base.lock().unwrap_or_else(|p| p.into_inner());
+        *base = base.plus(Totals::of(s));
+        self.set_counters(*base);
+        self.running.set(0.0);
+        self.waiting.set(0.0);
+        self.kv_usage.set(0.0);
+        self.kv_window_usage.set(0.0);
     }
 }
 
@@ -194,14 +307,14 @@ impl Metrics {
 /// here rather than where the response is written means a client that hangs up early is still
 /// counted (vLLM observes TTFT at the first token too).
 pub struct Observer {
-    state: std::sync::Arc<crate::state::AppState>,
+    state: std::sync::Arc<crate::state::ModelState>,
     /// When each choice's latest token was sampled (`None`: none yet).
     last: std::sync::Mutex<Vec<Option<Instant>>>,
 }
 
 impl Observer {
     /// An observer for a request of `n` choices.
-    pub fn new(state: std::sync::Arc<crate::state::AppState>, n: usize) -> Self {
+    pub fn new(state: std::sync::Arc<crate::state::ModelState>, n: usize) -> Self {
         Observer {
             state,
             last: std::sync::Mutex::new(vec![None; n]),

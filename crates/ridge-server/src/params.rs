@@ -295,9 +295,9 @@ fn logit_bias(f: &Fields, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
 }
 
 /// Checks the `model` field against the served name.
-pub fn check_model(f: &Fields, served: &str) -> Result<(), ApiError> {
+pub fn check_model(f: &Fields, served: &str, aliases: &[String]) -> Result<(), ApiError> {
     match f.str("model")? {
-        Some(m) if m != served => Err(ApiError {
+        Some(m) if m != served && !aliases.iter().any(|a| a == m) => Err(ApiError {
             status: axum::http::StatusCode::NOT_FOUND,
             message: format!("The model `{m}` does not exist. This server serves `{served}`."),
             param: Some("model".into()),

@@ -55,11 +55,12 @@ pub fn validate(
     tokenizer: &ridge_tokenizer::Tokenizer,
     template: Option<&str>,
     model_name: &str,
+    aliases: &[String],
     ctx: usize,
 ) -> Result<RerankJob, ApiError> {
     let m = Fields::parse(body)?;
     let f = Fields(&m);
-    params::check_model(&f, model_name)?;
+    params::check_model(&f, model_name, aliases)?;
     let query = f
         .str("query")?
         .ok_or_else(|| ApiError::invalid("query", "`query` is required (a string)"))?;
@@ -143,20 +144,21 @@ pub fn validate(
 }
 
 /// `POST /v1/rerank`.
-pub async fn rerank(State(st): State<Arc<AppState>>, body: Body) -> Response {
-    match rerank_inner(&st, body).await {
+pub async fn rerank(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    match rerank_inner(&app, body).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn rerank_inner(st: &AppState, body: Body) -> Result<Value, ApiError> {
-    let info = st.engine.info();
+async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
     let b = crate::handlers::read_body(body)?;
+    let st = app.pool.for_body(&b).await?;
+    let info = st.engine.info();
     let Some(head) = &info.rank_head else {
         // The model is checked first, so a wrong name reads as one.
         let m = Fields::parse(&b)?;
-        params::check_model(&Fields(&m), &st.model_name)?;
+        params::check_model(&Fields(&m), &st.model_name, &st.aliases)?;
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "rerank_unsupported",
@@ -172,6 +174,7 @@ async fn rerank_inner(st: &AppState, body: Body) -> Result<Value, ApiError> {
         &st.tokenizer,
         head.template(),
         &st.model_name,
+        &st.aliases,
         info.ctx_len,
     )?;
     let tokens: usize = job.prompts.iter().map(Vec::len).sum();
@@ -217,7 +220,7 @@ mod tests {
         .unwrap();
         let tok = ridge_tokenizer::Tokenizer::from_gguf(&f).unwrap();
         let t = Some("<|endoftext|>{query}|{document}");
-        let v = |body: Value| validate(body.to_string().as_bytes(), &tok, t, "m", 64);
+        let v = |body: Value| validate(body.to_string().as_bytes(), &tok, t, "m", &[], 64);
         let err = |body: Value| v(body).unwrap_err().message;
         let ok = v(json!({"query": "q", "documents": ["ab", {"text": "c"}], "top_n": 1})).unwrap();
         // 256 is <|endoftext|>; the synthetic vocabulary is one token per byte.

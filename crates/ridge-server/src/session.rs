@@ -34,7 +34,7 @@ use crate::metrics::Observer;
 use crate::params::{engine_request, Common};
 use crate::protocols::{Adapter, Frame};
 use crate::reasoning::{ReasoningParser, Segment};
-use crate::state::AppState;
+use crate::state::ModelState;
 use crate::tools::{Call, CallParser, Piece};
 
 /// A validated request, ready for the engine: what every protocol's request becomes.
@@ -189,7 +189,7 @@ impl ChoiceState {
 /// The neutral state of one response while events arrive.
 pub struct Session {
     /// The server.
-    pub state: Arc<AppState>,
+    pub state: Arc<ModelState>,
     /// Choices per prompt.
     pub n: usize,
     /// Every choice (`prompts · n`).
@@ -206,7 +206,7 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(state: Arc<AppState>, prompts: usize, n: usize) -> Self {
+    fn new(state: Arc<ModelState>, prompts: usize, n: usize) -> Self {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -340,7 +340,7 @@ impl Session {
 
 /// Aborts the engine requests it holds when dropped, unless disarmed.
 struct AbortGuard {
-    state: Arc<AppState>,
+    state: Arc<ModelState>,
     ids: Vec<RequestId>,
     armed: bool,
 }
@@ -381,7 +381,7 @@ pub fn engine_error(e: EngineError) -> ApiError {
 /// seconds); returns the constraint and the compile time in ms. A schema or grammar that
 /// cannot be compiled, or exceeds the compile limits, is a 400 naming the field.
 async fn compile(
-    state: &Arc<AppState>,
+    state: &Arc<ModelState>,
     s: &crate::structured::Structured,
 ) -> Result<(Constraint, f64), ApiError> {
     let st = state.clone();
@@ -399,7 +399,7 @@ async fn compile(
 
 /// Submits the job and answers it through `adapter`, streaming or not; every error is
 /// rendered in the adapter's protocol.
-pub async fn run<A: Adapter>(state: Arc<AppState>, job: Job, adapter: A) -> Response {
+pub async fn run<A: Adapter>(state: Arc<ModelState>, job: Job, adapter: A) -> Response {
     let style = adapter.error_style();
     match submit(state, job, adapter).await {
         Ok(r) => r,
@@ -408,7 +408,7 @@ pub async fn run<A: Adapter>(state: Arc<AppState>, job: Job, adapter: A) -> Resp
 }
 
 async fn submit<A: Adapter>(
-    state: Arc<AppState>,
+    state: Arc<ModelState>,
     job: Job,
     adapter: A,
 ) -> Result<Response, ApiError> {

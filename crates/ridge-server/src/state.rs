@@ -1,4 +1,12 @@
-//! What every handler shares.
+//! What handlers share: the server ([`AppState`]) and each loaded model ([`ModelState`]).
+//!
+//! A server holds several models ([`crate::pool::ModelPool`]), loaded on demand and unloaded
+//! when idle or to make room; a request picks one by its `model` field. Everything that
+//! belongs to one model — its engine, tokenizer, chat template, grammar compiler, the names it
+//! answers to, its metric handles — lives in a [`ModelState`], which handlers hold as an
+//! `Arc` for as long as the request runs (that clone is also what keeps the pool from
+//! evicting a model under its requests). What spans models — the key, the Responses store,
+//! the metrics registry, the ids — lives in the [`AppState`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -6,65 +14,79 @@ use std::sync::{Arc, OnceLock};
 use ridge_engine::{Engine, GrammarError, Grammars};
 use ridge_tokenizer::{ChatTemplate, Tokenizer};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ModelMetrics};
+use crate::pool::ModelPool;
 
-/// Shared server state.
-pub struct AppState {
+/// One loaded model, as the handlers use it.
+pub struct ModelState {
     /// The engine.
     pub engine: Arc<Engine>,
     /// The model's tokenizer.
     pub tokenizer: Arc<Tokenizer>,
     /// The model's chat template (`None`: chat requests are refused with a clear error).
     pub template: Option<ChatTemplate>,
-    /// Name clients address the model by.
+    /// Name clients address the model by (answers carry it).
     pub model_name: String,
-    /// Unix time the server started (the model's `created`).
+    /// Other names it answers to (`--served-model-name` aliases).
+    pub aliases: Vec<String>,
+    /// Unix time the model was loaded (its `created`).
     pub created: u64,
-    /// Required bearer token, if any.
-    pub api_key: Option<String>,
     /// Split thinking models' reasoning from their answers (`--reasoning-format none`: no).
     pub parse_reasoning: bool,
     /// Most tokens a thinking model may think before the engine closes its thoughts
     /// (`--reasoning-budget`; requests may set their own).
     pub reasoning_budget: Option<usize>,
-    /// Prometheus metrics.
-    pub metrics: Metrics,
-    /// The metric names' prefix: `ridge`, or `vllm` for pickers left at vLLM's names.
-    pub metrics_prefix: &'static str,
-    /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
-    pub responses: crate::protocols::responses::ResponseStore,
+    /// Bytes the model holds while loaded: its weights and its KV cache (what
+    /// `--max-memory` counts).
+    pub memory_bytes: u64,
+    /// This model's metric handles (they outlive a load: counters continue across reloads).
+    pub metrics: Arc<ModelMetrics>,
     /// The grammar compiler for this vocabulary, built on the first constrained request.
     grammars: OnceLock<Result<Arc<Grammars>, String>>,
-    next_id: AtomicU64,
 }
 
-impl AppState {
-    /// Builds the state.
+/// Unix time now, seconds.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The process's start time and a counter: ids unique within the process's life (so across
+/// models and servers in one process), random-looking across processes.
+fn next_id() -> String {
+    static START: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let start = *START.get_or_init(unix_now);
+    format!("{start:x}{:08x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl ModelState {
+    /// A loaded model's state (metrics handles detached: see [`ModelState::with_metrics`]).
     pub fn new(
         engine: Arc<Engine>,
         tokenizer: Arc<Tokenizer>,
         template: Option<ChatTemplate>,
         model_name: String,
-        api_key: Option<String>,
     ) -> Self {
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        AppState {
+        ModelState {
             engine,
             tokenizer,
             template,
             model_name,
-            created,
-            api_key,
+            aliases: Vec::new(),
+            created: unix_now(),
             parse_reasoning: true,
             reasoning_budget: None,
-            metrics: Metrics::new(),
-            metrics_prefix: "ridge",
-            responses: Default::default(),
+            memory_bytes: 0,
+            metrics: Arc::new(ModelMetrics::detached()),
             grammars: OnceLock::new(),
-            next_id: AtomicU64::new(1),
         }
+    }
+
+    /// Whether the model answers to `name`.
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.model_name == name || self.aliases.iter().any(|a| a == name)
     }
 
     /// The grammar compiler (its token trie is built once, on first use: tens of ms).
@@ -79,9 +101,49 @@ impl AppState {
             .map_err(GrammarError)
     }
 
-    /// A fresh id for a response (unique within this server's life, random-looking across).
+    /// A fresh id for a response (unique within this process's life, random-looking across).
     pub fn next_response_id(&self) -> String {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        format!("{:x}{:08x}", self.created, n)
+        next_id()
+    }
+}
+
+/// Shared server state.
+pub struct AppState {
+    /// The models this server serves, loaded or not.
+    pub pool: Arc<ModelPool>,
+    /// Required bearer token, if any.
+    pub api_key: Option<String>,
+    /// Prometheus metrics (one registry; every model's series carry its `model_name`).
+    pub metrics: Arc<Metrics>,
+    /// The metric names' prefix: `ridge`, or `vllm` for pickers left at vLLM's names.
+    pub metrics_prefix: &'static str,
+    /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
+    pub responses: crate::protocols::responses::ResponseStore,
+    /// Unix time the server started.
+    pub created: u64,
+}
+
+impl AppState {
+    /// The state of a server over `pool`.
+    pub fn new(pool: Arc<ModelPool>, api_key: Option<String>) -> Self {
+        AppState {
+            metrics: pool.metrics().clone(),
+            pool,
+            api_key,
+            metrics_prefix: "ridge",
+            responses: Default::default(),
+            created: unix_now(),
+        }
+    }
+
+    /// A server of one model, already loaded (tests and embedders; `ridge serve` builds a
+    /// pool).
+    pub fn single(model: ModelState, api_key: Option<String>) -> Self {
+        AppState::new(Arc::new(ModelPool::single(model)), api_key)
+    }
+
+    /// A fresh id for something not tied to a model.
+    pub fn next_response_id(&self) -> String {
+        next_id()
     }
 }

@@ -34,7 +34,11 @@ use crate::state::AppState;
 pub const HEALTH_GENERATE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// `GET /server_info` and `/get_server_info`.
-pub async fn server_info(State(st): State<Arc<AppState>>) -> Json<Value> {
+pub async fn server_info(State(app): State<Arc<AppState>>) -> Response {
+    let st = match app.pool.get(None, None).await {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
     let info = st.engine.info();
     Json(json!({
         "served_model_name": st.model_name,
@@ -49,11 +53,17 @@ pub async fn server_info(State(st): State<Arc<AppState>>) -> Json<Value> {
         "is_embedding": false,
         "version": env!("CARGO_PKG_VERSION"),
         "engine": "ridge",
+        "served_models": app.pool.entries().iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
     }))
+    .into_response()
 }
 
 /// `GET /model_info` and `/get_model_info`.
-pub async fn model_info(State(st): State<Arc<AppState>>) -> Json<Value> {
+pub async fn model_info(State(app): State<Arc<AppState>>) -> Response {
+    let st = match app.pool.get(None, None).await {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
     let info = st.engine.info();
     Json(json!({
         "model_path": st.model_name,
@@ -63,24 +73,37 @@ pub async fn model_info(State(st): State<Arc<AppState>>) -> Json<Value> {
         "architectures": [info.architecture],
         "max_model_len": info.ctx_len,
     }))
+    .into_response()
 }
 
 /// `GET /get_load`.
-pub async fn get_load(State(st): State<Arc<AppState>>) -> Json<Value> {
-    let s = st.engine.stats();
-    let tokens = s.kv_used_blocks.load(Relaxed) as usize * ridge_engine::KV_BLOCK_SIZE;
+pub async fn get_load(State(app): State<Arc<AppState>>) -> Json<Value> {
+    // One rank: every loaded model's engine, summed (they share this machine).
+    let (mut reqs, mut waiting, mut tokens) = (0u64, 0u64, 0usize);
+    for m in app.pool.loaded() {
+        let s = m.engine.stats();
+        reqs += s.running.load(Relaxed);
+        waiting += s.waiting.load(Relaxed);
+        tokens += s.kv_used_blocks.load(Relaxed) as usize * ridge_engine::KV_BLOCK_SIZE;
+    }
     Json(json!([{
         "dp_rank": 0,
-        "num_reqs": s.running.load(Relaxed),
-        "num_waiting_reqs": s.waiting.load(Relaxed),
+        "num_reqs": reqs,
+        "num_waiting_reqs": waiting,
         "num_tokens": tokens,
     }]))
 }
 
 /// `POST /flush_cache`.
-pub async fn flush_cache(State(st): State<Arc<AppState>>) -> Response {
-    let engine = st.engine.clone();
-    match tokio::task::spawn_blocking(move || engine.flush_prefix_cache()).await {
+pub async fn flush_cache(State(app): State<Arc<AppState>>) -> Response {
+    let engines: Vec<_> = app.pool.loaded().iter().map(|m| m.engine.clone()).collect();
+    let flushed = tokio::task::spawn_blocking(move || {
+        engines
+            .iter()
+            .map(|e| e.flush_prefix_cache())
+            .sum::<Result<usize, _>>()
+    });
+    match flushed.await {
         Ok(Ok(n)) => Json(json!({"status": "ok", "flushed_blocks": n})).into_response(),
         _ => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -92,9 +115,13 @@ pub async fn flush_cache(State(st): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /health_generate`.
-pub async fn health_generate(State(st): State<Arc<AppState>>) -> Response {
+pub async fn health_generate(State(app): State<Arc<AppState>>) -> Response {
     let unhealthy = |why: String| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unhealthy", why).into_response()
+    };
+    let st = match app.pool.get(None, None).await {
+        Ok(m) => m,
+        Err(e) => return unhealthy(e.message),
     };
     let first = st.tokenizer.bos_id().unwrap_or(0);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -9,4 +9,5 @@ pub mod pull;
 pub mod roofline;
 pub mod run;
 pub mod serve;
+pub mod serve_models;
 pub mod tokenize;

@@ -1,23 +1,44 @@
-//! `ridge serve`: the OpenAI-compatible server. Loads the model, starts the engine thread,
-//! measures the machine's read bandwidth once (so every answer's `timings` can say how close it
-//! ran to the roofline), and serves until SIGTERM/SIGINT, then drains in-flight requests.
+//! `ridge serve`: the OpenAI-compatible server. Loads the default model, starts its engine
+//! thread, measures the machine's read bandwidth once (so every answer's `timings` can say how
+//! close it ran to the roofline), and serves until SIGTERM/SIGINT, then drains in-flight
+//! requests. Further models (`--model` again, `--models-dir`, or the cache) load on first use
+//! and unload when idle or to make room (`serve_models`, and the server's model pool).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ridge_engine::{Engine, EngineConfig, EngineCore};
 use ridge_model::KV_BLOCK_SIZE;
-use ridge_roofline::FloorBandwidth;
-use ridge_server::AppState;
-use ridge_tokenizer::ChatTemplate;
+use ridge_server::{AppState, KeepAlive, ModelPool, PoolConfig};
+
+use super::serve_models::{self, CliLoader, LoadSettings};
 
 /// Arguments of `serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model path or known name (default: smollm2-135m).
+    /// Model path or known name; repeat for several models (the first is the default).
+    /// Without one (and without --models-dir): the cache's models, smollm2-135m first.
     #[arg(long, short)]
-    model: Option<String>,
+    model: Vec<String>,
+    /// Serve every GGUF file in this folder (and its subfolders), each by its file name
+    /// without `.gguf`.
+    #[arg(long, conflicts_with = "model")]
+    models_dir: Option<std::path::PathBuf>,
+    /// Most models loaded at once; loading another unloads the least recently used idle one.
+    #[arg(long, default_value_t = 4)]
+    models_max: usize,
+    /// Most memory the loaded models may hold together, GiB (weights plus KV caches);
+    /// loading past it unloads the least recently used idle models first.
+    #[arg(long)]
+    max_memory: Option<f64>,
+    /// How long an idle model stays loaded: seconds or a duration (`5m`, `1h`, `30s`; `0`
+    /// unloads after each request, negative never). Default: forever for one `--model`,
+    /// `5m` (ollama's) when serving several. Requests may set their own `keep_alive`.
+    #[arg(long, allow_hyphen_values = true)]
+    keep_alive: Option<String>,
+    /// Seconds a request waits for its model to load (or for room to load it).
+    #[arg(long, default_value_t = 300)]
+    load_timeout: u64,
     /// Address to bind (loopback by default; use 0.0.0.0 to listen on every interface).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -27,9 +48,10 @@ pub struct Args {
     /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
     #[arg(long)]
     api_key: Option<String>,
-    /// Name clients address the model by (default: the model argument).
+    /// Name clients address the model by (default: the model argument). With one model,
+    /// more names are aliases; with several, one name per `--model`, in order.
     #[arg(long)]
-    served_model_name: Option<String>,
+    served_model_name: Vec<String>,
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 64)]
     max_seqs: usize,
@@ -117,90 +139,84 @@ pub fn main(a: Args) -> Result<()> {
                 a.host
             )
         })?;
-    let name = a
-        .model
-        .clone()
-        .unwrap_or_else(|| ridge_model::registry::DEFAULT_MODEL.to_string());
-    let l = crate::load::load(a.model.as_deref())?;
-    let template = match &a.chat_template_file {
-        Some(path) => {
-            let source = std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!("cannot read --chat-template-file {}: {e}", path.display())
-            })?;
-            let text = |id: Option<u32>| {
-                id.and_then(|i| l.tokenizer.token_str(i))
-                    .unwrap_or("")
-                    .to_string()
-            };
-            let t = ChatTemplate::new(
-                source,
-                text(l.tokenizer.bos_id()),
-                text(l.tokenizer.eos_id()),
-            )
-            .map_err(|e| anyhow::anyhow!("--chat-template-file {}: {e}", path.display()))?;
-            Some(t)
-        }
-        None => match ChatTemplate::from_gguf(l.model.gguf(), &l.tokenizer) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("note: {e}; /v1/chat/completions will answer 400, /v1/completions works");
-                None
+    let several = a.models_dir.is_some() || a.model.len() != 1;
+    let entries = match (&a.models_dir, a.model.is_empty()) {
+        (Some(dir), _) => serve_models::scan_dir(dir)?,
+        (None, false) => serve_models::named_entries(&a.model, &a.served_model_name)?,
+        (None, true) => {
+            let mut e = serve_models::cached_entries();
+            if let Some(first) = a.served_model_name.first() {
+                e[0].id = first.clone();
+                e[0].aliases = a.served_model_name[1..].to_vec();
             }
-        },
-    };
-    let cfg = l.model.config().clone();
-    let kv_bytes_per_token = a.kv_cache_dtype.token_bytes(&cfg);
-    let kv_tokens = match a.kv_cache_mem {
-        Some(0) => bail!("--kv-cache-mem must be at least 1 MiB"),
-        Some(mib) => mib.saturating_mul(1 << 20) / kv_bytes_per_token.max(1),
-        None => {
-            let want = a.max_seqs.saturating_mul(cfg.ctx_len);
-            want.min((2048usize << 20) / kv_bytes_per_token.max(1))
+            e
         }
     };
-    if kv_tokens < KV_BLOCK_SIZE {
-        bail!("the KV cache must hold at least {KV_BLOCK_SIZE} tokens");
+    if a.models_dir.is_some() && !a.served_model_name.is_empty() {
+        bail!("--served-model-name names --model arguments; --models-dir names models by file");
     }
+    let keep_alive = match a.keep_alive.as_deref() {
+        Some(k) => KeepAlive::parse_str(k).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--keep-alive {k:?}: expected seconds or a duration such as 5m, 30s, 1h (negative: forever)"
+            )
+        })?,
+        None if several => KeepAlive::For(Duration::from_secs(300)),
+        None => KeepAlive::Forever,
+    };
+    let max_memory = match a.max_memory {
+        Some(g) if !(g.is_finite() && g > 0.0) => {
+            bail!("--max-memory must be a positive number of GiB, got {g}")
+        }
+        Some(g) => Some((g * (1u64 << 30) as f64) as u64),
+        None => None,
+    };
+    if a.load_timeout == 0 {
+        bail!("--load-timeout must be at least 1 second");
+    }
+    let settings = LoadSettings {
+        max_seqs: a.max_seqs,
+        max_batch_tokens: a.max_batch_tokens,
+        max_queue: a.max_queue,
+        kv_cache_mem: a.kv_cache_mem,
+        kv_dtype: a.kv_cache_dtype,
+        prefix_caching: !a.no_prefix_caching,
+        bandwidth_gbs: a.bandwidth_gbs,
+        chat_template_file: a.chat_template_file.clone(),
+        parse_reasoning: a.reasoning_format == "auto",
+        reasoning_budget: a.reasoning_budget,
+        pooling: a.pooling,
+        spec: a.spec.clone(),
+    };
+    let loader = Arc::new(CliLoader::new(settings, entries[0].id.clone()));
+    // The default model loads before the server listens: a bad file or flag fails the command.
+    let first = loader.load_model(&entries[0])?;
+    if let Some(max) = max_memory {
+        if first.memory_bytes > max {
+            bail!(
+                "the model `{}` needs {:.2} GiB (weights and KV cache), more than --max-memory {:.2} GiB",
+                entries[0].id,
+                first.memory_bytes as f64 / (1u64 << 30) as f64,
+                max as f64 / (1u64 << 30) as f64
+            );
+        }
+    }
+    let info = first.engine.info().clone();
     let threads = ridge_kernels::pool::threads();
-    // A decode step reads the weights (and its sequences' K/V): when they fit the last-level
-    // cache, the floor is the cache's bandwidth, not DRAM's.
-    let weights = l.model.weight_bytes_per_token() as f64;
-    let floor = FloorBandwidth::choose(weights, a.bandwidth_gbs, threads);
-    let speculator = a.spec.build(&l.model, &l.tokenizer, kv_tokens)?;
-    let tokenizer = Arc::new(l.tokenizer);
-    let mut core = EngineCore::new(
-        l.model,
-        tokenizer.clone(),
-        EngineConfig {
-            max_batch_tokens: a.max_batch_tokens,
-            max_seqs: a.max_seqs,
-            kv_cache_tokens: kv_tokens,
-            prefix_caching: !a.no_prefix_caching,
-            max_queue: a.max_queue,
-            bandwidth_gbs: Some(floor.gbs),
-            memory_level: floor.level,
-            dram_bandwidth_gbs: floor.dram_gbs,
-            llc_bandwidth_gbs: floor.llc.map(|c| c.read_bandwidth_gbs),
-            kv_dtype: a.kv_cache_dtype,
+    let pool = Arc::new(ModelPool::new(
+        entries,
+        loader,
+        PoolConfig {
+            models_max: a.models_max,
+            max_memory,
+            keep_alive,
+            load_timeout: Duration::from_secs(a.load_timeout),
         },
-    )?;
-    if let Some(s) = speculator {
-        core.set_speculator(s);
-    }
-    if let Some(p) = a.pooling {
-        core.set_pooling(p);
-    }
-    let engine = Engine::from_core(core)?;
-    let info = engine.info().clone();
-    let mut state = AppState::new(
-        Arc::new(engine),
-        tokenizer,
-        template,
-        a.served_model_name.unwrap_or(name),
-        a.api_key,
-    );
-    state.parse_reasoning = a.reasoning_format == "auto";
-    state.reasoning_budget = a.reasoning_budget;
+    ));
+    let name = pool.entries()[0].id.clone();
+    let n_models = pool.entries().len();
+    pool.insert_loaded(0, first);
+    let mut state = AppState::new(pool.clone(), a.api_key);
     state.metrics_prefix = if a.metrics_prefix == "vllm" {
         "vllm"
     } else {
@@ -214,28 +230,29 @@ pub fn main(a: Args) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        pool.spawn_reaper();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         eprintln!(
-            "ridge serve: {} on http://{local} — {} KV blocks ({} tokens), {threads} threads, roofline floor at {:.1} GB/s ({}{}), speculative decoding: {}, embeddings pooling: {}",
-            state.model_name,
+            "ridge serve: {name} on http://{local} — {} KV blocks ({} tokens), {threads} threads, roofline floor at {:.1} GB/s ({}{}), speculative decoding: {}, embeddings pooling: {}{}",
             info.kv_total_blocks,
             info.kv_total_blocks * KV_BLOCK_SIZE,
-            floor.gbs,
-            floor.level,
-            match (floor.dram_gbs, floor.llc) {
-                (Some(d), Some(c)) => format!(
-                    "; DRAM {d:.1} GB/s, {} MiB LLC {:.1} GB/s",
-                    c.bytes >> 20,
-                    c.read_bandwidth_gbs
-                ),
+            info.config.bandwidth_gbs.unwrap_or(0.0),
+            info.config.memory_level,
+            match (info.config.dram_bandwidth_gbs, info.config.llc_bandwidth_gbs) {
+                (Some(d), Some(c)) => format!("; DRAM {d:.1} GB/s, LLC {c:.1} GB/s"),
                 (Some(d), None) => format!("; DRAM {d:.1} GB/s"),
                 _ => String::new(),
             },
             info.speculative.unwrap_or("off"),
             info.pooling,
+            if n_models > 1 {
+                format!("; {} more models load on first use", n_models - 1)
+            } else {
+                String::new()
+            },
         );
         ridge_server::serve(
             listener,

@@ -85,15 +85,12 @@ impl Server {
         (r.status().as_u16(), r.text().unwrap())
     }
 
-    /// A metric's value from /metrics: the sample named `name` (with its labels, if any).
+    /// A metric's value from /metrics: the first sample named `name` whose labels include
+    /// every label `name` gives (`ridge:x{finished_reason="abort"}`); a sample's other labels
+    /// (every series carries its `model_name`) do not matter.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, text) = self.get("/metrics");
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} missing"))
+        metric_in(&text, name).unwrap_or_else(|| panic!("metric {name} missing"))
     }
 
     /// Waits up to 10 s for nothing to run or wait and no KV block to be held; true if so.
@@ -132,4 +129,30 @@ pub fn sse(resp: reqwest::blocking::Response) -> (Vec<serde_json::Value>, bool) 
         }
     }
     (out, false)
+}
+
+/// The first sample of `text` (a Prometheus exposition) matching `name` as
+/// [`Server::metric`] reads it.
+pub fn metric_in(text: &str, name: &str) -> Option<f64> {
+    let (base, want) = match name.split_once('{') {
+        Some((b, rest)) => (b, rest.trim_end_matches('}')),
+        None => (name, ""),
+    };
+    let wanted: Vec<&str> = want.split(',').filter(|l| !l.is_empty()).collect();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let Some(rest) = l.strip_prefix(base) else {
+                return false;
+            };
+            if let Some(labels) = rest.strip_prefix('{') {
+                let labels = labels.split('}').next().unwrap_or("");
+                let have: Vec<&str> = labels.split(',').collect();
+                wanted.iter().all(|w| have.contains(w))
+            } else {
+                rest.starts_with(' ') && wanted.is_empty()
+            }
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }

@@ -48,7 +48,7 @@ impl Validator<'_> {
     pub fn messages(&self, body: &[u8]) -> Result<MessagesJob, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
+        params::check_model(&f, self.model_name, self.aliases)?;
         if f.get("max_tokens").is_none() {
             return Err(invalid("max_tokens", "`max_tokens` is required"));
         }
@@ -83,7 +83,7 @@ impl Validator<'_> {
     pub fn count_tokens(&self, body: &[u8]) -> Result<usize, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
+        params::check_model(&f, self.model_name, self.aliases)?;
         let tools = self.tools(&f)?;
         Ok(self.prompt(&f, tools.as_ref())?.tokens.len())
     }
@@ -743,14 +743,18 @@ pub mod handlers {
 
     use super::Anthropic;
     use crate::error::ErrorStyle;
-    use crate::handlers::{read_body, Body};
+    use crate::handlers::{body_and_model, Body};
     use crate::protocols::Validator;
     use crate::session;
     use crate::state::AppState;
 
     /// `POST /v1/messages`.
-    pub async fn messages(State(st): State<Arc<AppState>>, body: Body) -> Response {
-        match read_body(body).and_then(|b| Validator::of(&st).messages(&b)) {
+    pub async fn messages(State(app): State<Arc<AppState>>, body: Body) -> Response {
+        let (b, st) = match body_and_model(&app, body).await {
+            Ok(x) => x,
+            Err(e) => return e.render(ErrorStyle::Anthropic),
+        };
+        match Validator::of(&st).messages(&b) {
             Ok(m) => {
                 let a = Anthropic::new(&st.next_response_id(), m.input_tokens);
                 session::run(st.clone(), m.job, a).await
@@ -760,8 +764,12 @@ pub mod handlers {
     }
 
     /// `POST /v1/messages/count_tokens`.
-    pub async fn count_tokens(State(st): State<Arc<AppState>>, body: Body) -> Response {
-        match read_body(body).and_then(|b| Validator::of(&st).count_tokens(&b)) {
+    pub async fn count_tokens(State(app): State<Arc<AppState>>, body: Body) -> Response {
+        let (b, st) = match body_and_model(&app, body).await {
+            Ok(x) => x,
+            Err(e) => return e.render(ErrorStyle::Anthropic),
+        };
+        match Validator::of(&st).count_tokens(&b) {
             Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
             Err(e) => e.render(ErrorStyle::Anthropic),
         }

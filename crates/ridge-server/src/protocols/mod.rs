@@ -22,7 +22,7 @@ use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::error::{ApiError, ErrorStyle};
 use crate::session::{Session, Update};
-use crate::state::AppState;
+use crate::state::ModelState;
 use crate::tools::Tools;
 
 /// One server-sent event: an optional event name (Anthropic and Responses name theirs;
@@ -75,7 +75,7 @@ pub trait Adapter: Send + 'static {
 
 /// Everything request validation needs from the server, and nothing more: no engine, no I/O.
 ///
-/// The handlers build one from [`AppState`]; the fuzz targets and regression tests build one
+/// The handlers build one from [`ModelState`]; the fuzz targets and regression tests build one
 /// from a small synthetic vocabulary, so the exact code that turns an untrusted body into a
 /// [`Job`](crate::session::Job) runs without a model.
 pub struct Validator<'a> {
@@ -85,6 +85,8 @@ pub struct Validator<'a> {
     pub template: Option<&'a ChatTemplate>,
     /// The served model name (`model` must match it when given).
     pub model_name: &'a str,
+    /// Other names the model answers to.
+    pub aliases: &'a [String],
     /// Vocabulary size: token ids must lie below it.
     pub vocab: usize,
     /// Split thinking from answers (`--reasoning-format none` keeps it in the content).
@@ -104,11 +106,12 @@ pub struct Rendered {
 
 impl<'a> Validator<'a> {
     /// The validator of a running server.
-    pub fn of(st: &'a AppState) -> Self {
+    pub fn of(st: &'a ModelState) -> Self {
         Validator {
             tokenizer: &st.tokenizer,
             template: st.template.as_ref(),
             model_name: &st.model_name,
+            aliases: &st.aliases,
             vocab: st.engine.info().vocab,
             parse_reasoning: st.parse_reasoning,
             reasoning_budget: st.reasoning_budget,

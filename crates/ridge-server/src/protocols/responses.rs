@@ -129,7 +129,7 @@ impl Validator<'_> {
     ) -> Result<ResponsesJob, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name)?;
+        params::check_model(&f, self.model_name, self.aliases)?;
         for unsupported in ["background", "n"] {
             if f.get(unsupported)
                 .is_some_and(|v| !v.is_null() && v != &json!(false) && v != &json!(1))
@@ -869,7 +869,7 @@ pub mod handlers {
 
     use super::Responses;
     use crate::error::ApiError;
-    use crate::handlers::{read_body, Body};
+    use crate::handlers::{body_and_model, Body};
     use crate::protocols::Validator;
     use crate::session;
     use crate::state::AppState;
@@ -883,12 +883,16 @@ pub mod handlers {
     }
 
     /// `POST /v1/responses`.
-    pub async fn create(State(st): State<Arc<AppState>>, body: Body) -> Response {
-        let store = st.clone();
+    pub async fn create(State(app): State<Arc<AppState>>, body: Body) -> Response {
+        let (b, st) = match body_and_model(&app, body).await {
+            Ok(x) => x,
+            Err(e) => return e.into_response(),
+        };
+        let store = app.clone();
         let lookup = move |id: &str| store.responses.conversation(id);
-        match read_body(body).and_then(|b| Validator::of(&st).responses(&b, &lookup)) {
+        match Validator::of(&st).responses(&b, &lookup) {
             Ok(mut r) => {
-                let a = Responses::new(st.clone(), &mut r);
+                let a = Responses::new(app.clone(), &mut r);
                 session::run(st.clone(), r.job, a).await
             }
             Err(e) => e.into_response(),
