@@ -115,7 +115,10 @@ fn picker_metrics_under_ridges_names_and_vllms() {
         "ridge:prefix_cache_hits_total",
     ] {
         let sample = format!("{name}{{model_name=\"{model}\"}} ");
-        assert!(text.lines().any(|l| l.starts_with(&sample)), "{sample} missing");
+        assert!(
+            text.lines().any(|l| l.starts_with(&sample)),
+            "{sample} missing"
+        );
     }
     drop(s);
     let s = Server::start(&["--metrics-prefix", "vllm"]);

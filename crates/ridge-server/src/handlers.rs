@@ -173,9 +173,9 @@ fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiE
         .to_string();
     let keep = match f.get("keep_alive") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(
-            crate::pool::KeepAlive::parse(v).map_err(|e| ApiError::invalid("keep_alive", e))?,
-        ),
+        Some(v) => {
+            Some(crate::pool::KeepAlive::parse(v).map_err(|e| ApiError::invalid("keep_alive", e))?)
+        }
     };
     Ok((name, keep))
 }
@@ -281,10 +281,10 @@ pub async fn state(State(app): State<Arc<AppState>>) -> Json<Value> {
             v
         })
         .collect();
-    let mut top = list
-        .iter()
-        .find_map(|l| l.model.as_ref())
-        .map_or_else(|| json!({"model": app.pool.entries()[0].id}), |m| engine_state(m));
+    let mut top = list.iter().find_map(|l| l.model.as_ref()).map_or_else(
+        || json!({"model": app.pool.entries()[0].id}),
+        |m| engine_state(m),
+    );
     top["models"] = json!(models);
     Json(top)
 }

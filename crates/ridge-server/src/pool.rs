@@ -112,7 +112,9 @@ impl KeepAlive {
                 .filter(|&n| n > 0)?;
             let value: f64 = rest[..n].parse().ok()?;
             rest = &rest[n..];
-            let u = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+            let u = rest
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(rest.len());
             let scale = match &rest[..u] {
                 "ms" => 1e-3,
                 "s" => 1.0,
@@ -355,9 +357,9 @@ impl ModelPool {
             Some(r) => {
                 let keep = match r.keep_alive {
                     None | Some(Value::Null) => None,
-                    Some(v) => Some(
-                        KeepAlive::parse(&v).map_err(|e| ApiError::invalid("keep_alive", e))?,
-                    ),
+                    Some(v) => {
+                        Some(KeepAlive::parse(&v).map_err(|e| ApiError::invalid("keep_alive", e))?)
+                    }
                 };
                 let name = match r.model {
                     Some(Value::String(s)) => Some(s),
@@ -451,7 +453,10 @@ impl ModelPool {
             v.push(format!("--models-max {}", self.config.models_max));
         }
         if let Some(b) = self.config.max_memory {
-            v.push(format!("--max-memory {:.2} GiB", b as f64 / (1u64 << 30) as f64));
+            v.push(format!(
+                "--max-memory {:.2} GiB",
+                b as f64 / (1u64 << 30) as f64
+            ));
         }
         if v.is_empty() {
             "none".into()
@@ -522,14 +527,13 @@ impl ModelPool {
             return Ok(false);
         }
         let need = slots[i].planned.unwrap_or(0);
-        let (mut count, mut bytes) =
-            slots
-                .iter()
-                .fold((0usize, 0u64), |(c, b), s| match &s.load {
-                    Load::Loaded(m) => (c + 1, b + m.memory_bytes),
-                    Load::Loading => (c + 1, b + s.planned.unwrap_or(0)),
-                    Load::Unloaded => (c, b),
-                });
+        let (mut count, mut bytes) = slots
+            .iter()
+            .fold((0usize, 0u64), |(c, b), s| match &s.load {
+                Load::Loaded(m) => (c + 1, b + m.memory_bytes),
+                Load::Loading => (c + 1, b + s.planned.unwrap_or(0)),
+                Load::Unloaded => (c, b),
+            });
         // Idle models, least recently used first: the ones to unload, in order.
         let mut idle: Vec<(usize, Instant, u64)> = slots
             .iter()
@@ -742,7 +746,14 @@ mod tests {
         assert_eq!(p(json!("2.5s")), secs(2.5));
         assert_eq!(p(json!("45")), secs(45.0));
         assert_eq!(p(json!("-1m")), Ok(KeepAlive::Forever));
-        for bad in [json!("5 minutes"), json!("m"), json!(""), json!(true), json!("5x"), json!(1e300)] {
+        for bad in [
+            json!("5 minutes"),
+            json!("m"),
+            json!(""),
+            json!(true),
+            json!("5x"),
+            json!(1e300),
+        ] {
             assert!(p(bad.clone()).is_err(), "{bad}");
         }
     }

@@ -167,7 +167,12 @@ impl CliLoader {
         } else {
             None
         };
-        if let Some(d) = s.spec.draft_model.as_deref().filter(|_| speculator.is_some()) {
+        if let Some(d) = s
+            .spec
+            .draft_model
+            .as_deref()
+            .filter(|_| speculator.is_some())
+        {
             if let Ok(p) = registry::resolve(d, true) {
                 memory += size_on_disk(&p);
             }
@@ -392,7 +397,10 @@ mod tests {
     fn served_names_go_one_per_model_or_all_to_one() {
         let m = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let one = named_entries(&m(&["a.gguf"]), &m(&["x", "y"])).unwrap();
-        assert_eq!((one[0].id.as_str(), one[0].aliases.clone()), ("x", m(&["y"])));
+        assert_eq!(
+            (one[0].id.as_str(), one[0].aliases.clone()),
+            ("x", m(&["y"]))
+        );
         let two = named_entries(&m(&["a.gguf", "b.gguf"]), &m(&["x", "y"])).unwrap();
         assert_eq!((two[0].id.as_str(), two[1].id.as_str()), ("x", "y"));
         assert!(named_entries(&m(&["a.gguf", "b.gguf"]), &m(&["x"])).is_err());

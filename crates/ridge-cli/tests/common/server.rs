@@ -19,10 +19,18 @@ impl Server {
 
     /// Starts `ridge serve` on the model file `model` with extra args; waits until it listens.
     pub fn start_model(model: &std::path::Path, extra: &[&str]) -> Server {
+        let mut args = vec!["--model", model.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Self::start_args(&args)
+    }
+
+    /// Starts `ridge serve` with exactly `args` (plus a free port and a fixed bandwidth);
+    /// waits until it listens.
+    pub fn start_args(args: &[&str]) -> Server {
         let mut child = super::ridge()
-            .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+            .args(["serve", "--port", "0"])
             .args(["--bandwidth-gbs", "20"])
-            .args(extra)
+            .args(args)
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
