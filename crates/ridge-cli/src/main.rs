@@ -39,8 +39,10 @@ enum Command {
     Perplexity(commands::perplexity::Args),
     /// Measure this machine's memory read bandwidth and arithmetic rate.
     Probe(commands::probe::Args),
-    /// OpenAI-compatible HTTP server with continuous batching.
+    /// OpenAI-compatible HTTP server with continuous batching (one model or several).
     Serve(commands::serve::Args),
+    /// What a running server has loaded: memory, requests in flight, idle time.
+    Ps(commands::ps::Args),
     /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
     Bench(commands::bench::Args),
     /// Predict decode and prefill floors, throughput and cost of a model on a machine.
@@ -100,6 +102,7 @@ fn main() {
         Command::Probe(a) => commands::probe::main(a),
         Command::Bench(a) => commands::bench::main(a),
         Command::Serve(a) => commands::serve::main(a),
+        Command::Ps(a) => commands::ps::main(a),
         Command::Roofline(a) => commands::roofline::main(a),
     };
     if let Err(e) = result {

@@ -295,6 +295,30 @@ fn idle_models_unload_after_their_keep_alive_and_on_request() {
         Value::Null,
         "{smol_entry}"
     );
+    // `ridge ps` shows what is loaded, `--all` everything.
+    let o = common::run(&["ps", "--url", &s.base]);
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    assert_eq!(
+        (rows[0][0], rows[0][1], rows[0].last().copied()),
+        ("smol", "loaded", Some("forever")),
+        "{out}"
+    );
+    let o = common::run(&["ps", "--url", &s.base, "--all"]);
+    let out = common::stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("gemma ") && l.contains("unloaded")),
+        "{out}"
+    );
+    let o = common::run(&["ps", "--url", "http://127.0.0.1:9"]);
+    common::assert_clean_failure(&o, "cannot reach a ridge server");
     let (st, v) = s.post("/models/load", &json!({"model": "../etc/passwd"}));
     assert_eq!(st, 404, "{v}");
     let (st, v) = s.post("/models/load", &json!({}));

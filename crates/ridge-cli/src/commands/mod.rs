@@ -5,6 +5,7 @@ pub mod bench_spec;
 pub mod chat;
 pub mod perplexity;
 pub mod probe;
+pub mod ps;
 pub mod pull;
 pub mod roofline;
 pub mod run;
