@@ -62,23 +62,28 @@ fn wait_status(s: &Server, id: &str, want: &str) -> bool {
     false
 }
 
-#[test]
-fn requests_pick_their_model_and_the_least_recently_used_idle_one_makes_room() {
+/// `ridge serve` on SmolLM2 (`smol`, the default) and Gemma 3 (`gemma`), with `extra`.
+fn two_models(extra: &[&str]) -> Server {
     let (smol, gemma) = (common::smollm2(), common::gemma3());
-    let s = Server::start_args(&[
+    let mut args = vec![
         "--model",
         smol.to_str().unwrap(),
         "--model",
         gemma.to_str().unwrap(),
+    ];
+    args.extend([
         "--served-model-name",
         "smol",
         "--served-model-name",
         "gemma",
-        "--models-max",
-        "1",
-        "--kv-cache-mem",
-        "64",
     ]);
+    args.extend_from_slice(extra);
+    Server::start_args(&args)
+}
+
+#[test]
+fn requests_pick_their_model_and_the_least_recently_used_idle_one_makes_room() {
+    let s = two_models(&["--models-max", "1", "--kv-cache-mem", "64"]);
     // The default loads before the server listens; the other waits for its first request.
     assert_eq!(
         statuses(&s),
@@ -140,21 +145,7 @@ fn requests_pick_their_model_and_the_least_recently_used_idle_one_makes_room() {
 
 #[test]
 fn an_unload_never_cuts_a_request_in_flight_and_two_models_run_at_once() {
-    let (smol, gemma) = (common::smollm2(), common::gemma3());
-    let s = Server::start_args(&[
-        "--model",
-        smol.to_str().unwrap(),
-        "--model",
-        gemma.to_str().unwrap(),
-        "--served-model-name",
-        "smol",
-        "--served-model-name",
-        "gemma",
-        "--models-max",
-        "1",
-        "--kv-cache-mem",
-        "64",
-    ]);
+    let s = two_models(&["--models-max", "1", "--kv-cache-mem", "64"]);
     let url = s.url("/v1/completions");
     // A long request on the loaded model, and then one for the other model, which needs its
     // slot: the second waits for the first to finish instead of unloading it.
@@ -186,18 +177,7 @@ fn an_unload_never_cuts_a_request_in_flight_and_two_models_run_at_once() {
 
     // With room for both, requests to the two models are in flight together.
     drop(s);
-    let s = Server::start_args(&[
-        "--model",
-        smol.to_str().unwrap(),
-        "--model",
-        gemma.to_str().unwrap(),
-        "--served-model-name",
-        "smol",
-        "--served-model-name",
-        "gemma",
-        "--kv-cache-mem",
-        "64",
-    ]);
+    let s = two_models(&["--kv-cache-mem", "64"]);
     let (st, _) = s.post("/models/load", &json!({"model": "gemma"}));
     assert_eq!(st, 200);
     let spawn = |model: &'static str| {
@@ -242,21 +222,7 @@ fn url_of(s: &Server) -> String {
 
 #[test]
 fn idle_models_unload_after_their_keep_alive_and_on_request() {
-    let (smol, gemma) = (common::smollm2(), common::gemma3());
-    let s = Server::start_args(&[
-        "--model",
-        smol.to_str().unwrap(),
-        "--model",
-        gemma.to_str().unwrap(),
-        "--served-model-name",
-        "smol",
-        "--served-model-name",
-        "gemma",
-        "--keep-alive",
-        "-1",
-        "--kv-cache-mem",
-        "64",
-    ]);
+    let s = two_models(&["--keep-alive", "-1", "--kv-cache-mem", "64"]);
     // A request's keep_alive (ollama's): 0 unloads the model once the request is done.
     let (st, v) = s.post(
         "/v1/completions",
