@@ -184,7 +184,7 @@ fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiE
 pub async fn load_model(State(app): State<Arc<AppState>>, body: Body) -> Response {
     let r = async {
         let (name, keep) = model_of(body)?;
-        app.pool.load(&name, keep).await
+        app.pool.get(Some(&name), keep).await
     };
     match r.await {
         Ok(m) => Json(json!({"success": true, "model": m.model_name, "status": "loaded"}))

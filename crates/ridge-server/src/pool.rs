@@ -650,15 +650,6 @@ impl ModelPool {
             .collect()
     }
 
-    /// Loads the model named `name` (`POST /models/load`), with an optional keep-alive.
-    pub async fn load(
-        self: &Arc<Self>,
-        name: &str,
-        keep_alive: Option<KeepAlive>,
-    ) -> Result<Arc<ModelState>, ApiError> {
-        self.get(Some(name), keep_alive).await
-    }
-
     /// Unloads the model named `name` (`POST /models/unload`): now when it is idle (returns
     /// `true` once its memory is freed), else as soon as its last request ends (`false`).
     pub async fn unload(self: &Arc<Self>, name: &str) -> Result<bool, ApiError> {

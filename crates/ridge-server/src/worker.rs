@@ -33,9 +33,14 @@ use crate::state::AppState;
 /// How long `/health_generate` waits for its token.
 pub const HEALTH_GENERATE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The default model (the one these single-model probes describe), loaded if it is not.
+async fn default_model(app: &AppState) -> Result<Arc<crate::state::ModelState>, ApiError> {
+    app.pool.get(None, None).await
+}
+
 /// `GET /server_info` and `/get_server_info`.
 pub async fn server_info(State(app): State<Arc<AppState>>) -> Response {
-    let st = match app.pool.get(None, None).await {
+    let st = match default_model(&app).await {
         Ok(m) => m,
         Err(e) => return e.into_response(),
     };
@@ -60,7 +65,7 @@ pub async fn server_info(State(app): State<Arc<AppState>>) -> Response {
 
 /// `GET /model_info` and `/get_model_info`.
 pub async fn model_info(State(app): State<Arc<AppState>>) -> Response {
-    let st = match app.pool.get(None, None).await {
+    let st = match default_model(&app).await {
         Ok(m) => m,
         Err(e) => return e.into_response(),
     };
@@ -119,7 +124,7 @@ pub async fn health_generate(State(app): State<Arc<AppState>>) -> Response {
     let unhealthy = |why: String| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unhealthy", why).into_response()
     };
-    let st = match app.pool.get(None, None).await {
+    let st = match default_model(&app).await {
         Ok(m) => m,
         Err(e) => return unhealthy(e.message),
     };
