@@ -25,7 +25,7 @@ pub fn load(model: Option<&str>) -> Result<Loaded> {
 /// on demand).
 pub fn load_quiet(model: Option<&str>, quiet: bool) -> Result<Loaded> {
     let arg = model.unwrap_or(registry::DEFAULT_MODEL);
-    let path = registry::resolve(arg, quiet)?;
+    let path = crate::models::resolve(arg, quiet)?;
     let spinner = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -54,7 +54,7 @@ fn loading_spinner(path: &std::path::Path) -> indicatif::ProgressBar {
 
 /// Loads only the tokenizer (for `tokenize`, which needs no weights bound).
 pub fn load_tokenizer(model: &str) -> Result<Tokenizer> {
-    let path = registry::resolve(model, false)?;
+    let path = crate::models::resolve(model, false)?;
     let file = ridge_gguf::GgufFile::open(&path)?;
     Tokenizer::from_gguf(&file).with_context(|| format!("{}: tokenizer", path.display()))
 }

@@ -5,7 +5,9 @@
 //! code 1, whatever their source (bad flag, bad file, bad prompt).
 
 mod commands;
+mod hub;
 mod load;
+mod models;
 mod progress;
 mod spec_args;
 

@@ -123,7 +123,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// Name is neither a file nor a known model.
-    #[error("`{0}` is neither a model file nor a known model name (known: {names})", names = known_names())]
+    #[error("`{0}` is neither a model file, a known model name (known: {names}) nor a Hub name (hf.co/OWNER/REPO[:QUANT])", names = known_names())]
     Unknown(String),
     /// File-system trouble.
     #[error("{path}: {source}")]

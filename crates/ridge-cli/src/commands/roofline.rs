@@ -89,7 +89,7 @@ fn load_spec(a: &Args) -> Result<ModelSpec> {
     if a.weight_dtype.is_some() {
         bail!("--weight-dtype applies to config.json models; a GGUF file's tensor index already says how its weights are stored");
     }
-    let path = ridge_model::registry::resolve(&a.model, false)?;
+    let path = crate::models::resolve(&a.model, false)?;
     let file = ridge_gguf::GgufFile::open(&path)?;
     Ok(ModelSpec::from_gguf(&file)?)
 }

@@ -173,7 +173,7 @@ impl CliLoader {
             .as_deref()
             .filter(|_| speculator.is_some())
         {
-            if let Ok(p) = registry::resolve(d, true) {
+            if let Ok(p) = crate::models::resolve(d, true) {
                 memory += size_on_disk(&p);
             }
         }
@@ -213,7 +213,7 @@ impl CliLoader {
 impl Loader for CliLoader {
     fn plan(&self, entry: &ModelEntry) -> Result<u64, String> {
         let plan = || -> Result<u64> {
-            let path = registry::resolve(&entry.source, true)?;
+            let path = crate::models::resolve(&entry.source, true)?;
             let f = ridge_gguf::GgufFile::open(&path)?;
             let cfg = ModelConfig::from_gguf(&f)?;
             let (_, kv) = kv_plan(&self.settings, &cfg)?;
@@ -317,7 +317,9 @@ pub fn scan_dir(dir: &Path) -> Result<Vec<ModelEntry>> {
 }
 
 /// The cache's models: the default first (pulled at start if missing), then every other
-/// registry model already cached.
+/// registry model already cached, then every GGUF in the Hugging Face cache (named
+/// `hf.co/OWNER/REPO:TAG`; where several snapshots hold the same name, the one `main` points
+/// at).
 pub fn cached_entries() -> Vec<ModelEntry> {
     let mut out = vec![ModelEntry {
         id: registry::DEFAULT_MODEL.to_string(),
@@ -334,6 +336,27 @@ pub fn cached_entries() -> Vec<ModelEntry> {
                 size_bytes: m.size,
             });
         }
+    }
+    let mut hub = crate::hub::cache::models();
+    hub.sort_by_key(|m| {
+        crate::hub::cache::read_ref(&m.repo, "main").as_deref() != Some(m.commit.as_str())
+    });
+    for m in hub {
+        let id = m.name();
+        if out.iter().any(|e| e.id == id) {
+            continue;
+        }
+        let size_bytes = m
+            .files
+            .iter()
+            .map(|f| size_on_disk(&crate::hub::cache::snapshot_path(&m.repo, &m.commit, f)))
+            .sum();
+        out.push(ModelEntry {
+            id,
+            aliases: Vec::new(),
+            source: m.path.display().to_string(),
+            size_bytes,
+        });
     }
     out
 }
