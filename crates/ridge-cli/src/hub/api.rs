@@ -105,6 +105,12 @@ impl Hub {
         if status.is_success() {
             return Ok(resp);
         }
+        let code = resp
+            .headers()
+            .get("x-error-code")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
         let body: String = resp.text().unwrap_or_default().chars().take(200).collect();
         let detail = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
@@ -117,19 +123,28 @@ impl Hub {
             "it is gated or private: accept its terms on its Hub page, then set HF_TOKEN to \
              a read token (or run `hf auth login`)"
         };
+        let private = if self.token.is_none() {
+            " (a private repository also answers so without HF_TOKEN)"
+        } else {
+            ""
+        };
+        match (code.as_str(), status) {
+            ("RepoNotFound", _) => bail!(
+                "{repo}: no such repository on {}{private}; check the name",
+                self.endpoint
+            ),
+            ("RevisionNotFound", _) => bail!("{repo}: {}", detail.trim()),
+            ("EntryNotFound", _) => bail!("{repo}: file not found: {}", detail.trim()),
+            _ => {}
+        }
         match status {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 bail!("{repo}: the Hub answered {status}: {how}")
             }
             StatusCode::NOT_FOUND => bail!(
-                "{repo}: not found on {} ({}); check the name{}",
+                "{repo}: not found on {} ({}){private}; check the name",
                 self.endpoint,
-                detail.trim(),
-                if self.token.is_none() {
-                    " (a private repository also answers 404 without HF_TOKEN)"
-                } else {
-                    ""
-                }
+                detail.trim()
             ),
             s if s.is_server_error() => Err(anyhow!(Unreachable(format!(
                 "{repo}: the Hub at {} answered {s}",
@@ -188,7 +203,11 @@ impl Hub {
                     .map(|o| o.trim_start_matches("sha256:").to_ascii_lowercase());
                 let oid = s("oid").unwrap_or_default();
                 if !safe_path(&path)
-                    || !sha256.as_deref().unwrap_or(&oid).bytes().all(|b| b.is_ascii_hexdigit())
+                    || !sha256
+                        .as_deref()
+                        .unwrap_or(&oid)
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit())
                 {
                     bail!("{repo}: the Hub listed a file with an unsafe name or id: {it}");
                 }
@@ -226,7 +245,11 @@ impl Hub {
         let url = format!(
             "{}/{repo}/resolve/{commit}/{}",
             self.endpoint,
-            file.path.split('/').map(encode).collect::<Vec<_>>().join("/")
+            file.path
+                .split('/')
+                .map(encode)
+                .collect::<Vec<_>>()
+                .join("/")
         );
         let mut last = None;
         for attempt in 0..ATTEMPTS {
@@ -327,7 +350,11 @@ fn verify(part: &Path, file: &RepoFile) -> Result<()> {
     let mut h = Sha256::new();
     let n = std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", part.display()))?;
     if n != file.size {
-        bail!("{}: {n} bytes downloaded, the Hub lists {}", file.path, file.size);
+        bail!(
+            "{}: {n} bytes downloaded, the Hub lists {}",
+            file.path,
+            file.size
+        );
     }
     if let Some(want) = &file.sha256 {
         let got = format!("{:x}", h.finalize());
@@ -374,7 +401,12 @@ fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
         params
             .split(';')
             .any(|p| p.trim().replace(' ', "") == "rel=\"next\"")
-            .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_string())
+            .then(|| {
+                url.trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_string()
+            })
     })
 }
 
@@ -408,13 +440,17 @@ mod tests {
         let mut h = reqwest::header::HeaderMap::new();
         h.insert(
             reqwest::header::LINK,
-            "<https://x/api/models/a/b/tree/c?cursor=Z>; rel=\"next\"".parse().unwrap(),
+            "<https://x/api/models/a/b/tree/c?cursor=Z>; rel=\"next\""
+                .parse()
+                .unwrap(),
         );
         assert_eq!(
             next_link(&h).as_deref(),
             Some("https://x/api/models/a/b/tree/c?cursor=Z")
         );
-        assert!(safe_path("a/b.gguf") && !safe_path("../x") && !safe_path("/x") && !safe_path("a//b"));
+        assert!(
+            safe_path("a/b.gguf") && !safe_path("../x") && !safe_path("/x") && !safe_path("a//b")
+        );
         assert_eq!(encode("refs/pr/1"), "refs%2Fpr%2F1");
     }
 }

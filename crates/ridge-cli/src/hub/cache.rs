@@ -17,7 +17,11 @@ use anyhow::{Context, Result};
 
 /// The cache root: `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`.
 pub fn root() -> PathBuf {
-    let var = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(d) = var("HF_HUB_CACHE") {
         return d;
     }
@@ -118,7 +122,9 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![base.clone()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -203,7 +209,10 @@ mod tests {
 
     #[test]
     fn folder_names_round_trip() {
-        assert_eq!(repo_of_dir("models--ggml-org--gemma-3-4b-it-GGUF").as_deref(), Some("ggml-org/gemma-3-4b-it-GGUF"));
+        assert_eq!(
+            repo_of_dir("models--ggml-org--gemma-3-4b-it-GGUF").as_deref(),
+            Some("ggml-org/gemma-3-4b-it-GGUF")
+        );
         assert_eq!(repo_of_dir("datasets--a--b"), None);
         assert!(is_commit(&"a".repeat(40)) && !is_commit("main"));
     }

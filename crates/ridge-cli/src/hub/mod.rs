@@ -39,10 +39,7 @@ fn pick(r: &HubRef, paths: &[&str]) -> Result<Vec<String>, String> {
         Pick::File(f) => {
             if let Some(c) = cands.iter().find(|c| c.files.iter().any(|x| x == f)) {
                 if c.first() != f {
-                    return Err(format!(
-                        "`{f}` is not the first shard; name {}",
-                        c.first()
-                    ));
+                    return Err(format!("`{f}` is not the first shard; name {}", c.first()));
                 }
                 return Ok(c.files.clone());
             }
