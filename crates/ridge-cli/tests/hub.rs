@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+use common::server::Server;
 use common::*;
 use sha2::{Digest, Sha256};
 
@@ -412,4 +413,52 @@ fn offline_mode_uses_only_the_cache() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn serve_takes_hub_names_and_lists_the_hub_cache() {
+    let hub = Hub::start(
+        &[(REPO, smol_repo(vec![]), serde_json::json!({}))],
+        serde_json::json!({}),
+    );
+    let name = format!("hf.co/{REPO}:Q4_1");
+    let endpoint = hub.endpoint();
+    let cache = hub.cache();
+    let env = [
+        ("HF_ENDPOINT", std::ffi::OsStr::new(&endpoint)),
+        ("HF_HUB_CACHE", cache.as_os_str()),
+    ];
+    let ask = |s: &Server, model: &str| {
+        let (code, v) = s.post(
+            "/v1/chat/completions",
+            &serde_json::json!({"model": model, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}]}),
+        );
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["model"], model);
+    };
+    {
+        // Pulled before the server listens, then served under its Hub name.
+        let s = Server::start_env(&["--model", &name], &env);
+        let (_, list) = s.get("/v1/models");
+        let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+        assert_eq!(list["data"][0]["id"], name.as_str(), "{list}");
+        ask(&s, &name);
+    }
+    // With no --model the cache's Hub models are served too, offline.
+    let offline = [
+        env[0],
+        env[1],
+        ("HF_HUB_OFFLINE", std::ffi::OsStr::new("1")),
+    ];
+    let s = Server::start_env(&[], &offline);
+    let (_, list) = s.get("/v1/models");
+    let ids: Vec<String> = serde_json::from_str::<serde_json::Value>(&list).unwrap()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.contains(&name), "{ids:?}");
+    ask(&s, &name);
 }

@@ -242,14 +242,7 @@ fn listed_gguf(name: &str) -> bool {
 
 /// The shard number of a `NAME-0000K-of-0000N.gguf` file.
 fn split_part(lower: &str) -> Option<u32> {
-    let stem = lower.strip_suffix(".gguf")?;
-    let (head, n) = stem.rsplit_once("-of-")?;
-    let (_, k) = head.rsplit_once('-')?;
-    if k.len() == 5 && n.len() == 5 && n.bytes().all(|b| b.is_ascii_digit()) {
-        k.parse().ok()
-    } else {
-        None
-    }
+    crate::hub::select::shard_of(lower).map(|(_, k, _)| k)
 }
 
 /// A model's id from its file name: the name without `.gguf` (and without a split suffix).

@@ -85,6 +85,11 @@ impl Hub {
         })
     }
 
+    /// The endpoint's base URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     fn get(&self, url: &str) -> reqwest::blocking::RequestBuilder {
         let r = self.http.get(url);
         match &self.token {

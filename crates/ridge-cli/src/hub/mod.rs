@@ -121,6 +121,14 @@ pub fn pull(r: &HubRef, quiet: bool) -> Result<PathBuf> {
     let total: u64 = missing.iter().map(|f| f.size).sum();
     let bar = bar(total, quiet);
     let mut before = 0u64;
+    if quiet && !missing.is_empty() {
+        // A server loading on demand has no bar; its log says why the load takes a while.
+        eprintln!(
+            "pulling {r}: {:.0} MB from {}",
+            total as f64 / 1e6,
+            hub.endpoint()
+        );
+    }
     for (i, f) in missing.iter().enumerate() {
         bar.set_message(if missing.len() > 1 {
             format!("pulling {r} ({}/{})", i + 1, missing.len())

@@ -27,7 +27,16 @@ impl Server {
     /// Starts `ridge serve` with exactly `args` (plus a free port and a fixed bandwidth);
     /// waits until it listens.
     pub fn start_args(args: &[&str]) -> Server {
-        let mut child = super::ridge()
+        Self::start_env(args, &[])
+    }
+
+    /// [`Server::start_args`] with extra environment variables.
+    pub fn start_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Server {
+        let mut cmd = super::ridge();
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .args(["serve", "--port", "0"])
             .args(["--bandwidth-gbs", "20"])
             .args(args)
