@@ -69,3 +69,24 @@ fn chromium_streams_an_answer_with_its_speed_on_the_page() {
     let log = s.stderr.lock().unwrap().join("\n");
     assert!(!log.contains("panicked"), "{log}");
 }
+
+#[test]
+fn the_model_picker_sends_to_the_model_picked() {
+    let (a, b) = (common::smollm2(), common::qwen2_0_5b());
+    let s = Server::start_args(&[
+        "--model",
+        a.to_str().unwrap(),
+        "--model",
+        b.to_str().unwrap(),
+        "--served-model-name",
+        "smol",
+        "--served-model-name",
+        "qwen",
+    ]);
+    let out = common::python_check(
+        "chat_page_models_check.py",
+        &[s.base.as_ref(), "smol".as_ref(), "qwen".as_ref()],
+    );
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert!(!summary["answer"].as_str().unwrap().is_empty(), "{summary}");
+}
