@@ -30,8 +30,36 @@ pub fn offline() -> bool {
     })
 }
 
-/// The chosen model's files among `paths` (first shard first).
+/// The chosen model's files among `paths` (first shard first); a choice that lands on a split
+/// set with shards missing says which.
 fn pick(r: &HubRef, paths: &[&str]) -> Result<Vec<String>, String> {
+    pick_complete(r, paths).map_err(|e| {
+        let hit = |first: &str| match &r.pick {
+            Pick::Default => select::has_tag(first, select::DEFAULT_TAG),
+            Pick::Quant(q) => select::has_tag(first, q),
+            Pick::File(f) => {
+                select::shard_of(f).map(|s| s.0) == select::shard_of(first).map(|s| s.0)
+            }
+        };
+        match select::incomplete_sets(paths.iter().copied())
+            .into_iter()
+            .find(|s| hit(&s.0))
+        {
+            Some((shard, n, missing)) => format!(
+                "the split model {shard} has {n} shards but the repository lacks shard{} {}",
+                if missing.len() > 1 { "s" } else { "" },
+                missing
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => e,
+        }
+    })
+}
+
+fn pick_complete(r: &HubRef, paths: &[&str]) -> Result<Vec<String>, String> {
     let cands = select::candidates(paths.iter().copied());
     match &r.pick {
         Pick::Default => select::choose(&cands, None).map(|c| c.files),
@@ -43,7 +71,7 @@ fn pick(r: &HubRef, paths: &[&str]) -> Result<Vec<String>, String> {
                 }
                 return Ok(c.files.clone());
             }
-            if paths.contains(&f.as_str()) {
+            if paths.contains(&f.as_str()) && select::shard_of(f).is_none_or(|s| s.2 == 1) {
                 return Ok(vec![f.clone()]);
             }
             Err(format!(

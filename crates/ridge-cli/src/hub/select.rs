@@ -101,6 +101,32 @@ pub fn candidates<'a>(paths: impl IntoIterator<Item = &'a str>) -> Vec<Candidate
     singles
 }
 
+/// Split sets among `paths` that lack shards: `(a shard present, shard count, missing numbers)`.
+pub fn incomplete_sets<'a>(
+    paths: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, u32, Vec<u32>)> {
+    let mut groups: std::collections::BTreeMap<(String, u32), Vec<(u32, String)>> =
+        Default::default();
+    for p in paths {
+        if let Some((prefix, i, n)) = shard_of(p).filter(|s| s.2 > 1) {
+            groups
+                .entry((prefix.to_string(), n))
+                .or_default()
+                .push((i, p.to_string()));
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|((_, n), mut shards)| {
+            shards.sort();
+            let missing: Vec<u32> = (1..=n)
+                .filter(|i| !shards.iter().any(|s| s.0 == *i))
+                .collect();
+            (!missing.is_empty()).then(|| (shards[0].1.clone(), n, missing))
+        })
+        .collect()
+}
+
 /// True when `tag` appears in `path` as a whole piece (case-insensitive).
 pub fn has_tag(path: &str, tag: &str) -> bool {
     let (p, t) = (path.to_ascii_lowercase(), tag.to_ascii_lowercase());
@@ -209,6 +235,8 @@ mod tests {
         let e = choose(&c, None).unwrap_err();
         assert!(e.contains("matches 2 files"), "{e}");
         assert!(choose(&[], None).unwrap_err().contains("no GGUF"));
+        let gaps = incomplete_sets(["a/m-00001-of-00003.gguf", "a/m-00003-of-00003.gguf"]);
+        assert_eq!(gaps, [("a/m-00001-of-00003.gguf".to_string(), 3, vec![2])]);
     }
 
     #[test]
