@@ -47,6 +47,20 @@ pub fn split_path(prefix: impl AsRef<Path>, no: u32, count: u32) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The files a model at `path` is made of, judged by name alone (nothing is opened): all N
+/// shard paths when `path` is named as the first shard of N > 1 (`NAME-00001-of-0000N.gguf`),
+/// else `[path]`. For sizes on disk without mapping the model; [`GgufFile::shards`] is the
+/// checked list of an opened one.
+///
+/// [`GgufFile::shards`]: crate::GgufFile::shards
+pub fn shard_paths(path: impl AsRef<Path>) -> Vec<PathBuf> {
+    let path = path.as_ref();
+    match SplitName::parse(path) {
+        Some(n) if n.no == 1 && n.count > 1 => (1..=n.count).map(|k| n.path(k)).collect(),
+        _ => vec![path.to_path_buf()],
+    }
+}
+
 /// A path of the form `{prefix}-{no:05}-of-{count:05}.gguf`, taken apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SplitName {
@@ -501,6 +515,12 @@ mod tests {
         assert_eq!((n.no, n.count), (1, 3));
         assert_eq!(n.path(2), Path::new("/m/Big-Model-00002-of-00003.gguf"));
         assert_eq!(n.file_name(3), "Big-Model-00003-of-00003.gguf");
+        assert_eq!(shard_paths("/m/Big-Model-00001-of-00003.gguf").len(), 3);
+        assert_eq!(shard_paths("/m/Big-Model-00002-of-00003.gguf").len(), 1);
+        assert_eq!(
+            shard_paths("/m/model.gguf"),
+            vec![PathBuf::from("/m/model.gguf")]
+        );
         for plain in [
             "/m/model.gguf",
             "/m/x-1-of-3.gguf",
