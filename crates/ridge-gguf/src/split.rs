@@ -492,16 +492,17 @@ impl Drop for Region {
 }
 
 /// The `split.*` entries the writer puts in shard `no` (0-based) of `count` holding `tensors`
-/// in all: the types llama.cpp's `gguf-split` writes.
+/// in all: the types and the order llama.cpp's `gguf-split` writes (it sets `split.count` last),
+/// so a model split by ridge is byte for byte what `gguf-split --split-max-tensors` makes.
 pub(crate) fn split_keys(no: usize, count: usize, tensors: usize) -> [(String, MetadataValue); 3] {
     let u16_of = |v: usize| MetadataValue::U16(u16::try_from(v).unwrap_or(u16::MAX));
     [
         (KEY_NO.to_string(), u16_of(no)),
-        (KEY_COUNT.to_string(), u16_of(count)),
         (
             KEY_TENSORS.to_string(),
             MetadataValue::I32(i32::try_from(tensors).unwrap_or(i32::MAX)),
         ),
+        (KEY_COUNT.to_string(), u16_of(count)),
     ]
 }
 
