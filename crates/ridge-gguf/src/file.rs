@@ -167,7 +167,8 @@ impl GgufFile {
     /// [`GgufFile::open`]. `name` stands in for the path in error messages (e.g. `"<memory>"`).
     ///
     /// ridge itself always maps files; this entry point exists for tests and fuzzing, which
-    /// build or mutate images in memory, and for callers that already hold the bytes.
+    /// build or mutate images in memory, and for callers that already hold the bytes. One shard
+    /// of a split model parses as the lone file it is: no other shard is looked for.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, GgufError> {
         Self::parse(name.into(), Data::Owned(bytes))
     }
