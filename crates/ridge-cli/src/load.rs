@@ -41,7 +41,10 @@ pub fn load_quiet(model: Option<&str>, quiet: bool) -> Result<Loaded> {
 
 /// A spinner while the weights are mapped and repacked into tiles (seconds for a 1 GB model).
 fn loading_spinner(path: &std::path::Path) -> indicatif::ProgressBar {
-    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let size: u64 = ridge_gguf::shard_paths(path)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

@@ -29,7 +29,8 @@ pub struct TensorInfo {
     pub dims: Vec<u64>,
     /// Element type.
     pub ty: GgmlType,
-    /// Absolute byte offset of the data in the file.
+    /// Absolute byte offset of the data in [`GgufFile::bytes`] (for a split model, the shard's
+    /// base in the combined view plus the offset in the shard).
     pub offset: usize,
     /// Size of the data in bytes.
     pub size: usize,
@@ -52,10 +53,13 @@ impl TensorInfo {
     }
 }
 
-/// The bytes behind a [`GgufFile`]: a read-only memory map of a file on disk, or a buffer the
-/// caller handed over ([`GgufFile::from_bytes`], used by tests and fuzzing).
-enum Data {
+/// The bytes behind a [`GgufFile`]: a read-only memory map of a file on disk, the shards of a
+/// split model mapped side by side into one reserved region (unix), or a buffer (the caller's,
+/// from [`GgufFile::from_bytes`], or a split model read into memory where there is no mmap).
+pub(crate) enum Data {
     Mapped(Mmap),
+    #[cfg(unix)]
+    Split(crate::split::Region),
     Owned(Vec<u8>),
 }
 
@@ -65,6 +69,8 @@ impl std::ops::Deref for Data {
     fn deref(&self) -> &[u8] {
         match self {
             Data::Mapped(m) => m,
+            #[cfg(unix)]
+            Data::Split(r) => r,
             Data::Owned(v) => v,
         }
     }
@@ -73,6 +79,10 @@ impl std::ops::Deref for Data {
 /// An open GGUF file. Tensor data is borrowed from the memory map; nothing is copied.
 pub struct GgufFile {
     path: PathBuf,
+    /// Every file behind the model: `[path]`, or all shards of a split model in order.
+    shards: Vec<PathBuf>,
+    /// Bytes on disk over all shards (the view may be longer: shards start on page boundaries).
+    file_size: usize,
     map: Data,
     version: u32,
     alignment: u64,
@@ -86,6 +96,7 @@ impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
             .field("path", &self.path)
+            .field("shards", &self.shards.len())
             .field("version", &self.version)
             .field("metadata", &self.metadata.len())
             .field("tensors", &self.tensors.len())
@@ -95,37 +106,39 @@ impl std::fmt::Debug for GgufFile {
 
 impl GgufFile {
     /// Opens and validates a GGUF file (v2 or v3).
+    ///
+    /// Given the first shard of a split model (`NAME-00001-of-0000N.gguf`, or a file whose
+    /// `split.count` is above 1), opens all N shards and presents them as one file (the shards
+    /// mapped side by side; see the crate docs). A later shard given directly is an error
+    /// naming the first.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io {
-            path: path.clone(),
-            source,
-        };
-        let file = std::fs::File::open(&path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if meta.is_dir() {
-            return Err(GgufError::Malformed {
-                path,
-                message: "is a directory, not a GGUF file".into(),
-            });
-        }
-        if meta.len() < 24 {
-            return Err(GgufError::Malformed {
-                path,
-                message: format!(
-                    "file is {} bytes, too small to hold a GGUF header (24 bytes)",
-                    meta.len()
-                ),
-            });
-        }
+        let file = open_checked(&path)?;
         // SAFETY: the map is read-only (a shared mapping ridge never writes through), and every
         // slice handed out is checked against its length at parse time. Removing the file or
         // renaming another over it is harmless (the mapping keeps the inode). If another process
         // truncates or rewrites the same inode while it is mapped, reads of the lost pages fault
         // (SIGBUS); RELIABILITY.md documents that model files must be replaced by rename, never
         // modified in place, as every mmap-based loader (llama.cpp included) requires.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(path, Data::Mapped(map))
+        let map = unsafe { Mmap::map(&file) }.map_err(|source| GgufError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let layout = parse_layout(&map).map_err(|message| GgufError::Malformed {
+            path: path.clone(),
+            message,
+        })?;
+        match crate::split::plan(&path, &layout)? {
+            None => {
+                let size = map.len();
+                Self::build(path.clone(), vec![path], size, Data::Mapped(map), layout)
+            }
+            Some(name) => {
+                drop(map);
+                let s = crate::split::open_shards(&path, &name)?;
+                Self::build(path, s.shards, s.file_size, s.data, s.layout)
+            }
+        }
     }
 
     /// Tells the kernel that `len` bytes at `offset` will not be read again (a tensor a loader
@@ -133,15 +146,19 @@ impl GgufFile {
     /// should they be read after all, they are faulted back in from the file, unchanged.
     pub fn release(&self, offset: usize, len: usize) {
         #[cfg(unix)]
-        if let Data::Mapped(m) = &self.map {
-            if offset.checked_add(len).is_some_and(|end| end <= m.len()) {
-                // SAFETY: the map is a read-only file mapping, so dropping its pages loses
-                // nothing: any later read faults the same bytes back in from the file, and no
-                // slice handed out observes a change. Failure only leaves the pages resident.
-                let _ = unsafe {
-                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
-                };
+        match &self.map {
+            Data::Mapped(m) => {
+                if offset.checked_add(len).is_some_and(|end| end <= m.len()) {
+                    // SAFETY: the map is a read-only file mapping, so dropping its pages loses
+                    // nothing: any later read faults the same bytes back in from the file, and
+                    // no slice handed out observes a change. Failure only leaves them resident.
+                    let _ = unsafe {
+                        m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+                    };
+                }
             }
+            Data::Split(r) => r.release(offset, len),
+            Data::Owned(_) => {}
         }
         let _ = (offset, len);
     }
@@ -150,17 +167,28 @@ impl GgufFile {
     /// [`GgufFile::open`]. `name` stands in for the path in error messages (e.g. `"<memory>"`).
     ///
     /// ridge itself always maps files; this entry point exists for tests and fuzzing, which
-    /// build or mutate images in memory, and for callers that already hold the bytes.
+    /// build or mutate images in memory, and for callers that already hold the bytes. One shard
+    /// of a split model parses as the lone file it is: no other shard is looked for.
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self, GgufError> {
         Self::parse(name.into(), Data::Owned(bytes))
     }
 
     fn parse(path: PathBuf, map: Data) -> Result<Self, GgufError> {
-        let parsed = parse_layout(&map);
-        let layout = match parsed {
+        let layout = match parse_layout(&map) {
             Ok(l) => l,
             Err(message) => return Err(GgufError::Malformed { path, message }),
         };
+        let size = map.len();
+        Self::build(path.clone(), vec![path], size, map, layout)
+    }
+
+    fn build(
+        path: PathBuf,
+        shards: Vec<PathBuf>,
+        file_size: usize,
+        map: Data,
+        layout: Layout,
+    ) -> Result<Self, GgufError> {
         let mut metadata_index = HashMap::with_capacity(layout.metadata.len());
         for (i, (k, _)) in layout.metadata.iter().enumerate() {
             if metadata_index.insert(k.clone(), i).is_some() {
@@ -181,6 +209,8 @@ impl GgufFile {
         }
         Ok(GgufFile {
             path,
+            shards,
+            file_size,
             map,
             version: layout.version,
             alignment: layout.alignment,
@@ -191,9 +221,15 @@ impl GgufFile {
         })
     }
 
-    /// The path the file was opened from.
+    /// The path the file was opened from (for a split model, its first shard).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Every file behind this model, in order: just [`GgufFile::path`] for a single file, all
+    /// shards (the first one first) for a split model.
+    pub fn shards(&self) -> &[PathBuf] {
+        &self.shards
     }
 
     /// GGUF format version (2 or 3).
@@ -206,9 +242,9 @@ impl GgufFile {
         self.alignment
     }
 
-    /// Size of the mapped file in bytes.
+    /// Size of the model on disk in bytes: the file, or the sum of all shards' sizes.
     pub fn file_size(&self) -> usize {
-        self.map.len()
+        self.file_size
     }
 
     /// All metadata entries in file order.
@@ -324,20 +360,48 @@ impl GgufFile {
         &self.map[t.offset..t.offset + t.size]
     }
 
-    /// The whole mapped file.
+    /// The whole mapped file; for a split model, all shards side by side, each starting on a
+    /// page boundary (the bytes between one shard's end and the next one's start read as zero).
     pub fn bytes(&self) -> &[u8] {
         &self.map
     }
 }
 
-struct Layout {
-    version: u32,
-    alignment: u64,
-    metadata: Vec<(String, MetadataValue)>,
-    tensors: Vec<TensorInfo>,
+/// Opens `path` for reading and checks it can be a GGUF file: not a folder, at least a header.
+pub(crate) fn open_checked(path: &Path) -> Result<std::fs::File, GgufError> {
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(GgufError::Malformed {
+            path: path.to_path_buf(),
+            message: "is a directory, not a GGUF file".into(),
+        });
+    }
+    if meta.len() < 24 {
+        return Err(GgufError::Malformed {
+            path: path.to_path_buf(),
+            message: format!(
+                "file is {} bytes, too small to hold a GGUF header (24 bytes)",
+                meta.len()
+            ),
+        });
+    }
+    Ok(file)
 }
 
-fn parse_layout(bytes: &[u8]) -> ParseResult<Layout> {
+/// What [`parse_layout`] reads from one file: header fields, metadata, tensor index.
+pub(crate) struct Layout {
+    pub(crate) version: u32,
+    pub(crate) alignment: u64,
+    pub(crate) metadata: Vec<(String, MetadataValue)>,
+    pub(crate) tensors: Vec<TensorInfo>,
+}
+
+pub(crate) fn parse_layout(bytes: &[u8]) -> ParseResult<Layout> {
     let mut c = Cursor::new(bytes);
     let magic = c.take(4, "magic")?;
     if magic != GGUF_MAGIC {

@@ -10,16 +10,23 @@
 //! file is checked against the bytes that remain before anything is allocated or sliced, so a
 //! header claiming 2^60 tensors or a 4 GiB string fails with [`GgufError`] naming the file and the
 //! problem instead of a panic or an out-of-memory abort.
+//!
+//! A model split by llama.cpp's `gguf-split` (`NAME-00001-of-0000N.gguf` …) opens as one
+//! [`GgufFile`] from its first shard: the shards are mapped side by side into one reserved
+//! address range, so [`GgufFile::bytes`] is still one slice and tensor offsets still index it
+//! (module `split`).
 
 mod error;
 mod file;
 mod parse;
+mod split;
 mod types;
 mod value;
 mod writer;
 
 pub use error::GgufError;
 pub use file::{GgufFile, TensorInfo};
+pub use split::{shard_paths, split_path};
 pub use types::GgmlType;
 pub use value::{ArrayValue, MetadataValue, ValueType};
 pub use writer::GgufWriter;

@@ -1,16 +1,22 @@
 //! A minimal GGUF v3 writer: builds a file in memory from metadata and raw tensor bytes.
 //!
 //! ridge uses it to make small synthetic models and malformed variants for tests; it writes
-//! exactly the layout the reader expects (tensor data aligned to `general.alignment`).
+//! exactly the layout the reader expects (tensor data aligned to `general.alignment`), as one
+//! file ([`GgufWriter::to_bytes`]) or as the shards of a split model in llama.cpp's
+//! `gguf-split` layout ([`GgufWriter::to_split_bytes`]).
 
 use crate::value::{ArrayValue, MetadataValue};
 use crate::{GgmlType, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 
-/// Collects metadata and tensors, then serialises them with [`GgufWriter::to_bytes`].
+/// One tensor to write: name, dims (innermost first), type, bytes.
+type Tensor = (String, Vec<u64>, GgmlType, Vec<u8>);
+
+/// Collects metadata and tensors, then serialises them with [`GgufWriter::to_bytes`] or
+/// [`GgufWriter::to_split_bytes`].
 #[derive(Default)]
 pub struct GgufWriter {
     metadata: Vec<(String, MetadataValue)>,
-    tensors: Vec<(String, Vec<u64>, GgmlType, Vec<u8>)>,
+    tensors: Vec<Tensor>,
 }
 
 fn type_id(v: &MetadataValue) -> u32 {
@@ -116,41 +122,79 @@ impl GgufWriter {
 
     /// Serialises to GGUF v3 bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let align = self
-            .metadata
-            .iter()
-            .find(|(k, _)| k == "general.alignment")
-            .and_then(|(_, v)| v.as_u64())
-            .unwrap_or(DEFAULT_ALIGNMENT) as usize;
-        let mut out = Vec::new();
-        out.extend_from_slice(&GGUF_MAGIC);
-        out.extend_from_slice(&3u32.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in &self.metadata {
-            put_str(&mut out, k);
-            out.extend_from_slice(&type_id(v).to_le_bytes());
-            put_value(&mut out, v);
-        }
-        let mut offset = 0usize;
-        let mut offsets = Vec::new();
-        for (name, dims, ty, data) in &self.tensors {
-            put_str(&mut out, name);
-            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-            for d in dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&ggml_type_id(*ty).to_le_bytes());
-            out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offsets.push(offset);
-            offset = (offset + data.len()).div_ceil(align) * align;
-        }
-        let data_start = out.len().div_ceil(align) * align;
-        out.resize(data_start, 0);
-        for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
-            out.resize(data_start + off, 0);
-            out.extend_from_slice(data);
-        }
-        out
+        serialise(&self.metadata, &self.tensors)
     }
+
+    /// Serialises as the shards of a split model, at most `max_tensors_per_shard` tensors each
+    /// (0 counts as 1), in llama.cpp's `gguf-split` layout: the first shard has all metadata
+    /// then `split.no` (u16, 0-based), `split.tensors.count` (i32) and `split.count` (u16); the
+    /// others only those three keys and their own tensors (so the default alignment). Fed a
+    /// file's metadata and tensors in file order, the shards are byte for byte what
+    /// `gguf-split --split-max-tensors` makes of it (checked on SmolLM2-135M). Any `split.*`
+    /// entries already added are left out. Write shard k (1-based) of n to
+    /// [`crate::split_path`]`(prefix, k, n)`. A writer with no tensors gives one shard.
+    pub fn to_split_bytes(&self, max_tensors_per_shard: usize) -> Vec<Vec<u8>> {
+        let chunks: Vec<&[Tensor]> = if self.tensors.is_empty() {
+            vec![&[]]
+        } else {
+            self.tensors.chunks(max_tensors_per_shard.max(1)).collect()
+        };
+        let count = chunks.len();
+        chunks
+            .iter()
+            .enumerate()
+            .map(|(no, tensors)| {
+                let mut meta: Vec<(String, MetadataValue)> = if no == 0 {
+                    self.metadata
+                        .iter()
+                        .filter(|(k, _)| !k.starts_with("split."))
+                        .cloned()
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                meta.extend(crate::split::split_keys(no, count, self.tensors.len()));
+                serialise(&meta, tensors)
+            })
+            .collect()
+    }
+}
+
+/// One GGUF v3 file of `metadata` and `tensors`, data aligned to its `general.alignment`.
+fn serialise(metadata: &[(String, MetadataValue)], tensors: &[Tensor]) -> Vec<u8> {
+    let align = metadata
+        .iter()
+        .find(|(k, _)| k == "general.alignment")
+        .and_then(|(_, v)| v.as_u64())
+        .unwrap_or(DEFAULT_ALIGNMENT) as usize;
+    let mut out = Vec::new();
+    out.extend_from_slice(&GGUF_MAGIC);
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        put_str(&mut out, k);
+        out.extend_from_slice(&type_id(v).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    let mut offset = 0usize;
+    let mut offsets = Vec::new();
+    for (name, dims, ty, data) in tensors {
+        put_str(&mut out, name);
+        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&ggml_type_id(*ty).to_le_bytes());
+        out.extend_from_slice(&(offset as u64).to_le_bytes());
+        offsets.push(offset);
+        offset = (offset + data.len()).div_ceil(align) * align;
+    }
+    let data_start = out.len().div_ceil(align) * align;
+    out.resize(data_start, 0);
+    for ((_, _, _, data), off) in tensors.iter().zip(offsets) {
+        out.resize(data_start + off, 0);
+        out.extend_from_slice(data);
+    }
+    out
 }

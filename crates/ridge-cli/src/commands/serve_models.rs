@@ -59,7 +59,10 @@ pub struct CliLoader {
 
 /// A model's size on disk: all its shards.
 fn size_on_disk(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
+    ridge_gguf::shard_paths(path)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
 }
 
 /// KV tokens for a model of `cfg` under `s`, and their bytes.
