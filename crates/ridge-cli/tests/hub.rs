@@ -462,3 +462,43 @@ fn serve_takes_hub_names_and_lists_the_hub_cache() {
     assert!(ids.contains(&name), "{ids:?}");
     ask(&s, &name);
 }
+
+#[test]
+fn a_split_model_from_the_hub_runs_as_the_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = ridge_gguf::GgufFile::open(smollm2()).unwrap();
+    let shards = split_into(&src, tmp.path(), "SmolLM2-Q4_1", 3);
+    let files: Vec<(&str, PathBuf)> = ["00001", "00002", "00003"]
+        .iter()
+        .zip(&shards)
+        .map(|(k, p)| {
+            let name: &'static str =
+                Box::leak(format!("Q4_1/SmolLM2-Q4_1-{k}-of-00003.gguf").into_boxed_str());
+            (name, p.clone())
+        })
+        .collect();
+    let hub = Hub::start(
+        &[("o/Split-GGUF", files, serde_json::json!({}))],
+        serde_json::json!({}),
+    );
+    let greedy = ["--raw", "--temperature", "0", "--max-tokens", "12"];
+    let q = "The capital of France is";
+    let o = hub.ridge(
+        &[
+            &["run", "--model", "hf.co/o/Split-GGUF:q4_1"][..],
+            &greedy,
+            &[q],
+        ]
+        .concat(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(hub.downloads().len(), 3, "every shard fetched");
+    let whole = run(&[
+        &["run", "--model", smollm2().to_str().unwrap()][..],
+        &greedy,
+        &[q],
+    ]
+    .concat());
+    assert_eq!(stdout(&o), stdout(&whole));
+}

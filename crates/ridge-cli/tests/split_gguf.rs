@@ -4,31 +4,8 @@
 
 mod common;
 use common::*;
-use ridge_gguf::{split_path, GgufFile, GgufWriter};
-use std::path::{Path, PathBuf};
-
-/// Splits the GGUF image `src` into `n` shards `dir/{stem}-0000K-of-0000N.gguf`; returns
-/// their paths.
-fn split_into(src: &GgufFile, dir: &Path, stem: &str, n: usize) -> Vec<PathBuf> {
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        w.meta(k, v.clone());
-    }
-    for t in src.tensors() {
-        w.tensor(&t.name, &t.dims, t.ty, src.tensor_data(t).to_vec());
-    }
-    let shards = w.to_split_bytes(src.tensors().len().div_ceil(n));
-    assert_eq!(shards.len(), n);
-    shards
-        .iter()
-        .enumerate()
-        .map(|(i, bytes)| {
-            let p = split_path(dir.join(stem), i as u32 + 1, n as u32);
-            std::fs::write(&p, bytes).unwrap();
-            p
-        })
-        .collect()
-}
+use ridge_gguf::GgufFile;
+use std::path::Path;
 
 fn greedy(model: &Path) -> String {
     let o = run(&[

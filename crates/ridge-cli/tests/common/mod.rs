@@ -182,4 +182,27 @@ pub fn assert_clean_failure(o: &Output, needle: &str) {
     );
     assert!(err.contains(needle), "{needle:?} not in {err:?}");
 }
+/// Splits the GGUF image `src` into `n` shards `dir/{stem}-0000K-of-0000N.gguf`; returns
+/// their paths.
+pub fn split_into(src: &ridge_gguf::GgufFile, dir: &Path, stem: &str, n: usize) -> Vec<PathBuf> {
+    let mut w = ridge_gguf::GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.meta(k, v.clone());
+    }
+    for t in src.tensors() {
+        w.tensor(&t.name, &t.dims, t.ty, src.tensor_data(t).to_vec());
+    }
+    let shards = w.to_split_bytes(src.tensors().len().div_ceil(n));
+    assert_eq!(shards.len(), n);
+    shards
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            let p = ridge_gguf::split_path(dir.join(stem), i as u32 + 1, n as u32);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        })
+        .collect()
+}
+
 pub mod server;
