@@ -188,7 +188,11 @@ impl Hub {
                     .map(|o| o.trim_start_matches("sha256:").to_ascii_lowercase());
                 let oid = s("oid").unwrap_or_default();
                 if !safe_path(&path)
-                    || !sha256.as_deref().unwrap_or(&oid).bytes().all(|b| b.is_ascii_hexdigit())
+                    || !sha256
+                        .as_deref()
+                        .unwrap_or(&oid)
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit())
                 {
                     bail!("{repo}: the Hub listed a file with an unsafe name or id: {it}");
                 }
@@ -226,7 +230,11 @@ impl Hub {
         let url = format!(
             "{}/{repo}/resolve/{commit}/{}",
             self.endpoint,
-            file.path.split('/').map(encode).collect::<Vec<_>>().join("/")
+            file.path
+                .split('/')
+                .map(encode)
+                .collect::<Vec<_>>()
+                .join("/")
         );
         let mut last = None;
         for attempt in 0..ATTEMPTS {
@@ -327,7 +335,11 @@ fn verify(part: &Path, file: &RepoFile) -> Result<()> {
     let mut h = Sha256::new();
     let n = std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", part.display()))?;
     if n != file.size {
-        bail!("{}: {n} bytes downloaded, the Hub lists {}", file.path, file.size);
+        bail!(
+            "{}: {n} bytes downloaded, the Hub lists {}",
+            file.path,
+            file.size
+        );
     }
     if let Some(want) = &file.sha256 {
         let got = format!("{:x}", h.finalize());
@@ -374,7 +386,12 @@ fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
         params
             .split(';')
             .any(|p| p.trim().replace(' ', "") == "rel=\"next\"")
-            .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_string())
+            .then(|| {
+                url.trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_string()
+            })
     })
 }
 
@@ -408,13 +425,17 @@ mod tests {
         let mut h = reqwest::header::HeaderMap::new();
         h.insert(
             reqwest::header::LINK,
-            "<https://x/api/models/a/b/tree/c?cursor=Z>; rel=\"next\"".parse().unwrap(),
+            "<https://x/api/models/a/b/tree/c?cursor=Z>; rel=\"next\""
+                .parse()
+                .unwrap(),
         );
         assert_eq!(
             next_link(&h).as_deref(),
             Some("https://x/api/models/a/b/tree/c?cursor=Z")
         );
-        assert!(safe_path("a/b.gguf") && !safe_path("../x") && !safe_path("/x") && !safe_path("a//b"));
+        assert!(
+            safe_path("a/b.gguf") && !safe_path("../x") && !safe_path("/x") && !safe_path("a//b")
+        );
         assert_eq!(encode("refs/pr/1"), "refs%2Fpr%2F1");
     }
 }

@@ -17,7 +17,11 @@ use anyhow::{Context, Result};
 
 /// The cache root: `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`.
 pub fn root() -> PathBuf {
-    let var = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(d) = var("HF_HUB_CACHE") {
         return d;
     }
@@ -118,7 +122,9 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![base.clone()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -135,7 +141,7 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
 }
 
 /// One GGUF model found in the cache.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedModel {
     /// `OWNER/REPO`.
     pub repo: String,
@@ -150,14 +156,71 @@ pub struct CachedModel {
 impl CachedModel {
     /// The name that selects it again (`hf.co/OWNER/REPO:TAG`, or the file when untagged).
     pub fn name(&self) -> String {
+        self.name_at("main")
+    }
+
+    /// The name that selects it at `revision` (`hf.co/OWNER/REPO@REVISION:TAG`; no `@` for
+    /// `main`).
+    pub fn name_at(&self, revision: &str) -> String {
         let c = super::select::Candidate {
             files: self.files.clone(),
         };
+        let at = if revision == "main" {
+            String::new()
+        } else {
+            format!("@{revision}")
+        };
         match c.tag() {
-            Some(t) => format!("hf.co/{}:{t}", self.repo),
-            None => format!("hf.co/{}/{}", self.repo, self.files[0]),
+            Some(t) => format!("hf.co/{}{at}:{t}", self.repo),
+            None => format!("hf.co/{}{at}/{}", self.repo, self.files[0]),
         }
     }
+
+    /// The name that selects this snapshot again: through `main`, or another ref pointing at
+    /// it (one without `/`, which a name cannot spell), else its commit.
+    pub fn selecting_name(&self) -> String {
+        let refs = refs(&self.repo);
+        let mine: Vec<&str> = refs
+            .iter()
+            .filter(|(r, c)| *c == self.commit && !r.contains('/'))
+            .map(|(r, _)| r.as_str())
+            .collect();
+        let rev = if mine.contains(&"main") {
+            "main"
+        } else {
+            mine.first().copied().unwrap_or(&self.commit)
+        };
+        self.name_at(rev)
+    }
+}
+
+/// Every ref of a cached repository with the commit it points at (`refs/main`,
+/// `refs/pr/1`…), sorted by name; unreadable ones are skipped.
+pub fn refs(repo: &str) -> Vec<(String, String)> {
+    let base = repo_dir(repo).join("refs");
+    let mut out = Vec::new();
+    let mut stack = vec![base.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let Ok(rel) = p.strip_prefix(&base) else {
+                continue;
+            };
+            let name = rel.to_string_lossy().replace('\\', "/");
+            if let Some(c) = read_ref(repo, &name) {
+                out.push((name, c));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Every complete GGUF model in the cache, newest snapshot of each repository per `refs/`
@@ -203,7 +266,10 @@ mod tests {
 
     #[test]
     fn folder_names_round_trip() {
-        assert_eq!(repo_of_dir("models--ggml-org--gemma-3-4b-it-GGUF").as_deref(), Some("ggml-org/gemma-3-4b-it-GGUF"));
+        assert_eq!(
+            repo_of_dir("models--ggml-org--gemma-3-4b-it-GGUF").as_deref(),
+            Some("ggml-org/gemma-3-4b-it-GGUF")
+        );
         assert_eq!(repo_of_dir("datasets--a--b"), None);
         assert!(is_commit(&"a".repeat(40)) && !is_commit("main"));
     }

@@ -167,7 +167,10 @@ mod tests {
         let r = ok("hf.co/o/r/Q4_K_M/m-00001-of-00002.gguf");
         assert_eq!(r.pick, Pick::File("Q4_K_M/m-00001-of-00002.gguf".into()));
         let r = ok("hf.co/o/r@v1.0:q8_0");
-        assert_eq!((r.revision.as_str(), r.pick), ("v1.0", Pick::Quant("q8_0".into())));
+        assert_eq!(
+            (r.revision.as_str(), r.pick),
+            ("v1.0", Pick::Quant("q8_0".into()))
+        );
         let r = ok("https://huggingface.co/o/r/resolve/abc123/x.gguf");
         assert_eq!(r.revision, "abc123");
         assert_eq!(r.pick, Pick::File("x.gguf".into()));
@@ -192,7 +195,12 @@ mod tests {
 
     #[test]
     fn malformed_hub_names_say_why() {
-        for s in ["hf.co/onlyowner", "hf.co/o/r:", "hf.co/o/r/../x.gguf", "hf.co/o$/r"] {
+        for s in [
+            "hf.co/onlyowner",
+            "hf.co/o/r:",
+            "hf.co/o/r/../x.gguf",
+            "hf.co/o$/r",
+        ] {
             let e = parse(s).expect("hub").expect_err(s);
             assert!(e.contains(s), "{e}");
         }

@@ -34,10 +34,12 @@ impl Candidate {
 fn looks_like_tag(p: &str) -> bool {
     let u = p.to_ascii_uppercase();
     let quant = |s: &str| {
-        s.strip_prefix('Q').or_else(|| s.strip_prefix("IQ")).is_some_and(|r| {
-            r.starts_with(|c: char| c.is_ascii_digit())
-                && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
+        s.strip_prefix('Q')
+            .or_else(|| s.strip_prefix("IQ"))
+            .is_some_and(|r| {
+                r.starts_with(|c: char| c.is_ascii_digit())
+                    && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
     };
     quant(&u)
         || matches!(u.as_str(), "F16" | "F32" | "BF16")
@@ -199,7 +201,10 @@ mod tests {
         assert_eq!(choose(&c, None).unwrap().files, ["x/Only-Q6_K.gguf"]);
         let c = candidates(["A-Q6_K.gguf", "A-Q8_0.gguf"]);
         let e = choose(&c, None).unwrap_err();
-        assert!(e.contains("no tag given") && e.contains("Q6_K") && e.contains("Q8_0"), "{e}");
+        assert!(
+            e.contains("no tag given") && e.contains("Q6_K") && e.contains("Q8_0"),
+            "{e}"
+        );
         let c = candidates(["A-Q4_K_M.gguf", "A-Q4_K_M-imat.gguf"]);
         let e = choose(&c, None).unwrap_err();
         assert!(e.contains("matches 2 files"), "{e}");
