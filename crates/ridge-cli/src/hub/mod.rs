@@ -65,7 +65,7 @@ fn from_cache(r: &HubRef) -> Result<Option<PathBuf>> {
 
 /// The cached model a Hub name selects — its snapshot, files and first file's path — without
 /// asking the Hub: `None` when the revision or its snapshot is not cached, an error when the
-/// snapshot is there but the name picks nothing in it (or several).
+/// snapshot holds GGUFs but the name picks none of them (or several).
 pub fn cached_model(r: &HubRef) -> Result<Option<cache::CachedModel>> {
     let Some(commit) = cache::read_ref(&r.repo, &r.revision) else {
         return Ok(None);
@@ -79,7 +79,9 @@ pub fn cached_model(r: &HubRef) -> Result<Option<cache::CachedModel>> {
             commit,
             files,
         })),
-        Err(_) if paths.is_empty() => Ok(None),
+        // A snapshot without any GGUF (only a README fetched, or the model removed) does not
+        // hold the model; one with other GGUFs names them.
+        Err(_) if select::candidates(paths.iter().copied()).is_empty() => Ok(None),
         Err(e) => bail!("{r}: {e} (in the cache at {})", cache::root().display()),
     }
 }
