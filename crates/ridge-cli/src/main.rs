@@ -6,6 +6,7 @@
 
 mod commands;
 mod hub;
+mod inspect;
 mod load;
 mod models;
 mod progress;
@@ -31,6 +32,12 @@ struct Cli {
 enum Command {
     /// Fetch a known model into the local cache.
     Pull(commands::pull::Args),
+    /// The models already downloaded: size, architecture, quantisation, parameters, source.
+    List(commands::list::Args),
+    /// What a model file holds: architecture, sizes, tokenizer, chat template, tensor types.
+    Show(commands::show::Args),
+    /// Delete downloaded models from the caches.
+    Rm(commands::rm::Args),
     /// Generate text from a prompt, streaming it to stdout.
     Run(commands::run::Args),
     /// Interactive multi-turn chat through the model's chat template.
@@ -97,6 +104,9 @@ fn main() {
     let _ = load::ACT_POLICY.set(cli.activations);
     let result = match cli.command {
         Command::Pull(a) => commands::pull::main(a),
+        Command::List(a) => commands::list::main(a),
+        Command::Show(a) => commands::show::main(a),
+        Command::Rm(a) => commands::rm::main(a),
         Command::Run(a) => commands::run::main(a),
         Command::Chat(a) => commands::chat::main(a),
         Command::Tokenize(a) => commands::tokenize::main(a),

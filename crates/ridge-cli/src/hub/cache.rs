@@ -141,7 +141,7 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
 }
 
 /// One GGUF model found in the cache.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedModel {
     /// `OWNER/REPO`.
     pub repo: String,
@@ -156,14 +156,71 @@ pub struct CachedModel {
 impl CachedModel {
     /// The name that selects it again (`hf.co/OWNER/REPO:TAG`, or the file when untagged).
     pub fn name(&self) -> String {
+        self.name_at("main")
+    }
+
+    /// The name that selects it at `revision` (`hf.co/OWNER/REPO@REVISION:TAG`; no `@` for
+    /// `main`).
+    pub fn name_at(&self, revision: &str) -> String {
         let c = super::select::Candidate {
             files: self.files.clone(),
         };
+        let at = if revision == "main" {
+            String::new()
+        } else {
+            format!("@{revision}")
+        };
         match c.tag() {
-            Some(t) => format!("hf.co/{}:{t}", self.repo),
-            None => format!("hf.co/{}/{}", self.repo, self.files[0]),
+            Some(t) => format!("hf.co/{}{at}:{t}", self.repo),
+            None => format!("hf.co/{}{at}/{}", self.repo, self.files[0]),
         }
     }
+
+    /// The name that selects this snapshot again: through `main`, or another ref pointing at
+    /// it (one without `/`, which a name cannot spell), else its commit.
+    pub fn selecting_name(&self) -> String {
+        let refs = refs(&self.repo);
+        let mine: Vec<&str> = refs
+            .iter()
+            .filter(|(r, c)| *c == self.commit && !r.contains('/'))
+            .map(|(r, _)| r.as_str())
+            .collect();
+        let rev = if mine.contains(&"main") {
+            "main"
+        } else {
+            mine.first().copied().unwrap_or(&self.commit)
+        };
+        self.name_at(rev)
+    }
+}
+
+/// Every ref of a cached repository with the commit it points at (`refs/main`,
+/// `refs/pr/1`…), sorted by name; unreadable ones are skipped.
+pub fn refs(repo: &str) -> Vec<(String, String)> {
+    let base = repo_dir(repo).join("refs");
+    let mut out = Vec::new();
+    let mut stack = vec![base.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let Ok(rel) = p.strip_prefix(&base) else {
+                continue;
+            };
+            let name = rel.to_string_lossy().replace('\\', "/");
+            if let Some(c) = read_ref(repo, &name) {
+                out.push((name, c));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Every complete GGUF model in the cache, newest snapshot of each repository per `refs/`

@@ -88,16 +88,36 @@ fn pick_complete(r: &HubRef, paths: &[&str]) -> Result<Vec<String>, String> {
 
 /// The model in the cache, when every file it needs is there.
 fn from_cache(r: &HubRef) -> Result<Option<PathBuf>> {
+    Ok(cached_model(r)?.map(|m| m.path))
+}
+
+/// The cached model a Hub name selects — its snapshot, files and first file's path — without
+/// asking the Hub: `None` when the revision or its snapshot is not cached, an error when the
+/// snapshot holds GGUFs but the name picks none of them (or several).
+pub fn cached_model(r: &HubRef) -> Result<Option<cache::CachedModel>> {
     let Some(commit) = cache::read_ref(&r.repo, &r.revision) else {
         return Ok(None);
     };
     let files = cache::snapshot_files(&r.repo, &commit);
     let paths: Vec<&str> = files.iter().map(String::as_str).collect();
     match pick(r, &paths) {
-        Ok(files) => Ok(Some(cache::snapshot_path(&r.repo, &commit, &files[0]))),
-        Err(_) if paths.is_empty() => Ok(None),
+        Ok(files) => Ok(Some(cache::CachedModel {
+            repo: r.repo.clone(),
+            path: cache::snapshot_path(&r.repo, &commit, &files[0]),
+            commit,
+            files,
+        })),
+        // A snapshot without any GGUF (only a README fetched, or the model removed) does not
+        // hold the model; one with other GGUFs names them.
+        Err(_) if select::candidates(paths.iter().copied()).is_empty() => Ok(None),
         Err(e) => bail!("{r}: {e} (in the cache at {})", cache::root().display()),
     }
+}
+
+/// The path of a cached model's first file, never asking the Hub (`ridge show`): as
+/// [`resolve`] finds it in the cache.
+pub fn cached(r: &HubRef) -> Result<Option<PathBuf>> {
+    from_cache(r)
 }
 
 /// Resolves a Hub name for `--model`: the cache if it holds the model, else a pull.
