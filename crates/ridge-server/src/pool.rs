@@ -220,9 +220,26 @@ struct Requested {
 /// Drops unloaded models' states on a blocking thread (an engine's drop joins its thread),
 /// after retiring their metrics.
 fn retire(models: Vec<Arc<ModelState>>) {
+    let any = !models.is_empty();
     for m in models {
         m.metrics.retire(m.engine.stats());
         drop(m);
+    }
+    if any {
+        return_freed_memory();
+    }
+}
+
+/// Hands the heap pages an unloaded model freed back to the OS. glibc keeps freed chunks in
+/// its arenas (and, after a large free, raises its mmap threshold so later tensors come from
+/// the heap), so without a trim a server cycling models holds the unloaded ones' memory as
+/// resident pages and outgrows `--max-memory`.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only returns free pages of the allocator's own arenas to the OS;
+    // it is thread-safe, takes no pointers and leaves every live allocation untouched.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
