@@ -283,9 +283,15 @@ fn tags_pick_the_file_and_split_models_come_whole() {
         ("mmproj-M-f16.gguf", dummy(d, "c", 100)),
         ("BF16/M-BF16-00001-of-00002.gguf", dummy(d, "d", 7000)),
         ("BF16/M-BF16-00002-of-00002.gguf", dummy(d, "e", 9000)),
+        ("M-Q6_K-00001-of-00003.gguf", dummy(d, "f", 100)),
+        ("M-Q6_K-00003-of-00003.gguf", dummy(d, "g", 100)),
     ];
+    let evil = vec![("../../../escaped.gguf", dummy(d, "h", 100))];
     let hub = Hub::start(
-        &[("o/M-GGUF", files, serde_json::json!({}))],
+        &[
+            ("o/M-GGUF", files, serde_json::json!({})),
+            ("o/Evil", evil, serde_json::json!({})),
+        ],
         serde_json::json!({}),
     );
     let snap = hub.cache().join("models--o--M-GGUF/snapshots").join(COMMIT);
@@ -316,13 +322,26 @@ fn tags_pick_the_file_and_split_models_come_whole() {
         &hub.ridge(&["pull", "hf.co/o/Nope"], &[]),
         "no such repository",
     );
+    let o = hub.ridge(&["pull", "hf.co/o/M-GGUF:Q6_K"], &[]);
+    assert_clean_failure(&o, "has 3 shards but the repository lacks shard 2");
+    let o = hub.ridge(&["pull", "hf.co/o/M-GGUF/M-Q6_K-00001-of-00003.gguf"], &[]);
+    assert_clean_failure(&o, "lacks shard 2");
+    assert_clean_failure(
+        &hub.ridge(&["pull", "hf.co/o/M-GGUF/../../x.gguf"], &[]),
+        "bad file path",
+    );
+    // A Hub that lists a path out of the cache is refused; nothing lands outside it.
+    assert_clean_failure(&hub.ridge(&["pull", "hf.co/o/Evil"], &[]), "unsafe name");
+    assert!(!hub.dir.path().join("escaped.gguf").exists());
+    assert!(!hub.cache().join("escaped.gguf").exists());
     assert_clean_failure(&hub.ridge(&["pull", "hf.co/o/M-GGUF@v9"], &[]), "v9");
     assert_clean_failure(&hub.ridge(&["pull", "hf.co/o"], &[]), "OWNER/REPO");
 }
 
 #[test]
 fn an_interrupted_download_resumes_with_a_range() {
-    let cut = 3 << 20;
+    // Cut off halfway: the same run retries from where it stopped.
+    let cut = std::fs::metadata(smollm2()).unwrap().len() / 2;
     let hub = Hub::start(
         &[(REPO, smol_repo(vec![]), serde_json::json!({}))],
         serde_json::json!({"cut_after": cut, "cut_times": 1}),
@@ -337,6 +356,25 @@ fn an_interrupted_download_resumes_with_a_range() {
         format!("bytes={cut}-"),
         "resumed where it stopped"
     );
+
+    // A run that was killed leaves `blobs/<sha256>.incomplete` (as `huggingface_hub` does too):
+    // the next run continues it.
+    let hub = Hub::start(
+        &[(REPO, smol_repo(vec![]), serde_json::json!({}))],
+        serde_json::json!({}),
+    );
+    let want = sha256(&smollm2());
+    let blobs = hub.cache().join("models--test--SmolLM2-GGUF/blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let bytes = std::fs::read(smollm2()).unwrap();
+    let third = bytes.len() / 3;
+    std::fs::write(blobs.join(format!("{want}.incomplete")), &bytes[..third]).unwrap();
+    let path = out_path(&hub.ridge(&["pull", &format!("hf.co/{REPO}:Q4_1")], &[]));
+    assert_eq!(sha256(&path), want);
+    let gets = hub.downloads();
+    assert_eq!(gets.len(), 1, "{gets:?}");
+    assert_eq!(gets[0]["range"], format!("bytes={third}-"));
+    assert!(!blobs.join(format!("{want}.incomplete")).exists());
 }
 
 #[test]

@@ -366,3 +366,33 @@ fn a_models_folder_and_the_command_line_are_checked() {
     ]);
     common::assert_clean_failure(&o, "more than --max-memory");
 }
+
+#[test]
+fn the_draft_model_is_a_model_requests_can_name() {
+    // SmolLM2 drafting for itself, its draft named by another path to the same file.
+    let dir = tempfile::tempdir().unwrap();
+    let draft = dir.path().join("draft.gguf");
+    std::os::unix::fs::symlink(common::smollm2(), &draft).unwrap();
+    let draft = draft.to_str().unwrap().to_string();
+    let s = Server::start_args(&[
+        "--model",
+        "smollm2-135m",
+        "--speculative",
+        "draft",
+        "--draft-model",
+        &draft,
+    ]);
+    assert_eq!(
+        statuses(&s),
+        [
+            ("smollm2-135m".to_string(), "loaded".to_string()),
+            (draft.clone(), "unloaded".to_string())
+        ]
+    );
+    let (code, v) = complete(&s, &draft, "The capital of France is", 8);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["model"], draft.as_str());
+    let (_, main) = complete(&s, "smollm2-135m", "The capital of France is", 8);
+    assert_eq!(text(&v), text(&main), "the same weights answer the same");
+    assert_eq!(status_of(&s, &draft), "loaded");
+}

@@ -152,6 +152,14 @@ pub fn main(a: Args) -> Result<()> {
             e
         }
     };
+    // A draft model is a model too: a request may name it and get its own answers (it loads
+    // as its own engine on first use, like any other served model).
+    let mut entries = entries;
+    if let Some(d) = a.spec.draft_model.as_deref() {
+        if !entries.iter().any(|e| e.source == d || e.id == d) {
+            entries.extend(serve_models::named_entries(&[d.to_string()], &[])?);
+        }
+    }
     if a.models_dir.is_some() && !a.served_model_name.is_empty() {
         bail!("--served-model-name names --model arguments; --models-dir names models by file");
     }
