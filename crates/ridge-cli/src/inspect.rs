@@ -9,60 +9,30 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use ridge_gguf::GgufFile;
 
-/// Every shard of the model whose first file is `first`, in order (just `first` when it is not
-/// split). A missing shard is an error naming it.
-pub fn shards(first: &Path) -> Result<Vec<PathBuf>> {
-    let name = first
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let Some((prefix, index, count)) = crate::hub::select::shard_of(&name) else {
-        return Ok(vec![first.to_path_buf()]);
-    };
-    if count <= 1 {
-        return Ok(vec![first.to_path_buf()]);
-    }
-    if index != 1 {
-        bail!(
-            "{} is shard {index} of {count}; name the first one",
-            first.display()
-        );
-    }
-    let dir = first.parent().unwrap_or(Path::new("."));
-    (1..=count)
-        .map(|i| {
-            let p = dir.join(format!("{prefix}-{i:05}-of-{count:05}.gguf"));
-            if p.is_file() {
-                Ok(p)
-            } else {
-                bail!("{}: shard {i} of {count} is missing", p.display())
-            }
-        })
-        .collect()
-}
-
-/// A model's files, opened (headers only).
+/// A model, opened (headers only; a split model's shards all mapped as one by `GgufFile`).
 pub struct Model {
-    /// Every shard, first first.
-    pub files: Vec<GgufFile>,
+    /// The model's GGUF image: metadata from the first shard, tensors from every shard.
+    pub file: GgufFile,
 }
 
 impl Model {
-    /// Opens the model whose first file is `first` and every other shard it has.
+    /// Opens the model whose (first) file is `first`.
     pub fn open(first: &Path) -> Result<Self> {
-        let files = shards(first)?
-            .iter()
-            .map(|p| GgufFile::open(p).with_context(|| "cannot read the GGUF header"))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self { files })
+        let file = GgufFile::open(first).with_context(|| "cannot read the GGUF header")?;
+        Ok(Self { file })
+    }
+
+    /// The files on disk, first shard first.
+    pub fn paths(&self) -> &[PathBuf] {
+        self.file.shards()
     }
 
     /// The first shard, which holds the metadata.
     pub fn head(&self) -> &GgufFile {
-        &self.files[0]
+        &self.file
     }
 
     /// A metadata string of the first shard.
@@ -82,23 +52,19 @@ impl Model {
 
     /// Bytes on disk over every shard.
     pub fn size_bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.file_size() as u64).sum()
+        self.file.file_size() as u64
     }
 
     /// Tensor elements over every shard (the embedding table counts once, however the output
     /// head is stored).
     pub fn parameters(&self) -> u64 {
-        self.files
-            .iter()
-            .flat_map(|f| f.tensors())
-            .map(|t| t.n_elements())
-            .sum()
+        self.file.tensors().iter().map(|t| t.n_elements()).sum()
     }
 
     /// Tensor count and bytes per ggml type, most bytes first.
     pub fn tensor_types(&self) -> Vec<TypeUse> {
         let mut by: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-        for t in self.files.iter().flat_map(|f| f.tensors()) {
+        for t in self.file.tensors() {
             let e = by.entry(t.ty.to_string()).or_default();
             e.0 += 1;
             e.1 += t.size as u64;
@@ -115,7 +81,7 @@ impl Model {
     /// dimensions): what the model is "quantised to" when the file does not say.
     pub fn weight_type(&self) -> Option<String> {
         let mut by: BTreeMap<String, u64> = BTreeMap::new();
-        for t in self.files.iter().flat_map(|f| f.tensors()) {
+        for t in self.file.tensors() {
             if t.dims.len() >= 2 {
                 *by.entry(t.ty.to_string()).or_default() += t.size as u64;
             }
@@ -240,15 +206,5 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(file_type_name(15), Some("Q4_K_M"));
         assert_eq!(file_type_name(4), None);
-    }
-
-    #[test]
-    fn unsplit_files_are_their_own_shard() {
-        let p = Path::new("/nowhere/model-Q4_K_M.gguf");
-        assert_eq!(shards(p).unwrap(), [p]);
-        let e = shards(Path::new("/nowhere/m-00002-of-00003.gguf")).unwrap_err();
-        assert!(e.to_string().contains("shard 2 of 3"), "{e}");
-        let e = shards(Path::new("/nowhere/m-00001-of-00003.gguf")).unwrap_err();
-        assert!(e.to_string().contains("missing"), "{e}");
     }
 }

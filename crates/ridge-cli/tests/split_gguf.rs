@@ -57,6 +57,30 @@ fn the_first_shard_of_a_split_smollm2_answers_as_the_whole_file() {
     let want = perplexity(&whole);
     assert!(want.as_f64().is_some_and(|p| p > 1.0), "{want}");
     assert_eq!(perplexity(&shards[0]), want);
+
+    // `ridge show` describes the split model as the whole one, with every shard's file.
+    let show = |p: &Path| -> serde_json::Value {
+        let o = run(&["show", p.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).unwrap()
+    };
+    let (a, b) = (show(&whole), show(&shards[0]));
+    for k in [
+        "parameters",
+        "tensor_count",
+        "tensor_types",
+        "context_length",
+        "quant",
+    ] {
+        assert_eq!(a[k], b[k], "{k}");
+    }
+    let files: Vec<String> = shards.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(b["files"], serde_json::json!(files));
+    let on_disk: u64 = shards
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(b["size_bytes"], on_disk);
 }
 
 #[test]

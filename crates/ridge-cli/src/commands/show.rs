@@ -177,11 +177,7 @@ fn report(arg: &str, m: &inspect::Model) -> Value {
         .iter()
         .map(|(key, v)| (key.clone(), value_json(v)))
         .collect();
-    let files: Vec<String> = m
-        .files
-        .iter()
-        .map(|f| f.path().display().to_string())
-        .collect();
+    let files: Vec<String> = m.paths().iter().map(|p| p.display().to_string()).collect();
     json!({
         "model": arg,
         "path": files.first(),
@@ -205,7 +201,7 @@ fn report(arg: &str, m: &inspect::Model) -> Value {
         "vocab_size": vocab,
         "tokenizer_model": m.str("tokenizer.ggml.model"),
         "chat_template": m.str("tokenizer.chat_template"),
-        "tensor_count": m.files.iter().map(|f| f.tensors().len()).sum::<usize>(),
+        "tensor_count": m.file.tensors().len(),
         "tensor_types": types,
         "metadata": metadata,
     })
