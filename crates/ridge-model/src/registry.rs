@@ -272,10 +272,16 @@ pub fn pull(m: &KnownModel, quiet: bool) -> Result<PathBuf, RegistryError> {
 
 /// One bar over the whole model's bytes (drawn only when stderr is a terminal).
 fn progress_bar(m: &KnownModel, quiet: bool) -> indicatif::ProgressBar {
+    download_bar(m.size, quiet)
+}
+
+/// A download bar over `total` bytes, hidden when `quiet` (indicatif draws it only when
+/// stderr is a terminal); every pull, registry or Hub, shows the same one.
+pub fn download_bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
     if quiet {
         return indicatif::ProgressBar::hidden();
     }
-    let b = indicatif::ProgressBar::new(m.size);
+    let b = indicatif::ProgressBar::new(total);
     b.set_style(
         indicatif::ProgressStyle::with_template(
             "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",

@@ -116,11 +116,11 @@ fn make_link(_target: &Path, at: &Path, blob: &Path) -> std::io::Result<()> {
     std::fs::copy(blob, at).map(|_| ())
 }
 
-/// Every file of a cached snapshot whose target exists, as paths inside the repository.
-pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
-    let base = repo_dir(repo).join("snapshots").join(commit);
+/// Every file under `base` (links followed; a dangling link is no file), as `/`-separated
+/// paths relative to it, sorted.
+fn files_under(base: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    let mut stack = vec![base.clone()];
+    let mut stack = vec![base.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
@@ -130,7 +130,7 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
             if p.is_dir() {
                 stack.push(p);
             } else if p.is_file() {
-                if let Ok(rel) = p.strip_prefix(&base) {
+                if let Ok(rel) = p.strip_prefix(base) {
                     out.push(rel.to_string_lossy().replace('\\', "/"));
                 }
             }
@@ -138,6 +138,11 @@ pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+/// Every file of a cached snapshot whose target exists, as paths inside the repository.
+pub fn snapshot_files(repo: &str, commit: &str) -> Vec<String> {
+    files_under(&repo_dir(repo).join("snapshots").join(commit))
 }
 
 /// One GGUF model found in the cache.
@@ -197,30 +202,10 @@ impl CachedModel {
 /// Every ref of a cached repository with the commit it points at (`refs/main`,
 /// `refs/pr/1`…), sorted by name; unreadable ones are skipped.
 pub fn refs(repo: &str) -> Vec<(String, String)> {
-    let base = repo_dir(repo).join("refs");
-    let mut out = Vec::new();
-    let mut stack = vec![base.clone()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let Ok(rel) = p.strip_prefix(&base) else {
-                continue;
-            };
-            let name = rel.to_string_lossy().replace('\\', "/");
-            if let Some(c) = read_ref(repo, &name) {
-                out.push((name, c));
-            }
-        }
-    }
-    out.sort();
-    out
+    files_under(&repo_dir(repo).join("refs"))
+        .into_iter()
+        .filter_map(|name| read_ref(repo, &name).map(|c| (name, c)))
+        .collect()
 }
 
 /// Every complete GGUF model in the cache, newest snapshot of each repository per `refs/`

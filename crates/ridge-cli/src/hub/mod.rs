@@ -195,17 +195,5 @@ pub fn pull(r: &HubRef, quiet: bool) -> Result<PathBuf> {
 }
 
 fn bar(total: u64, quiet: bool) -> indicatif::ProgressBar {
-    if quiet || total == 0 {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::new(total);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    b.enable_steady_tick(std::time::Duration::from_millis(200));
-    b
+    ridge_model::registry::download_bar(total, quiet || total == 0)
 }
