@@ -375,6 +375,21 @@ fn an_interrupted_download_resumes_with_a_range() {
     assert_eq!(gets.len(), 1, "{gets:?}");
     assert_eq!(gets[0]["range"], format!("bytes={third}-"));
     assert!(!blobs.join(format!("{want}.incomplete")).exists());
+
+    // A leftover longer than the file is no prefix of it: the download starts over.
+    std::fs::remove_dir_all(hub.cache()).unwrap();
+    std::fs::create_dir_all(&blobs).unwrap();
+    let mut long = bytes.clone();
+    long.extend_from_slice(b"junk");
+    std::fs::write(blobs.join(format!("{want}.incomplete")), &long).unwrap();
+    hub.reset();
+    let path = out_path(&hub.ridge(&["pull", &format!("hf.co/{REPO}:Q4_1")], &[]));
+    assert_eq!(sha256(&path), want);
+    assert!(
+        hub.downloads()[0]["range"].is_null(),
+        "{:?}",
+        hub.downloads()
+    );
 }
 
 #[test]

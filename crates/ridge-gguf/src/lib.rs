@@ -26,7 +26,7 @@ mod writer;
 
 pub use error::GgufError;
 pub use file::{GgufFile, TensorInfo};
-pub use split::{shard_paths, split_path};
+pub use split::{parse_shard_name, shard_paths, split_path};
 pub use types::GgmlType;
 pub use value::{ArrayValue, MetadataValue, ValueType};
 pub use writer::GgufWriter;

@@ -61,6 +61,24 @@ pub fn shard_paths(path: impl AsRef<Path>) -> Vec<PathBuf> {
     }
 }
 
+/// Takes a shard name `{prefix}-{no:05}-of-{count:05}.gguf` apart into `(prefix, no, count)`
+/// (`no` 1-based); `None` when `name` has not that form. Works on any `/`-separated name — a
+/// file name, or a path inside a model repository.
+pub fn parse_shard_name(name: &str) -> Option<(&str, u32, u32)> {
+    let stem = name.get(..name.len().checked_sub(5)?)?;
+    if !name[stem.len()..].eq_ignore_ascii_case(".gguf") {
+        return None;
+    }
+    let (head, count) = stem.rsplit_once("-of-")?;
+    let (prefix, no) = head.rsplit_once('-')?;
+    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if prefix.is_empty() || !digits(no) || !digits(count) {
+        return None;
+    }
+    let (no, count): (u32, u32) = (no.parse().ok()?, count.parse().ok()?);
+    (no != 0 && count != 0).then_some((prefix, no, count))
+}
+
 /// A path of the form `{prefix}-{no:05}-of-{count:05}.gguf`, taken apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SplitName {
@@ -75,21 +93,7 @@ pub(crate) struct SplitName {
 impl SplitName {
     /// Reads a shard name; `None` when the file name has not that form.
     pub(crate) fn parse(path: &Path) -> Option<Self> {
-        let name = path.file_name()?.to_str()?;
-        let stem = name.get(..name.len().checked_sub(5)?)?;
-        if !name[stem.len()..].eq_ignore_ascii_case(".gguf") {
-            return None;
-        }
-        let (head, count) = stem.rsplit_once("-of-")?;
-        let (prefix, no) = head.rsplit_once('-')?;
-        let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
-        if prefix.is_empty() || !digits(no) || !digits(count) {
-            return None;
-        }
-        let (no, count): (u32, u32) = (no.parse().ok()?, count.parse().ok()?);
-        if no == 0 || count == 0 {
-            return None;
-        }
+        let (prefix, no, count) = parse_shard_name(path.file_name()?.to_str()?)?;
         Some(SplitName {
             prefix: path.with_file_name(prefix),
             no,

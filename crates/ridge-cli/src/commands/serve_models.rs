@@ -237,31 +237,19 @@ fn listed_gguf(name: &str) -> bool {
     if !lower.ends_with(".gguf") || lower.starts_with("mmproj") {
         return false;
     }
-    match split_part(&lower) {
-        Some(n) => n == 1,
-        None => true,
-    }
-}
-
-/// The shard number of a `NAME-0000K-of-0000N.gguf` file.
-fn split_part(lower: &str) -> Option<u32> {
-    crate::hub::select::shard_of(lower).map(|(_, k, _)| k)
+    crate::hub::select::shard_of(&lower).is_none_or(|(_, k, _)| k == 1)
 }
 
 /// A model's id from its file name: the name without `.gguf` (and without a split suffix).
 fn id_of(file_name: &str) -> String {
-    let stem = file_name
+    if let Some((prefix, _, _)) = crate::hub::select::shard_of(file_name) {
+        return prefix.to_string();
+    }
+    file_name
         .strip_suffix(".gguf")
         .or_else(|| file_name.strip_suffix(".GGUF"))
-        .unwrap_or(file_name);
-    match split_part(&file_name.to_ascii_lowercase()) {
-        Some(_) => stem
-            .rsplit_once("-of-")
-            .and_then(|(h, _)| h.rsplit_once('-'))
-            .map_or(stem, |(h, _)| h)
-            .to_string(),
-        None => stem.to_string(),
-    }
+        .unwrap_or(file_name)
+        .to_string()
 }
 
 /// Every GGUF model in `dir` and its immediate subfolders, sorted by id.

@@ -290,11 +290,12 @@ impl Hub {
         file: &RepoFile,
         progress: &dyn Fn(u64),
     ) -> Result<()> {
-        let have = std::fs::metadata(part).map_or(0, |m| m.len());
+        let mut have = std::fs::metadata(part).map_or(0, |m| m.len());
         if have > file.size {
+            // Not a prefix of this file: start over.
             std::fs::remove_file(part).ok();
+            have = 0;
         }
-        let have = have.min(file.size);
         if have == file.size && have > 0 {
             return Ok(());
         }

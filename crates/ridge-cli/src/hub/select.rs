@@ -48,16 +48,10 @@ fn looks_like_tag(p: &str) -> bool {
         || u.starts_with("TQ2")
 }
 
-/// `(prefix, index, count)` when `path` is a shard `PREFIX-0000I-of-0000N.gguf`.
+/// `(prefix, index, count)` when `path` is a shard `PREFIX-0000I-of-0000N.gguf` (the name
+/// rule is the GGUF reader's own, so what a pull fetches is what the loader opens).
 pub fn shard_of(path: &str) -> Option<(&str, u32, u32)> {
-    let stem = path.strip_suffix(".gguf")?;
-    let (head, count) = stem.rsplit_once("-of-")?;
-    let (prefix, index) = head.rsplit_once('-')?;
-    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(index) || !digits(count) {
-        return None;
-    }
-    Some((prefix, index.parse().ok()?, count.parse().ok()?))
+    ridge_gguf::parse_shard_name(path)
 }
 
 fn strip_shard(path: &str) -> String {
