@@ -49,7 +49,7 @@ enum Command {
     /// Measure this machine's memory read bandwidth and arithmetic rate.
     Probe(commands::probe::Args),
     /// OpenAI-compatible HTTP server with continuous batching (one model or several).
-    Serve(commands::serve::Args),
+    Serve(Box<commands::serve::Args>),
     /// What a running server has loaded: memory, requests in flight, idle time.
     Ps(commands::ps::Args),
     /// Offline benchmark: prefill and batched decode rates, TTFT, TPOT, roofline efficiency.
@@ -113,7 +113,7 @@ fn main() {
         Command::Perplexity(a) => commands::perplexity::main(a),
         Command::Probe(a) => commands::probe::main(a),
         Command::Bench(a) => commands::bench::main(a),
-        Command::Serve(a) => commands::serve::main(a),
+        Command::Serve(a) => commands::serve::main(*a),
         Command::Ps(a) => commands::ps::main(a),
         Command::Roofline(a) => commands::roofline::main(a),
     };

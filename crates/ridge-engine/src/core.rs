@@ -39,7 +39,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ridge_model::{Batch, KvCache, KvDtype, Model, SeqId, Workspace, KV_BLOCK_SIZE};
+use ridge_model::{Batch, KvCache, KvDtype, KvEvent, Model, SeqId, Workspace, KV_BLOCK_SIZE};
 use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::constraint::{sample_constrained, Constraint, GrammarError};
@@ -150,6 +150,10 @@ impl Seq {
 /// Why a request was refused at submission.
 pub type SubmitError = EngineError;
 
+/// Where the prefix index's changes go (see [`EngineCore::set_kv_event_sink`]): called on the
+/// engine thread with each step's changes, oldest first.
+pub type KvEventSink = Box<dyn FnMut(Vec<KvEvent>) + Send>;
+
 /// The synchronous engine: owns the model, the KV cache and every sequence.
 pub struct EngineCore {
     model: Model,
@@ -174,6 +178,8 @@ pub struct EngineCore {
     next_uid: u64,
     /// Measured single-sequence step times, for sizing drafts.
     step_costs: StepCosts,
+    /// Subscriber to the prefix index's changes, when KV events are published.
+    kv_events: Option<KvEventSink>,
 }
 
 /// One sequence's share of a step.
@@ -235,6 +241,7 @@ impl EngineCore {
             speculator: None,
             next_uid: 0,
             step_costs: StepCosts::default(),
+            kv_events: None,
         })
     }
 
@@ -467,6 +474,38 @@ impl EngineCore {
         Ok(())
     }
 
+    /// Sends every change to the prefix index from now on to `sink` (vLLM's KV events: blocks
+    /// stored and removed, all cleared); [`EngineCore::publish_kv_events`] delivers them.
+    pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
+        self.kv.log_events();
+        self.kv_events = Some(sink);
+    }
+
+    /// Hands the prefix index's changes since the last call to the sink, if there is one and
+    /// anything changed. The engine thread calls it after each round of commands and steps.
+    pub fn publish_kv_events(&mut self) {
+        if let Some(sink) = &mut self.kv_events {
+            let events = self.kv.take_events();
+            if !events.is_empty() {
+                sink(events);
+            }
+        }
+    }
+
+    /// Tells the sink that every block left the index (the engine is stopping: its cache goes
+    /// with it).
+    pub fn clear_kv_events(&mut self) {
+        if let Some(sink) = &mut self.kv_events {
+            sink(vec![KvEvent::Cleared]);
+        }
+    }
+
+    /// The chained hashes of the blocks in the prefix index, sorted (what a KV-event
+    /// subscriber's view must equal).
+    pub fn indexed_blocks(&self) -> Vec<u64> {
+        self.kv.indexed_hashes()
+    }
+
     /// Drops the prefix cache's unused blocks (`POST /flush_cache`); returns how many.
     pub fn flush_prefix_cache(&mut self) -> usize {
         let n = self.kv.flush_prefix_cache();
@@ -524,6 +563,11 @@ impl EngineCore {
         self.kv = KvCache::with_dtype(self.model.config(), total, self.cfg.kv_dtype)
             .unwrap_or_else(|_| KvCache::new(self.model.config(), total));
         self.kv.set_prefix_caching(self.cfg.prefix_caching);
+        if self.kv_events.is_some() {
+            // The old index is gone with its cache, whatever its log still held.
+            self.kv.log_events();
+            self.clear_kv_events();
+        }
         for mut s in all {
             s.kv = None;
             let msg = "internal error in the engine step; the request was dropped".to_string();

@@ -29,6 +29,7 @@ enum Command {
     Embed(RequestId, EmbeddingRequest, EmbeddingSink, Instant),
     Abort(RequestId),
     FlushCache(std::sync::mpsc::Sender<usize>),
+    IndexedBlocks(std::sync::mpsc::Sender<Vec<u64>>),
     Shutdown,
 }
 
@@ -194,6 +195,16 @@ impl Engine {
             .map_err(|_| EngineError::Stopped)?;
         rx.recv().map_err(|_| EngineError::Stopped)
     }
+
+    /// The chained hashes of the blocks in the prefix index, sorted, as the engine thread
+    /// sees them between steps: the state its KV events describe.
+    pub fn indexed_blocks(&self) -> Result<Vec<u64>, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.tx
+            .send(Command::IndexedBlocks(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        rx.recv().map_err(|_| EngineError::Stopped)
+    }
 }
 
 impl Drop for Engine {
@@ -254,17 +265,26 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
                 Command::FlushCache(reply) => {
                     let _ = reply.send(core.flush_prefix_cache());
                 }
+                Command::IndexedBlocks(reply) => {
+                    // Publish first, so a subscriber that has every event so far sees this.
+                    core.publish_kv_events();
+                    let _ = reply.send(core.indexed_blocks());
+                }
                 Command::Shutdown => shutdown = true,
             }
         }
         if shutdown {
             core.abort_all();
+            core.publish_kv_events();
+            core.clear_kv_events();
             return;
         }
+        core.publish_kv_events();
         let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| core.step()));
         if stepped.is_err() {
             // A bug, not bad input (inputs are validated): fail what was in flight, keep going.
             core.recover_from_panic();
         }
+        core.publish_kv_events();
     }
 }

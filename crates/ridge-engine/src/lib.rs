@@ -30,7 +30,7 @@ mod think;
 mod throughput;
 mod timing;
 
-pub use crate::core::{check_request, EngineConfig, EngineCore};
+pub use crate::core::{check_request, EngineConfig, EngineCore, KvEventSink};
 pub use constraint::{Constraint, GrammarError, GrammarSpec, Grammars, COMPILE_LIMITS};
 pub use embed::{rerank_prompt, EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
 pub use engine::{Engine, EngineInfo};
@@ -39,7 +39,7 @@ pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};
 pub use request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
-pub use ridge_model::{Pooling, RankHead, KV_BLOCK_SIZE};
+pub use ridge_model::{KvEvent, Pooling, RankHead, KV_BLOCK_SIZE};
 pub use sampler::{logprobs, Sampler, SamplingParams, TokenHistory, TokenLogprobs};
 pub use stats::EngineStats;
 pub use stop::{StopMatcher, StopOutcome};

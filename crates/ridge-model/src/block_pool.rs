@@ -17,6 +17,14 @@
 //! - A block's hash chains its parent's hash with its own tokens, so equal hashes mean equal
 //!   whole prefixes; the stored tokens and parent hash are compared on every hit, so a 64-bit
 //!   collision can cost a miss but never returns wrong K/V.
+//!
+//! # Events
+//!
+//! With an event log on ([`BlockPool::log_events`]), every change to the index is recorded as
+//! it happens: a block entering it ([`KvEvent::Stored`]) and leaving it ([`KvEvent::Removed`]),
+//! in order. Both are recorded in [`BlockPool::unindex`] and [`BlockPool::register`], the only
+//! two places the index changes, so the log cannot disagree with the index: replaying it from
+//! an empty index gives the index's keys (the test `the_event_log_replays_to_the_index`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -34,6 +42,28 @@ pub(crate) fn block_hash(parent: u64, tokens: &[u32]) -> u64 {
     parent.hash(&mut h);
     tokens.hash(&mut h);
     h.finish()
+}
+
+/// A change to the prefix index, as a KV-event subscriber sees it (vLLM's `BlockStored` /
+/// `BlockRemoved` / `AllBlocksCleared`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvEvent {
+    /// A full block entered the index.
+    Stored {
+        /// The block's chained hash.
+        hash: u64,
+        /// The hash of the block before it; `None` for a sequence's first block.
+        parent: Option<u64>,
+        /// The tokens the block holds ([`KV_BLOCK_SIZE`] of them).
+        tokens: Vec<u32>,
+    },
+    /// A block left the index (evicted, flushed or caching turned off).
+    Removed {
+        /// The block's chained hash.
+        hash: u64,
+    },
+    /// Every block left the index at once (the cache was rebuilt or its engine stopped).
+    Cleared,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -61,6 +91,8 @@ pub(crate) struct BlockPool {
     /// Blocks below this id have been allocated at least once (fresh blocks come off the free
     /// list in id order, below any block given back).
     touched: u32,
+    /// Index changes since the last [`BlockPool::take_events`], when logging is on.
+    events: Option<Vec<KvEvent>>,
 }
 
 impl BlockPool {
@@ -74,7 +106,23 @@ impl BlockPool {
             caching: true,
             recycle_first: false,
             touched: 0,
+            events: None,
         }
+    }
+
+    /// Starts recording index changes (see the module docs).
+    pub(crate) fn log_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The index changes recorded since the last call, oldest first (empty when not logging).
+    pub(crate) fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The hashes of every indexed block (owned or evictable), in no particular order.
+    pub(crate) fn indexed(&self) -> impl Iterator<Item = u64> + '_ {
+        self.index.keys().copied()
     }
 
     /// A pool that evicts a cached block rather than use a block never used before: its
@@ -137,6 +185,9 @@ impl BlockPool {
         if let Some(h) = self.meta[b as usize].hash.take() {
             if self.index.get(&h) == Some(&b) {
                 self.index.remove(&h);
+                if let Some(log) = &mut self.events {
+                    log.push(KvEvent::Removed { hash: h });
+                }
             }
         }
     }
@@ -221,6 +272,13 @@ impl BlockPool {
         m.parent = parent;
         m.tokens.copy_from_slice(tokens);
         self.index.insert(h, b);
+        if let Some(log) = &mut self.events {
+            log.push(KvEvent::Stored {
+                hash: h,
+                parent: (parent != ROOT_HASH).then_some(parent),
+                tokens: tokens.to_vec(),
+            });
+        }
         h
     }
 
@@ -339,6 +397,81 @@ mod tests {
             assert_eq!(p.alloc(), Some(b));
             p.self_check();
         }
+    }
+
+    /// Replays a log onto a set of hashes, as a subscriber would.
+    fn replay(log: &[KvEvent], into: &mut std::collections::HashSet<u64>) {
+        for e in log {
+            match e {
+                KvEvent::Stored { hash, .. } => assert!(into.insert(*hash), "stored twice"),
+                KvEvent::Removed { hash } => assert!(into.remove(hash), "removed unknown"),
+                KvEvent::Cleared => into.clear(),
+            }
+        }
+    }
+
+    #[test]
+    fn the_event_log_replays_to_the_index() {
+        let mut p = BlockPool::new(3);
+        p.log_events();
+        let mut seen = std::collections::HashSet::new();
+        let check = |p: &mut BlockPool, seen: &mut std::collections::HashSet<u64>| {
+            replay(&p.take_events(), seen);
+            let mut want: Vec<u64> = p.indexed().collect();
+            let mut got: Vec<u64> = seen.iter().copied().collect();
+            want.sort_unstable();
+            got.sort_unstable();
+            assert_eq!(got, want);
+        };
+        let a = p.alloc().unwrap();
+        let b = p.alloc().unwrap();
+        let ha = p.register(a, ROOT_HASH, &toks(1));
+        let hb = p.register(b, ha, &toks(2));
+        // The first block has no parent; the second names the first.
+        let log = p.take_events();
+        assert_eq!(
+            log,
+            vec![
+                KvEvent::Stored {
+                    hash: ha,
+                    parent: None,
+                    tokens: toks(1)
+                },
+                KvEvent::Stored {
+                    hash: hb,
+                    parent: Some(ha),
+                    tokens: toks(2)
+                },
+            ]
+        );
+        replay(&log, &mut seen);
+        // A duplicate prefix is not stored again; a hit changes nothing.
+        let c = p.alloc().unwrap();
+        p.register(c, ROOT_HASH, &toks(1));
+        p.release(c);
+        assert!(p.take_events().is_empty());
+        p.release(a);
+        p.release(b);
+        assert_eq!(p.acquire_cached(ROOT_HASH, &toks(1)), Some((a, ha)));
+        assert!(p.take_events().is_empty());
+        // Eviction by allocation removes the oldest cached block (b).
+        let d = p.alloc().unwrap();
+        assert_eq!(d, c);
+        let e = p.alloc().unwrap();
+        assert_eq!(e, b);
+        let log = p.take_events();
+        assert_eq!(log, vec![KvEvent::Removed { hash: hb }]);
+        replay(&log, &mut seen);
+        check(&mut p, &mut seen);
+        // A flush drops only unowned blocks; caching off drops the rest.
+        p.release(a);
+        assert_eq!(p.drop_cached(), 1);
+        check(&mut p, &mut seen);
+        let hf = p.register(e, ROOT_HASH, &toks(3));
+        check(&mut p, &mut seen);
+        p.set_caching(false);
+        assert_eq!(p.take_events(), vec![KvEvent::Removed { hash: hf }]);
+        assert_eq!(p.indexed().count(), 0);
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! rejected speculative draft) can need a dropped block again. A cached prefix is reused only
 //! as far as both groups still hold what its next token needs.
 
+pub use crate::block_pool::KvEvent;
 use crate::block_pool::{BlockPool, ROOT_HASH};
 use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
@@ -278,6 +279,30 @@ impl KvCache {
         for s in self.seqs.iter_mut().flatten() {
             s.hashes.clear();
         }
+    }
+
+    /// Starts recording changes to the prefix index for [`KvCache::take_events`].
+    ///
+    /// The log follows the index of the layers without a window (group 0), the one every
+    /// prefix lookup walks first. On a model with windowed layers a prefix whose windowed
+    /// blocks were evicted is reused only partly (see the module docs), so a subscriber's view
+    /// is an upper bound on what a lookup finds there.
+    pub fn log_events(&mut self) {
+        self.groups[0].pool.log_events();
+    }
+
+    /// The prefix index's changes since the last call, oldest first (empty unless
+    /// [`KvCache::log_events`] was called).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.groups[0].pool.take_events()
+    }
+
+    /// The chained hashes of every block in the prefix index (of the layers without a
+    /// window), sorted: the state [`KvCache::take_events`]' log describes.
+    pub fn indexed_hashes(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.groups[0].pool.indexed().collect();
+        v.sort_unstable();
+        v
     }
 
     /// Drops the prefix cache's unused blocks (those no sequence holds), in every layer group;

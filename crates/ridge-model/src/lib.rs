@@ -42,7 +42,7 @@ pub use config::{
     GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use error::ModelError;
-pub use kv_cache::{KvCache, KvDtype, SeqId, DROPPED, KV_BLOCK_SIZE};
+pub use kv_cache::{KvCache, KvDtype, KvEvent, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::{Model, Outputs};
 pub use pooling::Pooling;
 pub use rank::RankHead;

@@ -15,12 +15,15 @@
 //! `/v1/messages/count_tokens`), `POST /v1/responses` (with `GET`/`DELETE
 //! /v1/responses/{id}`), `POST /v1/embeddings`, `POST /v1/rerank` (a 400: no rank models yet),
 //! `GET /v1/models`, the gateway probes of [`worker`] (`/server_info`, `/model_info`,
-//! `/get_load`, `/health_generate`, `POST /flush_cache`), `GET /health`,
+//! `/get_load`, `/health_generate`, `POST /flush_cache`, `GET /prefix_cache`), `GET /health`,
 //! `GET /metrics`, `POST /tokenize`, `POST /detokenize`, and for people `GET /` (a chat page
 //! embedded in the binary, which shows each answer's TTFT, TPOT and roofline efficiency) with
 //! `GET /state` (the engine's live state as JSON). Unknown paths get a 404 error object. The
 //! page and `/state`, like `/metrics`, need no API key; everything the page asks of the model
 //! goes through the API routes with the key the user enters.
+//!
+//! Beside HTTP, [`kv_events`] publishes the prefix cache's changes as vLLM's KV-event stream
+//! over ZeroMQ, for KV-aware routers.
 
 #![warn(missing_docs)]
 
@@ -28,6 +31,7 @@ pub mod auth;
 pub mod embeddings;
 pub mod error;
 pub mod handlers;
+pub mod kv_events;
 pub mod metrics;
 pub mod params;
 pub mod pool;
@@ -82,6 +86,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/v2/rerank", post(rerank::rerank))
         .route("/rerank", post(rerank::rerank))
         .route("/flush_cache", post(worker::flush_cache))
+        .route("/prefix_cache", get(worker::prefix_cache))
         .route("/v1/models", get(handlers::models))
         .route("/models", get(handlers::models))
         .route("/models/load", post(handlers::load_model))

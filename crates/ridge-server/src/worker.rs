@@ -11,6 +11,8 @@
 //!   with it); running requests keep theirs.
 //! - `GET /health_generate`: a one-token greedy generation through the engine, so a replica
 //!   whose engine is wedged fails the probe even though its HTTP side answers.
+//! - `GET /prefix_cache[?model=ID]`: the block hashes in a model's prefix index, the state its
+//!   KV events (`kv_events.rs`) describe, so a subscriber can check its view against it.
 //!
 //! The probes need no API key (like `/health` and `/metrics`, a gateway polls them without
 //! one); `/flush_cache` changes state and sits behind the key with the API routes.
@@ -110,6 +112,39 @@ pub async fn flush_cache(State(app): State<Arc<AppState>>) -> Response {
     });
     match flushed.await {
         Ok(Ok(n)) => Json(json!({"status": "ok", "flushed_blocks": n})).into_response(),
+        _ => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the engine is not running",
+        )
+        .into_response(),
+    }
+}
+
+/// `?model=` of `GET /prefix_cache`.
+#[derive(serde::Deserialize)]
+pub struct PrefixCacheQuery {
+    model: Option<String>,
+}
+
+/// `GET /prefix_cache`.
+pub async fn prefix_cache(
+    State(app): State<Arc<AppState>>,
+    axum::extract::Query(q): axum::extract::Query<PrefixCacheQuery>,
+) -> Response {
+    let st = match app.pool.get(q.model.as_deref(), None).await {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
+    let engine = st.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.indexed_blocks()).await {
+        Ok(Ok(hashes)) => Json(json!({
+            "object": "prefix_cache",
+            "model": st.model_name,
+            "block_size": ridge_engine::KV_BLOCK_SIZE,
+            "block_hashes": hashes,
+        }))
+        .into_response(),
         _ => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting_down",

@@ -97,6 +97,21 @@ pub struct Args {
     /// endpoint pickers left at their defaults).
     #[arg(long, default_value = "ridge", value_parser = ["ridge", "vllm"])]
     metrics_prefix: String,
+    /// Publish the prefix cache's changes as vLLM's KV-event stream (ZeroMQ PUB) on this
+    /// address, e.g. `tcp://*:5557`, for KV-aware routers (llm-d, NVIDIA Dynamo).
+    #[arg(long)]
+    kv_events_endpoint: Option<String>,
+    /// Serve replay requests for missed KV-event batches (ZeroMQ ROUTER) on this address,
+    /// e.g. `tcp://*:5558`.
+    #[arg(long, requires = "kv_events_endpoint")]
+    kv_events_replay_endpoint: Option<String>,
+    /// Topic of the KV events; `{model}` becomes the model's id (llm-d expects
+    /// `kv@POD_IP@{model}`).
+    #[arg(long, default_value = "", requires = "kv_events_endpoint")]
+    kv_events_topic: String,
+    /// KV-event batches kept for replay.
+    #[arg(long, default_value_t = ridge_server::kv_events::DEFAULT_REPLAY_BUFFER, requires = "kv_events_endpoint")]
+    kv_events_buffer: usize,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_seconds: u64,
@@ -182,6 +197,31 @@ pub fn main(a: Args) -> Result<()> {
     if a.load_timeout == 0 {
         bail!("--load-timeout must be at least 1 second");
     }
+    if a.kv_events_buffer == 0 {
+        bail!("--kv-events-buffer must be at least 1");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    // Bound before the first model loads, so the engine's first blocks are published and a
+    // taken port fails the command at once.
+    let kv_events = match &a.kv_events_endpoint {
+        Some(endpoint) => {
+            let cfg = ridge_server::kv_events::KvEventsConfig {
+                endpoint: endpoint.clone(),
+                replay_endpoint: a.kv_events_replay_endpoint.clone(),
+                replay_buffer: a.kv_events_buffer,
+            };
+            let p = rt
+                .block_on(ridge_server::kv_events::KvEventPublisher::bind(&cfg))
+                .map_err(|e| anyhow::anyhow!("--kv-events-endpoint: {e}"))?;
+            eprintln!("ridge serve: KV events on {}", p.bound);
+            Some((p, a.kv_events_topic.clone()))
+        }
+        None => None,
+    };
     let settings = LoadSettings {
         max_seqs: a.max_seqs,
         max_batch_tokens: a.max_batch_tokens,
@@ -195,6 +235,7 @@ pub fn main(a: Args) -> Result<()> {
         reasoning_budget: a.reasoning_budget,
         pooling: a.pooling,
         spec: a.spec.clone(),
+        kv_events,
     };
     let loader = Arc::new(CliLoader::new(settings, entries[0].id.clone()));
     // The default model loads before the server listens: a bad file or flag fails the command.
@@ -232,11 +273,6 @@ pub fn main(a: Args) -> Result<()> {
     };
     let state = Arc::new(state);
     let app = ridge_server::router(state.clone(), a.max_body_bytes);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     rt.block_on(async move {
         pool.spawn_reaper();
         let listener = tokio::net::TcpListener::bind(addr)

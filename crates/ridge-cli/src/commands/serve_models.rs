@@ -46,6 +46,9 @@ pub struct LoadSettings {
     pub pooling: Option<ridge_engine::Pooling>,
     /// Speculative decoding (the default model only: a draft model matches one vocabulary).
     pub spec: crate::spec_args::SpecArgs,
+    /// Where each engine's prefix-cache changes are published, and the topic template
+    /// (`{model}` becomes the model's id).
+    pub kv_events: Option<(ridge_server::kv_events::KvEventPublisher, String)>,
 }
 
 /// Loads the pool's models.
@@ -202,6 +205,9 @@ impl CliLoader {
         }
         if let Some(p) = s.pooling {
             core.set_pooling(p);
+        }
+        if let Some((publisher, topic)) = &s.kv_events {
+            core.set_kv_event_sink(publisher.sink(&topic.replace("{model}", &entry.id)));
         }
         let engine = Engine::from_core(core)?;
         let mut st = ModelState::new(Arc::new(engine), tokenizer, template, entry.id.clone());
