@@ -86,8 +86,8 @@ fn bench(c: &mut Criterion) {
     let wf: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    let mut isas = vec![Isa::Scalar];
-    if Isa::detect() != Isa::Scalar {
+    let mut isas = vec![Isa::SCALAR];
+    if Isa::detect() != Isa::SCALAR {
         isas.push(Isa::detect());
     }
     for dtype in [

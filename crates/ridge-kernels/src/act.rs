@@ -63,10 +63,12 @@ pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
 
 /// Quantizes with the best path for `isa`. Results are identical to [`quantize_scalar`].
 pub fn quantize(isa: crate::Isa, x: &[f32], out: &mut [ActBlock]) {
-    match isa {
+    match isa.kind() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Isa::Avx2 and Isa::Avx512 are only produced by Isa::detect after checking avx2/fma/f16c.
-        crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe { crate::dot_avx2::quantize_act(x, out) },
+        // SAFETY: an Isa of these kinds exists only once detection saw avx2/fma/f16c (cpu.rs).
+        crate::IsaKind::Avx2 | crate::IsaKind::Avx512 => unsafe {
+            crate::dot_avx2::quantize_act(x, out)
+        },
         _ => quantize_scalar(x, out),
     }
 }
@@ -113,10 +115,12 @@ pub fn quantize16_scalar(x: &[f32], out: &mut [Act16Block]) {
 /// Quantizes into 16-bit blocks with the best path for `isa`; identical to
 /// [`quantize16_scalar`].
 pub fn quantize16(isa: crate::Isa, x: &[f32], out: &mut [Act16Block]) {
-    match isa {
+    match isa.kind() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Isa::Avx2 and Isa::Avx512 are only produced by Isa::detect after checking avx2/fma/f16c.
-        crate::Isa::Avx2 | crate::Isa::Avx512 => unsafe { crate::dot_avx2::quantize_act16(x, out) },
+        // SAFETY: an Isa of these kinds exists only once detection saw avx2/fma/f16c (cpu.rs).
+        crate::IsaKind::Avx2 | crate::IsaKind::Avx512 => unsafe {
+            crate::dot_avx2::quantize_act16(x, out)
+        },
         _ => quantize16_scalar(x, out),
     }
 }

@@ -279,11 +279,11 @@ pub fn attend_chunk(
                     slots.resize(len, 0);
                 }
                 // SAFETY: an Isa whose avx2() holds is produced only after detecting avx2/fma/f16c
-                // (and Isa::Avx512 after AVX-512 F/VL as well, for attend_group_zmm); head_dim
+                // (and an AVX-512 Isa after AVX-512 F/VL as well, for attend_group_zmm); head_dim
                 // is a multiple of 8; the table maps every position below n_ctx into kv
                 // (caller's contract); q/out hold gs heads, ml 2·gs, scores gs·len, slots len.
                 unsafe {
-                    let f = if isa == Isa::Avx512 {
+                    let f = if isa.avx512() {
                         crate::dot_avx2::attend_group_zmm
                     } else {
                         crate::dot_avx2::attend_group

@@ -4,67 +4,131 @@
 //! kernels that gain from AVX-512 (the integer tile products, see `dot_tiles_vnni`) have a
 //! version of their own. `RIDGE_ISA=avx2` or `RIDGE_ISA=scalar` forces a narrower path, so one
 //! machine can measure and test all three.
+//!
+//! # Why [`Isa`] is opaque
+//!
+//! Safe kernel entry points (`ops::rms_norm(isa, …)`, `matmul(isa, …)`) call
+//! `#[target_feature]` code when `isa` says the CPU has the feature; their `SAFETY` comments
+//! rest on an [`Isa`] never naming a path the CPU lacks. So an `Isa` cannot be built from its
+//! [`IsaKind`]: the only ways to hold one are [`Isa::SCALAR`] (runs anywhere) and detection
+//! ([`Isa::detect`], [`Isa::available`], [`Isa::of`]), each of which checks the CPU first. No
+//! safe call can reach an instruction the CPU does not have.
 
-/// The instruction-set path a kernel call takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
+/// Which path an [`Isa`] takes: for matching and naming. It cannot make an [`Isa`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IsaKind {
     /// Portable scalar reference code.
     Scalar,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2,
-    /// [`Isa::Avx2`] plus AVX-512 F/BW/VL and VNNI: 32 vector registers and `vpdpbusd`, the
-    /// 8-bit dot product that replaces `pmaddubsw` + `pmaddwd` + add.
+    /// [`IsaKind::Avx2`] plus AVX-512 F/BW/VL and VNNI: 32 vector registers and `vpdpbusd`,
+    /// the 8-bit dot product that replaces `pmaddubsw` + `pmaddwd` + add.
     Avx512,
 }
 
+/// The instruction-set path a kernel call takes: one this CPU supports (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Isa(IsaKind);
+
+/// Whether this CPU runs `kind`'s kernels (the hardware's answer; `RIDGE_ISA` plays no part).
+fn supported(kind: IsaKind) -> bool {
+    match kind {
+        IsaKind::Scalar => true,
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Avx2 => {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        }
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Avx512 => {
+            supported(IsaKind::Avx2)
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => false,
+    }
+}
+
 impl Isa {
+    /// The portable reference path, which every CPU runs.
+    pub const SCALAR: Isa = Isa(IsaKind::Scalar);
+
     /// The best path this CPU supports. `RIDGE_ISA=scalar` forces the reference path,
     /// `RIDGE_ISA=avx2` the AVX2 kernels on an AVX-512 CPU.
     pub fn detect() -> Isa {
         let forced = std::env::var("RIDGE_ISA").ok();
-        if forced.as_deref() == Some("scalar") {
-            return Isa::Scalar;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
-                let avx512 = is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni");
-                if avx512 && forced.as_deref() != Some("avx2") {
-                    return Isa::Avx512;
-                }
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
+        let best = match forced.as_deref() {
+            Some("scalar") => IsaKind::Scalar,
+            Some("avx2") => IsaKind::Avx2,
+            _ => IsaKind::Avx512,
+        };
+        [IsaKind::Avx512, IsaKind::Avx2]
+            .into_iter()
+            .filter(|&k| k as u8 <= best as u8)
+            .find_map(Isa::of)
+            .unwrap_or(Isa::SCALAR)
     }
 
-    /// Every path this CPU can run, narrowest first (tests compare each against the scalar
-    /// reference).
+    /// `kind`'s path if this CPU supports it, whatever `RIDGE_ISA` says.
+    pub fn of(kind: IsaKind) -> Option<Isa> {
+        supported(kind).then_some(Isa(kind))
+    }
+
+    /// Every path up to [`Isa::detect`]'s, narrowest first (tests compare each against the
+    /// scalar reference).
     pub fn available() -> Vec<Isa> {
         let best = Isa::detect();
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+        [IsaKind::Scalar, IsaKind::Avx2, IsaKind::Avx512]
             .into_iter()
-            .filter(|&i| i == Isa::Scalar || i == best || (i == Isa::Avx2 && best.avx2()))
+            .filter(|&k| k as u8 <= best.0 as u8)
+            .filter_map(Isa::of)
             .collect()
     }
 
-    /// Whether the AVX2/FMA/F16C kernels may run (true for [`Isa::Avx512`] too).
+    /// Which path this is.
+    pub fn kind(self) -> IsaKind {
+        self.0
+    }
+
+    /// Whether the AVX2/FMA/F16C kernels may run (true for [`IsaKind::Avx512`] too).
     pub fn avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::Avx512)
+        matches!(self.0, IsaKind::Avx2 | IsaKind::Avx512)
+    }
+
+    /// Whether the AVX-512 F/BW/VL/VNNI kernels may run.
+    pub fn avx512(self) -> bool {
+        self.0 == IsaKind::Avx512
     }
 
     /// Human-readable name.
     pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2+fma+f16c",
-            Isa::Avx512 => "avx512+vnni",
+        match self.0 {
+            IsaKind::Scalar => "scalar",
+            IsaKind::Avx2 => "avx2+fma+f16c",
+            IsaKind::Avx512 => "avx512+vnni",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_names_only_paths_the_cpu_has() {
+        let best = Isa::detect();
+        assert!(supported(best.kind()));
+        let all = Isa::available();
+        assert_eq!(all.first(), Some(&Isa::SCALAR));
+        assert_eq!(all.last(), Some(&best));
+        assert!(all.iter().all(|i| supported(i.kind())));
+        // `of` answers with the hardware, so it never hands out an unsupported path.
+        for k in [IsaKind::Scalar, IsaKind::Avx2, IsaKind::Avx512] {
+            assert_eq!(Isa::of(k).is_some(), supported(k), "{k:?}");
         }
     }
 }

@@ -768,7 +768,7 @@ attend_entry!(
     /// registers instead of spilled (six heads per KV head, as Qwen2.5 has, spilled at 16).
     ///
     /// # Safety
-    /// As [`attend_group`], with AVX-512 F/VL detected (an [`crate::Isa::Avx512`]).
+    /// As [`attend_group`], with AVX-512 F/VL detected (an AVX-512 [`crate::Isa`]).
     attend_group_zmm,
     "avx2,fma,f16c,avx512f,avx512vl",
     true

@@ -58,7 +58,7 @@ unsafe fn dp(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 /// activation rows: `out[t][j]` = row `j` · activation row `t`.
 ///
 /// # Safety
-/// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an [`crate::Isa::Avx512`]); `tiles`
+/// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an AVX-512 [`crate::Isa`]); `tiles`
 /// points at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of `F`'s format.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(

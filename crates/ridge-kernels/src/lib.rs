@@ -37,7 +37,7 @@ pub mod ops;
 pub mod packed;
 pub mod pool;
 
-pub use cpu::Isa;
+pub use cpu::{Isa, IsaKind};
 pub use dtype::DType;
 pub use matmul::{
     matmul, matmul_each, matmul_many, ActPrecision, Layout, MatmulScratch, WeightMatrix,

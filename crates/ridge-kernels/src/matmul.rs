@@ -546,7 +546,7 @@ fn run_jobs(isa: Isa, jobs: &[Job<'_, '_>]) {
         if w.layout == Layout::Tiles8 {
             // Whole tile groups; pairs of them where later passes over a chunk take the
             // 512-bit kernels (an odd group per chunk would go through the 256-bit ones).
-            let unit = if isa == Isa::Avx512 && job.n > crate::dot_tiles_vnni::MAX_TOKENS {
+            let unit = if isa.avx512() && job.n > crate::dot_tiles_vnni::MAX_TOKENS {
                 2 * TILE_ROWS
             } else {
                 TILE_ROWS
@@ -727,7 +727,7 @@ unsafe fn tiled_rows_of_chunk(
 ) {
     // Tile kernels: every tiled format with 8- or 16-bit activations.
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512
+    if isa.avx512()
         && matches!(
             (w.dtype, a.path),
             (
@@ -749,7 +749,7 @@ unsafe fn tiled_rows_of_chunk(
         // its outputs do not depend on the batch.
         let mut t = 0;
         while t < n {
-            // SAFETY (each arm): Isa::Avx512 was detected; t + T <= n; rows r0..r1 are whole
+            // SAFETY (each arm): an AVX-512 Isa was detected; t + T <= n; rows r0..r1 are whole
             // tile groups of w owned by this caller.
             let step = (n - t).min(crate::dot_tiles_vnni::MAX_TOKENS);
             match step {
@@ -828,7 +828,7 @@ unsafe fn tiled_rows_of_chunk(
 /// chunk's tiles in cache, where the 512-bit pairs pay.
 ///
 /// # Safety
-/// As [`tiles_t`], with AVX-512 F/BW/VL/VNNI detected (an [`Isa::Avx512`]).
+/// As [`tiles_t`], with AVX-512 F/BW/VL/VNNI detected (an [`Isa`] whose `avx512()` holds).
 #[cfg(target_arch = "x86_64")]
 unsafe fn tiles_t_vnni<const T: usize>(
     w: &WeightMatrix<'_>,

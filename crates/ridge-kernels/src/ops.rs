@@ -263,7 +263,7 @@ mod tests {
             let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
             let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
             let mut got = vec![0f32; n];
-            rms_norm(Isa::Scalar, &x, &w, 1e-6, &mut got);
+            rms_norm(Isa::SCALAR, &x, &w, 1e-6, &mut got);
             for i in 0..n {
                 let want = x[i] as f64 / (ms + 1e-6).sqrt() * w[i] as f64;
                 assert!(
@@ -299,7 +299,7 @@ mod tests {
     fn gelu_tanh_matches_the_tanh_formula() {
         let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) * 0.01).collect();
         let mut g = xs.clone();
-        gelu_tanh_mul(Isa::Scalar, &mut g, &vec![1.0; xs.len()]);
+        gelu_tanh_mul(Isa::SCALAR, &mut g, &vec![1.0; xs.len()]);
         for (&x, &got) in xs.iter().zip(&g) {
             let x64 = x as f64;
             let c = (2.0 / std::f64::consts::PI).sqrt();

@@ -289,7 +289,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                 );
             }
             // (Q6_K takes 16-bit blocks only in tiles; in rows that request runs in f32.)
-            if isa == Isa::Scalar && !(dtype == DType::Q6_K && prec == ActPrecision::Int16) {
+            if isa == Isa::SCALAR && !(dtype == DType::Q6_K && prec == ActPrecision::Int16) {
                 let mut y = vec![0f32; n * rows];
                 matmul(
                     isa,
@@ -323,7 +323,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
                     "tiles {dtype:?} {isa:?} {prec:?} {rows}x{cols}: last {m} rows alone"
                 );
             }
-            if isa != Isa::Scalar {
+            if isa != Isa::SCALAR {
                 simd.push((isa, prec, all));
             }
         }
@@ -638,7 +638,7 @@ fn dequantize_matches_gguf_reference_fixtures() {
 #[test]
 fn simd_dot_products_match_scalar_on_random_blocks() {
     let isa = Isa::detect();
-    if isa == Isa::Scalar {
+    if isa == Isa::SCALAR {
         return;
     }
     let mut rng = StdRng::seed_from_u64(13);
@@ -676,7 +676,7 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
             let mut want = vec![0f32; 3 * rows];
             let mut got = vec![0f32; 3 * rows];
             let mut s = MatmulScratch::default();
-            matmul(Isa::Scalar, prec, &wm, &x, 3, &mut want, &mut s);
+            matmul(Isa::SCALAR, prec, &wm, &x, 3, &mut want, &mut s);
             matmul(isa, prec, &wm, &x, 3, &mut got, &mut s);
             let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
