@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compute_floor;
 pub mod serve;
 
 use std::time::Instant;

@@ -41,6 +41,21 @@ fn probe_json_is_one_line_with_bandwidth() {
     assert!(num(&v, "q4_1_matmul_gflops") > 0.0, "{v}");
     assert_eq!(num(&v, "threads"), 2.0);
     assert!(v["isa"].is_string());
+    // The int8 roof of the path ridge runs (none on the scalar path), twice as ops.
+    match v["isa"].as_str() {
+        Some("scalar") => assert!(v["int8_peak_gmacs"].is_null(), "{v}"),
+        Some(isa) => {
+            let want = if isa.starts_with("avx512") {
+                "avx512-vnni"
+            } else {
+                "avx2"
+            };
+            assert_eq!(v["int8_path"], want, "{v}");
+            let g = num(&v, "int8_peak_gmacs");
+            assert!(g > 0.0 && (num(&v, "int8_peak_gops") - 2.0 * g).abs() < 1e-9 * g);
+        }
+        None => panic!("{v}"),
+    }
 }
 
 #[test]
@@ -134,6 +149,46 @@ fn bench_json_has_every_key_and_the_right_floor() {
         assert!((eff - floor_ms / num(&v, "tpot_ms")).abs() < 1e-6 * eff.max(1e-9));
         assert_eq!(num(&v, "read_bandwidth_gbs"), 10.0);
         assert_eq!(num(&v, "weight_bytes"), weights);
+
+        // The compute floors from the roofs the bench probed and the spec's parameters: linear
+        // layers at the int8 rate, attention (QK and PV: 2 · n_heads · head_dim per attended
+        // layer-position) at the f32 FMA rate; the step floor is the larger one.
+        if v["int8_peak_gmacs"].is_null() {
+            continue; // the scalar path: no compute roof
+        }
+        let (int8, f32) = (num(&v, "int8_peak_gmacs"), num(&v, "f32_peak_gmacs"));
+        let d = spec.d_model as f64;
+        let kv = (spec.n_kv_heads * head_dim) as f64;
+        let ffn = spec.ffn_dim as f64;
+        let layer = 2.0 * d * d + 2.0 * d * kv + 3.0 * d * ffn;
+        let params = spec.n_layers as f64 * layer + d * spec.vocab as f64;
+        let attn = 2.0 * d; // n_heads · head_dim = d_model here
+        let layers = spec.n_layers as f64;
+        let compute =
+            1e3 * (batch * params / (int8 * 1e9) + attn * batch * layers * 10.0 / (f32 * 1e9));
+        let close = |a: f64, b: f64| ((a - b) / b).abs() < 1e-6;
+        assert!(
+            close(num(&v, "compute_floor_ms"), compute),
+            "{v} vs {compute}"
+        );
+        assert!(
+            close(num(&v, "step_floor_ms"), floor_ms.max(compute)),
+            "{v}"
+        );
+        let bound = if compute > floor_ms {
+            "compute"
+        } else {
+            "memory"
+        };
+        assert_eq!(v["decode_bound"], bound, "{v}");
+        // Prefill of B × 8 tokens: Σ_{i=1..8} i = 36 positions per layer per sequence; its
+        // memory floor reads the weights once.
+        let prefill = 1e3
+            * (batch * 8.0 * params / (int8 * 1e9) + attn * batch * layers * 36.0 / (f32 * 1e9));
+        let pf = prefill.max(weights / 10e9 * 1e3);
+        assert!(close(num(&v, "prefill_floor_ms"), pf), "{v} vs {pf}");
+        let pe = num(&v, "prefill_efficiency");
+        assert!(close(pe, pf / num(&v, "prefill_ms")), "{v}");
     }
 }
 

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use ridge_kernels::{blocks, matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
 
+mod peak;
+pub use peak::{bf16_gflops, int8_peak, Int8Peak, PEAK_ITERS};
+
 /// One cache line of the bandwidth buffer; the alignment makes every 32-byte half an aligned
 /// AVX2 load.
 #[repr(C, align(64))]
@@ -84,6 +87,12 @@ pub struct ProbeReport {
     /// ridge's Q4_1 × int8 matmul on cache-resident data ([`MatmulShape::default`]), GFLOP/s;
     /// `None` if not measured.
     pub q4_1_matmul_gflops: Option<f64>,
+    /// Peak int8 multiply-accumulate rate of the path ridge's kernels take ([`int8_peak`]):
+    /// the compute roof of quantized prefill and batched decode. `None` if not measured or on
+    /// the scalar path.
+    pub int8: Option<Int8Peak>,
+    /// Peak bf16 dot-product rate, GFLOP/s, where the CPU has AVX-512 BF16 ([`bf16_gflops`]).
+    pub bf16_gflops: Option<f64>,
     /// Name of the kernel path ([`Isa::name`]).
     pub isa: &'static str,
     /// Instruction set of the bandwidth and FMA probes: `"avx2"` or `"portable"`.
@@ -242,13 +251,15 @@ pub fn cache_probe(threads: usize) -> Option<CacheProbe> {
 /// Runs the probes `cfg` asks for.
 pub fn run(cfg: &ProbeConfig) -> ProbeReport {
     let read_bandwidth_gbs = read_bandwidth(cfg.threads, cfg.buffer_bytes, cfg.passes);
-    let (fma, mm) = if cfg.compute {
+    let (fma, mm, int8, bf16) = if cfg.compute {
         (
             Some(fma_gflops(cfg.threads, FMA_ITERS, 5)),
             Some(q4_1_matmul_gflops(MatmulShape::default(), 5)),
+            int8_peak(Isa::detect(), cfg.threads, PEAK_ITERS, 5),
+            bf16_gflops(cfg.threads, PEAK_ITERS, 5),
         )
     } else {
-        (None, None)
+        (None, None, None, None)
     };
     ProbeReport {
         threads: cfg.threads.max(1),
@@ -257,6 +268,8 @@ pub fn run(cfg: &ProbeConfig) -> ProbeReport {
         read_bandwidth_gbs,
         fma_gflops: fma,
         q4_1_matmul_gflops: mm,
+        int8,
+        bf16_gflops: bf16,
         isa: Isa::detect().name(),
         probe_simd: if has_avx2() { "avx2" } else { "portable" },
         llc: cache_probe(cfg.threads),
@@ -712,6 +725,7 @@ mod tests {
         });
         assert!(r.read_bandwidth_gbs > 0.0);
         assert!(r.fma_gflops.is_none() && r.q4_1_matmul_gflops.is_none());
+        assert!(r.int8.is_none() && r.bf16_gflops.is_none());
         assert_eq!(r.threads, 1);
     }
 }

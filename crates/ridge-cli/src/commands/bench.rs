@@ -1,6 +1,8 @@
 //! `ridge bench --model M [--prompt 512] [--gen 128] [--batch 1,16,64] [--reps 3] [--json]
 //! [--bandwidth-gbs X]`: the offline benchmark of `ridge-bench`, judged against this machine's
-//! probed read bandwidth (or a given one).
+//! probed read bandwidth (or a given one), and prefill and batched decode also against its
+//! probed compute roofs (int8 multiply-adds for the linear layers, f32 FMAs for attention;
+//! `ridge_bench::compute_floor`): each row names the bound that applies.
 //!
 //! `ridge bench serve --url URL …` and `ridge bench sweep --url URL …` measure a running
 //! OpenAI-compatible server instead (`ridge_bench::serve`); they are subcommands of `bench` so
@@ -9,6 +11,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use ridge_bench::compute_floor::{self, ComputeRoof};
 use ridge_bench::serve::{self, report, sweep, DatasetSpec, LoadOptions, Session, Slo};
 use ridge_bench::{roofline_inputs, BenchConfig, BenchResult};
 use ridge_roofline::FloorBandwidth;
@@ -86,6 +89,34 @@ pub fn main(a: Args) -> Result<()> {
     let (level, bw, probed) = (floor.level, floor.gbs, a.bandwidth_gbs.is_none());
     let name = model.config().name.clone();
     let isa = model.isa().name();
+    // The compute roofs (tens of ms): prefill and large batches are judged against them.
+    let spec = ridge_roofline::ModelSpec::from_gguf(model.gguf()).ok();
+    let roof = ridge_roofline::probe::int8_peak(
+        model.isa(),
+        threads,
+        ridge_roofline::probe::PEAK_ITERS / 2,
+        3,
+    )
+    .map(|p| ComputeRoof {
+        int8_gmacs: p.gmacs,
+        f32_gmacs: ridge_roofline::probe::fma_gflops(
+            threads,
+            ridge_roofline::probe::FMA_ITERS / 8,
+            3,
+        ) / 2.0,
+    })
+    .filter(|_| spec.is_some());
+    // Per result: (prefill floor ms, its bound, decode step compute floor ms).
+    let floors = |r: &BenchResult| -> Option<(f64, &'static str, f64)> {
+        let (roof, spec) = (roof?, spec.as_ref()?);
+        let mem = ridge_roofline::floor_ms(inputs.weight_bytes, bw);
+        let comp = roof.prefill_ms(spec, r.batch, r.prompt_tokens);
+        Some((
+            mem.max(comp),
+            compute_floor::bound(mem, comp),
+            roof.decode_step_ms(spec, r.batch, r.mean_decode_context),
+        ))
+    };
     if !a.json {
         println!(
             "{name}: {:.1} MB of weights read per step, {} B of KV cache per token{}; {threads} threads, {}; read bandwidth {bw:.1} GB/s ({}, {level})",
@@ -105,20 +136,31 @@ pub fn main(a: Args) -> Result<()> {
                 c.read_bandwidth_gbs
             );
         }
+        if let Some(r) = roof {
+            println!(
+                "compute roofs: int8 {:.1} G multiply-adds/s, f32 {:.1} G FMA/s ({threads} threads); a floor is the larger of memory and compute",
+                r.int8_gmacs, r.f32_gmacs
+            );
+        }
         println!(
-            "{:>5} {:>6} {:>5} {:>13} {:>10} {:>12} {:>9} {:>10} {:>10}",
+            "{:>5} {:>6} {:>5} {:>13} {:>10} {:>15} {:>12} {:>9} {:>10} {:>10} {:>8}",
             "batch",
             "prompt",
             "gen",
             "prefill tok/s",
             "TTFT ms",
+            "prefill/floor",
             "decode tok/s",
             "TPOT ms",
             "floor ms",
-            "efficiency"
+            "efficiency",
+            "bound"
         );
     }
     let print_result = |r: &BenchResult| {
+        let fl = floors(r);
+        // A decode step's floor: the larger of its memory and compute floors.
+        let step_floor = fl.map_or(r.roofline_tpot_ms, |f| r.roofline_tpot_ms.max(f.2));
         if a.json {
             println!(
                 "{}",
@@ -152,20 +194,35 @@ pub fn main(a: Args) -> Result<()> {
                     "isa": isa,
                     "model": name,
                     "path": if a.direct { "direct" } else { "scheduler" },
+                    "int8_peak_gmacs": roof.map(|c| c.int8_gmacs),
+                    "f32_peak_gmacs": roof.map(|c| c.f32_gmacs),
+                    "prefill_floor_ms": fl.map(|f| f.0),
+                    "prefill_bound": fl.map(|f| f.1),
+                    "prefill_efficiency": fl.map(|f| f.0 / r.prefill_ms.max(1e-9)),
+                    "compute_floor_ms": fl.map(|f| f.2),
+                    "step_floor_ms": step_floor,
+                    "step_efficiency": step_floor / r.tpot_ms.max(1e-9),
+                    "decode_bound": fl.map(|f| compute_floor::bound(r.roofline_tpot_ms, f.2)),
                 })
             );
         } else {
             println!(
-                "{:>5} {:>6} {:>5} {:>13.1} {:>10.2} {:>12.1} {:>9.3} {:>10.3} {:>9.1}%",
+                "{:>5} {:>6} {:>5} {:>13.1} {:>10.2} {:>15} {:>12.1} {:>9.3} {:>10.3} {:>9.1}% {:>8}",
                 r.batch,
                 r.prompt_tokens,
                 r.gen_tokens,
                 r.prefill_tok_s,
                 r.ttft_ms,
+                fl.map_or("-".to_string(), |f| format!(
+                    "{:.0}% {}",
+                    100.0 * f.0 / r.prefill_ms.max(1e-9),
+                    f.1
+                )),
                 r.decode_tok_s,
                 r.tpot_ms,
-                r.roofline_tpot_ms,
-                100.0 * r.roofline_efficiency
+                step_floor,
+                100.0 * step_floor / r.tpot_ms.max(1e-9),
+                fl.map_or("memory", |f| compute_floor::bound(r.roofline_tpot_ms, f.2))
             );
         }
     };

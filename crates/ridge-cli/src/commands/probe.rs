@@ -52,6 +52,10 @@ pub fn main(a: Args) -> Result<()> {
                 "fma_gflops": r.fma_gflops,
                 "q4_1_matmul_gflops": r.q4_1_matmul_gflops,
                 "q4_1_matmul_shape": [shape.batch, shape.rows, shape.cols],
+                "int8_peak_gmacs": r.int8.map(|p| p.gmacs),
+                "int8_peak_gops": r.int8.map(|p| 2.0 * p.gmacs),
+                "int8_path": r.int8.map(|p| p.path),
+                "bf16_peak_gflops": r.bf16_gflops,
                 "isa": r.isa,
                 "probe_simd": r.probe_simd,
                 "llc_bytes": r.llc.map(|c| c.bytes),
@@ -79,10 +83,32 @@ pub fn main(a: Args) -> Result<()> {
                 r.threads, r.probe_simd
             );
         }
+        if let Some(p) = r.int8 {
+            println!(
+                "int8 MAC peak:  {:.1} GOP/s ({:.1} G multiply-adds/s, {} threads, {}): the compute roof of quantized prefill and batched decode",
+                2.0 * p.gmacs,
+                p.gmacs,
+                r.threads,
+                p.path
+            );
+        }
+        if let Some(b) = r.bf16_gflops {
+            println!(
+                "bf16 dot peak:  {b:.1} GFLOP/s ({} threads, avx512-bf16; no ridge kernel uses it yet)",
+                r.threads
+            );
+        }
         if let Some(m) = r.q4_1_matmul_gflops {
             println!(
-                "Q4_1 matmul:    {m:.1} GFLOP/s ({}×{} weights × {} rows, int8 activations, {})",
-                shape.rows, shape.cols, shape.batch, r.isa
+                "Q4_1 matmul:    {m:.1} GFLOP/s ({}×{} weights × {} rows, int8 activations, {}){}",
+                shape.rows,
+                shape.cols,
+                shape.batch,
+                r.isa,
+                r.int8.map_or(String::new(), |p| format!(
+                    ": {:.0}% of the int8 peak",
+                    100.0 * m / (2.0 * p.gmacs)
+                ))
             );
         }
     }
