@@ -18,6 +18,9 @@ pub enum Precision {
     Bf16,
     /// 8-bit float tensor-core rate (where the hardware has one).
     Fp8,
+    /// 8-bit integer multiply-adds: what ridge's quantized kernels run on a CPU (measured
+    /// for `local` by the probe; not listed for the built-in GPUs).
+    Int8,
 }
 
 impl Precision {
@@ -26,6 +29,7 @@ impl Precision {
         match self {
             Precision::Bf16 => "bf16",
             Precision::Fp8 => "fp8",
+            Precision::Int8 => "int8",
         }
     }
 }
@@ -36,8 +40,9 @@ impl std::str::FromStr for Precision {
         match s {
             "bf16" => Ok(Precision::Bf16),
             "fp8" => Ok(Precision::Fp8),
+            "int8" => Ok(Precision::Int8),
             other => Err(format!(
-                "unknown precision `{other}` (expected bf16 or fp8)"
+                "unknown precision `{other}` (expected bf16, fp8 or int8)"
             )),
         }
     }
@@ -63,6 +68,9 @@ pub struct Hardware {
     pub bf16_tflops: f64,
     /// Peak dense fp8 rate, TFLOP/s, where the hardware has one.
     pub fp8_tflops: Option<f64>,
+    /// Peak int8 rate, TOP/s (a multiply-add counts 2), where known: for `local`, the
+    /// probed rate of the path ridge's kernels take.
+    pub int8_tops: Option<f64>,
     /// Where the numbers come from.
     pub source: String,
     /// The last-level cache and its read bandwidth, where measured (`local`): a step whose
@@ -155,6 +163,7 @@ impl Hardware {
                 memory_bandwidth_gbs: gbs,
                 bf16_tflops: bf16,
                 fp8_tflops: fp8,
+                int8_tops: None,
                 source: src.to_string(),
             })
     }
@@ -168,18 +177,25 @@ impl Hardware {
             memory_bandwidth_gbs: bandwidth_gbs,
             bf16_tflops: fma_gflops / 1e3,
             fp8_tflops: None,
+            int8_tops: None,
             source: "measured: ridge probe (quick bandwidth probe, f32 FMA peak)".to_string(),
             llc: None,
         }
     }
 
-    /// Measures this machine: the quick bandwidth probe ([`probe::ProbeConfig::quick`]) and the
-    /// f32 FMA peak, about two seconds in all.
+    /// Measures this machine: the quick bandwidth probe ([`probe::ProbeConfig::quick`]), the
+    /// f32 FMA peak and the int8 multiply-add peak of ridge's path, about two seconds in all.
     pub fn probe_local(threads: usize) -> Hardware {
         let r = probe::run(&probe::ProbeConfig::quick(threads));
         let fma = probe::fma_gflops(threads, probe::FMA_ITERS, 3);
+        let int8 = probe::int8_peak(ridge_kernels::Isa::detect(), threads, probe::PEAK_ITERS, 3);
         Hardware {
             llc: r.llc,
+            int8_tops: int8.map(|p| 2.0 * p.gmacs / 1e3),
+            source: format!(
+                "measured: ridge probe (quick bandwidth probe, f32 FMA peak{})",
+                int8.map_or(String::new(), |p| format!(", int8 {} peak", p.path))
+            ),
             ..Hardware::local(r.read_bandwidth_gbs, fma, r.threads)
         }
     }
@@ -189,6 +205,7 @@ impl Hardware {
         match p {
             Precision::Bf16 => Some(self.bf16_tflops),
             Precision::Fp8 => self.fp8_tflops,
+            Precision::Int8 => self.int8_tops,
         }
     }
 
@@ -244,6 +261,13 @@ mod tests {
     #[test]
     fn precision_parses() {
         assert_eq!("fp8".parse::<Precision>(), Ok(Precision::Fp8));
+        assert_eq!("int8".parse::<Precision>(), Ok(Precision::Int8));
+        assert_eq!(
+            Hardware::builtin("h100-sxm")
+                .unwrap()
+                .peak_tflops(Precision::Int8),
+            None
+        );
         assert!("int4".parse::<Precision>().is_err());
     }
 }
