@@ -479,3 +479,193 @@ fn named_mixtures_from_their_configs() {
         );
     }
 }
+
+/// `roofline plan`: SmolLM2 on an H100 at a rate one replica cannot serve within a tight
+/// TTFT SLO. The plan's step times are exactly `roofline`'s floors for the same shapes, the
+/// fleet is `⌈rate / capacity⌉` replicas, each at its share of the rate within the SLOs, and
+/// the cost is the machines' price over the tokens served.
+#[test]
+fn plan_sizes_a_fleet_from_the_same_floors() {
+    let path = smollm2();
+    let p = path.to_str().unwrap();
+    let (rate, input, output) = (4000.0, 1024.0, 256.0);
+    let plan_args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args = vec![
+            "roofline",
+            "plan",
+            "--model",
+            p,
+            "--hardware",
+            "h100-sxm",
+            "--rate",
+            "4000",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "256",
+            "--ttft-slo",
+            "5",
+            "--tpot-slo",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(String::from).collect()
+    };
+    let run_plan = |extra: &[&'static str]| {
+        let a = plan_args(extra);
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let rows = lines(&run_plan(&["--price-per-hour", "3", "--json"]));
+    assert_eq!(rows.len(), 1);
+    let v = &rows[0];
+    for key in [
+        "prefill_ms",
+        "decode_step_ms_batch1",
+        "capacity_per_replica",
+        "ttft_limited_rate",
+        "tpot_limited_rate",
+        "saturation_rate",
+        "replicas",
+        "machines",
+        "cost_per_mtok_output",
+        "cost_per_mtok_total",
+    ] {
+        assert!(num(v, key) > 0.0, "{key} in {v}");
+    }
+    assert_eq!(v["hardware"], "h100-sxm");
+    assert_eq!(v["meets_slo"], true, "{v}");
+    // The step times are `roofline`'s floors: prefill of 1024 tokens, decode at batch 1 at
+    // the mean decode context 1024 + 256 / 2.
+    let floor = lines(&run(&[
+        "roofline",
+        "--model",
+        p,
+        "--hardware",
+        "h100-sxm",
+        "--batch",
+        "1",
+        "--context",
+        "1152",
+        "--prompt-len",
+        "1024",
+        "--json",
+    ]));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+    assert!(
+        close(num(v, "prefill_ms"), num(&floor[0], "ttft_min_ms")),
+        "{v}"
+    );
+    assert!(
+        close(
+            num(v, "decode_step_ms_batch1"),
+            num(&floor[0], "tpot_min_ms")
+        ),
+        "{v}"
+    );
+    // Capacity: the smallest of the three limits; replicas cover the rate.
+    let cap = num(v, "capacity_per_replica");
+    let smallest = ["ttft_limited_rate", "tpot_limited_rate", "saturation_rate"]
+        .iter()
+        .map(|k| num(v, k))
+        .fold(f64::INFINITY, f64::min);
+    assert!(close(cap, smallest));
+    let replicas = num(v, "replicas");
+    assert_eq!(replicas, (rate / cap * (1.0 - 1e-9)).ceil());
+    assert!(replicas >= 2.0, "this rate needs more than one H100: {v}");
+    assert_eq!(num(v, "machines"), replicas);
+    let each = &v["per_replica"];
+    assert!(close(num(each, "rate"), rate / replicas));
+    assert!(
+        num(each, "ttft_ms") <= 5.0 && num(each, "tpot_ms") <= 1.0,
+        "{each}"
+    );
+    assert!(num(each, "utilisation") <= 1.0 + 1e-9);
+    // $3 per machine-hour.
+    let per_hour = 3.0 * replicas;
+    assert!(close(num(v, "cost_per_hour"), per_hour));
+    assert!(close(
+        num(v, "cost_per_mtok_output"),
+        per_hour / (3600.0 * rate * output) * 1e6
+    ));
+    assert!(close(
+        num(v, "cost_per_mtok_total"),
+        per_hour / (3600.0 * rate * (input + output)) * 1e6
+    ));
+
+    // Two replicas per machine: each gets half the bandwidth; the same rate needs more
+    // replicas on fewer or as many machines.
+    let half = &lines(&run_plan(&["--replicas-per-machine", "2", "--json"]))[0];
+    assert_eq!(num(half, "replica_bandwidth_gbs"), 3350.0 / 2.0);
+    assert!(num(half, "replicas") >= replicas);
+    assert_eq!(num(half, "machines"), (num(half, "replicas") / 2.0).ceil());
+    // A fleet given by count: one replica cannot keep up with this rate.
+    let one = &lines(&run_plan(&["--replicas", "1", "--json"]))[0];
+    assert_eq!(one["meets_slo"], false, "{one}");
+    assert_eq!(num(one, "replicas"), 1.0);
+
+    // The summary names the capacity, its bound and the fleet.
+    let o = run_plan(&["--price-per-hour", "3"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("capacity per replica:"), "{text}");
+    assert!(
+        text.contains(&format!("replicas: {replicas} on {replicas} machine(s)")),
+        "{text}"
+    );
+    assert!(text.contains("per million output tokens"), "{text}");
+}
+
+#[test]
+fn plan_errors_are_one_line() {
+    let path = smollm2();
+    let p = path.to_str().unwrap();
+    let plan = |extra: &[&str]| {
+        let mut args = vec![
+            "roofline",
+            "plan",
+            "--model",
+            p,
+            "--hardware",
+            "a100-80gb",
+            "--input-len",
+            "4096",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // A 4096-token prefill of SmolLM2 on an A100 takes more than 0.01 ms on any replica.
+    assert_clean_failure(
+        &plan(&["--rate", "1", "--ttft-slo", "0.01", "--tpot-slo", "10"]),
+        "no number of replicas",
+    );
+    assert_clean_failure(
+        &plan(&["--rate", "0", "--ttft-slo", "100", "--tpot-slo", "10"]),
+        "rate must be a positive",
+    );
+    assert_clean_failure(
+        &plan(&[
+            "--rate",
+            "1",
+            "--ttft-slo",
+            "100",
+            "--tpot-slo",
+            "10",
+            "--replica-threads",
+            "1",
+        ]),
+        "--replica-threads applies to --hardware local",
+    );
+    assert_clean_failure(
+        &plan(&[
+            "--rate",
+            "1",
+            "--ttft-slo",
+            "100",
+            "--tpot-slo",
+            "10",
+            "--efficiency",
+            "2",
+        ]),
+        "efficiency",
+    );
+}

@@ -33,6 +33,10 @@
 //! - [`analytic`] is DESIGN.md's model in full: bytes and FLOPs per step, arithmetic intensity
 //!   against the ridge point, the binding roof, TPOT and TTFT floors, throughput and cost per
 //!   token — the numbers `ridge roofline` prints.
+//! - [`plan`] sizes a fleet on those floors: a queueing model of one continuous-batching
+//!   replica (prefill as an M/D/1 queue, decode batch by Little's law) gives the largest
+//!   request rate that meets TTFT and TPOT SLOs, hence the replicas and machines a traffic
+//!   needs and their cost per token — `ridge roofline plan`.
 //! - [`chart`] draws them (plotters, SVG or PNG), and holds the chart plumbing `ridge-bench`
 //!   shares.
 //!
@@ -47,6 +51,7 @@ pub mod analytic;
 pub mod chart;
 pub mod hardware;
 pub mod model;
+pub mod plan;
 pub mod probe;
 pub mod spec;
 

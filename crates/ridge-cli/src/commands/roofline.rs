@@ -2,6 +2,11 @@
 //! [--prompt-len N] [--kv-dtype f16|q8_0] [--precision bf16|fp8] [--price-per-hour USD]
 //! [--json] [--plot FILE]`: the analytic floor of `ridge_roofline::analytic` for a GGUF model
 //! (path or known name) or a Hugging Face `config.json`, on a built-in machine or this one.
+//!
+//! `ridge roofline plan --model M --hardware H --rate R --input-len I --output-len O
+//! --ttft-slo MS --tpot-slo MS [--replica-threads T | --replicas-per-machine K]
+//! [--efficiency F] [--max-batch B] [--price-per-hour USD] [--replicas N] [--json]`: how many
+//! replicas that traffic needs, from the same floors (`ridge_roofline::plan`).
 
 use std::path::{Path, PathBuf};
 
@@ -12,13 +17,17 @@ use ridge_roofline::{Hardware, KvDtype, ModelSpec, OperatingPoint, Precision};
 
 /// Arguments of `roofline`.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    /// Size a fleet instead: `roofline plan`.
+    #[command(subcommand)]
+    plan: Option<Box<Sub>>,
     /// GGUF path or known name, or a Hugging Face config.json (or a folder holding one).
     #[arg(long, short, default_value = ridge_model::registry::DEFAULT_MODEL)]
     model: String,
     /// Machine: h100-sxm, h200, a100-80gb, b200, mi300x, or local (probed, about 2 s).
-    #[arg(long)]
-    hardware: String,
+    #[arg(long, required = true)]
+    hardware: Option<String>,
     /// Batch sizes, comma-separated: sequences decoded together.
     #[arg(long, value_delimiter = ',', default_values_t = [1u64, 8, 64])]
     batch: Vec<u64>,
@@ -73,11 +82,11 @@ fn hf_config_path(arg: &str) -> Option<PathBuf> {
         .then(|| p.to_path_buf())
 }
 
-fn load_spec(a: &Args) -> Result<ModelSpec> {
-    if let Some(path) = hf_config_path(&a.model) {
+fn load_spec(model: &str, weight_dtype: Option<&str>) -> Result<ModelSpec> {
+    if let Some(path) = hf_config_path(model) {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("{}: cannot read", path.display()))?;
-        let format = a.weight_dtype.as_deref().unwrap_or("bf16");
+        let format = weight_dtype.unwrap_or("bf16");
         let spec = ModelSpec::from_hf_config(
             &text,
             &path.display().to_string(),
@@ -86,10 +95,10 @@ fn load_spec(a: &Args) -> Result<ModelSpec> {
         )?;
         return Ok(spec);
     }
-    if a.weight_dtype.is_some() {
+    if weight_dtype.is_some() {
         bail!("--weight-dtype applies to config.json models; a GGUF file's tensor index already says how its weights are stored");
     }
-    let path = crate::models::resolve(&a.model, false)?;
+    let path = crate::models::resolve(model, false)?;
     let file = ridge_gguf::GgufFile::open(&path)?;
     Ok(ModelSpec::from_gguf(&file)?)
 }
@@ -108,6 +117,9 @@ fn hardware(name: &str) -> Result<Hardware> {
 
 /// Runs `roofline`.
 pub fn main(a: Args) -> Result<()> {
+    if let Some(Sub::Plan(p)) = a.plan.map(|b| *b) {
+        return plan_main(p);
+    }
     if a.batch.is_empty() || a.batch.contains(&0) {
         bail!("--batch: give batch sizes of at least 1");
     }
@@ -117,9 +129,9 @@ pub fn main(a: Args) -> Result<()> {
     if let Some(p) = a.plot.as_deref() {
         chart::ChartFormat::from_path(p)?;
     }
-    let spec = load_spec(&a)?;
+    let spec = load_spec(&a.model, a.weight_dtype.as_deref())?;
     let setup = Setup {
-        hardware: hardware(&a.hardware)?,
+        hardware: hardware(a.hardware.as_deref().unwrap_or_default())?,
         precision: a.precision,
         kv_dtype: a.kv_dtype,
         price_per_hour: a.price_per_hour,
@@ -281,4 +293,230 @@ fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
         );
     }
     println!("floors: datasheet peaks, zero overhead; TTFT is one prompt prefilled alone");
+}
+
+/// Subcommands of `roofline`.
+#[derive(clap::Subcommand)]
+enum Sub {
+    /// How many replicas a traffic needs: the largest request rate one replica serves within
+    /// the TTFT and TPOT SLOs (a queueing model on the analytic floors), the replicas and
+    /// machines for `--rate`, and their cost per million tokens.
+    Plan(PlanArgs),
+}
+
+/// Arguments of `roofline plan`.
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// GGUF path or known name, or a Hugging Face config.json (or a folder holding one).
+    #[arg(long, short, default_value = ridge_model::registry::DEFAULT_MODEL)]
+    model: String,
+    /// Machine: h100-sxm, h200, a100-80gb, b200, mi300x, or local (probed, about 2 s, with
+    /// the global --threads).
+    #[arg(long)]
+    hardware: String,
+    /// Requests per second to serve (Poisson arrivals).
+    #[arg(long)]
+    rate: f64,
+    /// Prompt tokens per request.
+    #[arg(long, default_value_t = 512)]
+    input_len: u64,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 128)]
+    output_len: u64,
+    /// Mean time-to-first-token target, ms.
+    #[arg(long)]
+    ttft_slo: f64,
+    /// Mean time-per-output-token target, ms.
+    #[arg(long)]
+    tpot_slo: f64,
+    /// `--hardware local` only: kernel threads per replica; the probed threads are split into
+    /// threads / T replicas, each with its share of bandwidth and compute.
+    #[arg(long, conflicts_with = "replicas_per_machine")]
+    replica_threads: Option<usize>,
+    /// Replicas sharing one machine, each with 1/K of its bandwidth and compute.
+    #[arg(long)]
+    replicas_per_machine: Option<u32>,
+    /// Fraction of the floors an engine attains (0 < F ≤ 1; 1: plan on the floors, an upper
+    /// bound on capacity).
+    #[arg(long, default_value_t = 1.0)]
+    efficiency: f64,
+    /// Most requests one replica decodes at once (ridge serve's --max-seqs).
+    #[arg(long, default_value_t = 64)]
+    max_batch: u64,
+    /// Evaluate this many replicas instead of sizing the fleet.
+    #[arg(long)]
+    replicas: Option<u64>,
+    /// KV cache element format: f16 or q8_0.
+    #[arg(long, default_value = "f16")]
+    kv_dtype: KvDtype,
+    /// Whose peak bounds compute: bf16, fp8, or int8 (`local`: the probed int8 multiply-add
+    /// peak of ridge's quantized kernels).
+    #[arg(long, default_value = "bf16")]
+    precision: Precision,
+    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
+    #[arg(long)]
+    weight_dtype: Option<String>,
+    /// Price of one machine in USD per hour, for the fleet's cost per million tokens.
+    #[arg(long)]
+    price_per_hour: Option<f64>,
+    /// One JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn plan_main(a: PlanArgs) -> Result<()> {
+    use ridge_roofline::plan::{self, ReplicaShape, Slo, Traffic};
+    let local = a.hardware.eq_ignore_ascii_case("local");
+    if a.replica_threads.is_some() && !local {
+        bail!("--replica-threads applies to --hardware local; give --replicas-per-machine for other machines");
+    }
+    if a.replica_threads == Some(0) {
+        bail!("--replica-threads must be at least 1");
+    }
+    let spec = load_spec(&a.model, a.weight_dtype.as_deref())?;
+    let hw = hardware(&a.hardware)?;
+    let threads = ridge_kernels::pool::threads();
+    let per_machine = match (a.replica_threads, a.replicas_per_machine) {
+        (Some(t), _) if t > threads => {
+            bail!("--replica-threads {t}: this machine runs {threads} kernel threads (--threads)")
+        }
+        (Some(t), _) => (threads / t) as u32,
+        (None, Some(k)) => k,
+        (None, None) => 1,
+    };
+    let setup = Setup {
+        hardware: hw,
+        precision: a.precision,
+        kv_dtype: a.kv_dtype,
+        price_per_hour: a.price_per_hour,
+    };
+    let shape = ReplicaShape {
+        replicas_per_machine: per_machine,
+        efficiency: a.efficiency,
+        max_batch: a.max_batch,
+    };
+    let traffic = Traffic {
+        rate: a.rate,
+        input_len: a.input_len,
+        output_len: a.output_len,
+    };
+    let slo = Slo {
+        ttft_ms: a.ttft_slo,
+        tpot_ms: a.tpot_slo,
+    };
+    let p = plan::plan(&setup, &spec, traffic, slo, shape, a.replicas)?;
+    let r = &p.replica;
+    let hw = &setup.hardware;
+    let at = p.per_replica;
+    if a.json {
+        let point = |l: &ridge_roofline::plan::LoadPoint| {
+            serde_json::json!({
+                "rate": l.rate,
+                "ttft_ms": l.ttft_ms,
+                "tpot_ms": l.tpot_ms,
+                "batch": l.batch,
+                "prefill_share": l.prefill_share,
+                "decode_share": l.decode_share,
+                "utilisation": l.utilisation(),
+            })
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": spec.name,
+                "hardware": hw.name,
+                "rate": a.rate,
+                "input_len": a.input_len,
+                "output_len": a.output_len,
+                "ttft_slo_ms": a.ttft_slo,
+                "tpot_slo_ms": a.tpot_slo,
+                "efficiency": a.efficiency,
+                "max_batch": a.max_batch,
+                "replicas_per_machine": per_machine,
+                "precision": setup.precision.name(),
+                "replica_bandwidth_gbs": r.bandwidth_gbs,
+                "replica_peak_tflops": r.peak_tflops,
+                "prefill_ms": r.prefill_s * 1e3,
+                "prefill_bound": r.prefill_bound,
+                "decode_step_ms_batch1": r.decode_s[0] * 1e3,
+                "ttft_limited_rate": p.ttft_rate,
+                "tpot_limited_rate": p.tpot_rate,
+                "saturation_rate": p.saturation_rate,
+                "capacity_per_replica": p.capacity,
+                "limit": p.limit.name(),
+                "replicas": p.replicas,
+                "machines": p.machines,
+                "meets_slo": p.meets_slo,
+                "per_replica": at.as_ref().map(point),
+                "price_per_hour": a.price_per_hour,
+                "cost_per_hour": p.cost_per_hour,
+                "cost_per_mtok_output": p.cost_per_mtok_output,
+                "cost_per_mtok_total": p.cost_per_mtok_total,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "{} on {} ({}), {} replica(s) per machine: {:.1} GB/s and {:.3} TFLOP/s each",
+        spec.name, hw.description, hw.source, per_machine, r.bandwidth_gbs, r.peak_tflops
+    );
+    println!(
+        "traffic: {} req/s of {} prompt + {} output tokens; SLOs (means): TTFT {} ms, TPOT {} ms; \
+         efficiency {} of the floors; batch at most {}",
+        a.rate, a.input_len, a.output_len, a.ttft_slo, a.tpot_slo, a.efficiency, a.max_batch
+    );
+    println!(
+        "one replica: prefill {:.2} ms ({}-bound), decode step {:.3} ms at batch 1, {:.3} ms at batch {}",
+        r.prefill_s * 1e3,
+        r.prefill_bound,
+        r.decode_s[0] * 1e3,
+        r.decode_s.last().copied().unwrap_or(0.0) * 1e3,
+        r.max_batch()
+    );
+    println!(
+        "capacity per replica: {:.3} req/s, bound by {} (TTFT allows {:.3}, TPOT {:.3}, saturation {:.3})",
+        p.capacity,
+        match p.limit {
+            ridge_roofline::plan::Limit::Ttft => "the TTFT SLO",
+            ridge_roofline::plan::Limit::Tpot => "the TPOT SLO",
+            ridge_roofline::plan::Limit::Saturation => "saturation",
+        },
+        p.ttft_rate,
+        p.tpot_rate,
+        p.saturation_rate
+    );
+    match at {
+        Some(l) => println!(
+            "replicas: {} on {} machine(s); each at {:.3} req/s: TTFT {:.1} ms, TPOT {:.2} ms, \
+             batch {:.2}, busy {:.0}%{}",
+            p.replicas,
+            p.machines,
+            l.rate,
+            l.ttft_ms,
+            l.tpot_ms,
+            l.batch,
+            100.0 * l.utilisation(),
+            if p.meets_slo { "" } else { " — misses the SLOs" }
+        ),
+        None => println!(
+            "replicas: {} on {} machine(s) cannot keep up with {} req/s (each would get {:.3}, past saturation)",
+            p.replicas,
+            p.machines,
+            a.rate,
+            a.rate / p.replicas as f64
+        ),
+    }
+    if let (Some(h), Some(o), Some(t)) = (
+        p.cost_per_hour,
+        p.cost_per_mtok_output,
+        p.cost_per_mtok_total,
+    ) {
+        println!(
+            "cost: ${h:.2}/h → ${o:.4} per million output tokens, ${t:.4} per million tokens (prompt + output)"
+        );
+    }
+    println!(
+        "floors: datasheet (or probed) peaks divided by the efficiency; mean latencies, not tails"
+    );
+    Ok(())
 }
