@@ -7,10 +7,12 @@
 //! therefore needs at least
 //!
 //! ```text
-//! T · params / int8_MAC_rate  +  2 · n_heads · head_dim · Σ_tokens attended / f32_FMA_rate
+//! MACs / int8_MAC_rate  +  2 · n_heads · head_dim · Σ_tokens attended / f32_FMA_rate
 //! ```
 //!
-//! seconds (`params` counts what one token multiplies: for a mixture, its `k` experts). The
+//! seconds, with `MACs = T · params` for decode (`params` counts what one token multiplies:
+//! for a mixture, its `k` experts) and, for a prefill, the output head only for the one row
+//! per prompt that samples ([`ModelSpec::prefill_params`]). The
 //! step's floor is the larger of that and the memory floor (bytes read / bandwidth): prefill
 //! and large batches are compute-bound, batch-1 decode memory-bound. The sum treats the two
 //! kinds of work as serial; a kernel that overlapped them perfectly could beat it by at most
@@ -28,10 +30,12 @@ pub struct ComputeRoof {
 }
 
 impl ComputeRoof {
-    /// Milliseconds `tokens` tokens take at the peaks when together they attend over
+    /// Milliseconds a step takes at the peaks when its tokens together attend over
     /// `attended` layer-positions (see [`ModelSpec::attended`]).
-    pub fn step_ms(&self, spec: &ModelSpec, tokens: f64, attended: f64) -> f64 {
-        let linear = tokens * spec.params as f64 / (self.int8_gmacs * 1e9);
+    /// `macs` is the linear layers' multiply-adds (`tokens · params` for decode,
+    /// [`ModelSpec::prefill_params`] for a prefill).
+    pub fn step_ms(&self, spec: &ModelSpec, macs: f64, attended: f64) -> f64 {
+        let linear = macs / (self.int8_gmacs * 1e9);
         let attention =
             2.0 * (spec.n_heads * spec.head_dim) as f64 * attended / (self.f32_gmacs * 1e9);
         1e3 * (linear + attention)
@@ -42,7 +46,7 @@ impl ComputeRoof {
         let b = batch as f64;
         self.step_ms(
             spec,
-            b * prompt as f64,
+            spec.prefill_params(batch as u64, (batch * prompt) as u64),
             b * spec.attended_prefill(prompt as u64),
         )
     }
@@ -51,7 +55,11 @@ impl ComputeRoof {
     /// `context` cached positions, ms.
     pub fn decode_step_ms(&self, spec: &ModelSpec, batch: usize, context: f64) -> f64 {
         let b = batch as f64;
-        self.step_ms(spec, b, b * spec.attended(context.round() as u64) as f64)
+        self.step_ms(
+            spec,
+            b * spec.params as f64,
+            b * spec.attended(context.round() as u64) as f64,
+        )
     }
 }
 
@@ -77,6 +85,7 @@ mod tests {
             head_dim: 8,
             weight_bytes: 1000,
             params: 1_000_000,
+            head_params: 100_000,
             weights_format: "Q4_0".into(),
             sliding_window: None,
             experts: None,
@@ -91,13 +100,15 @@ mod tests {
             f32_gmacs: 0.5,
         };
         let s = spec();
-        // 10 tokens × 10⁶ MACs at 10⁹/s = 10 ms; attention 2 · 32 · 100 / 0.5·10⁹ = 12.8 µs.
-        let ms = r.step_ms(&s, 10.0, 100.0);
+        // 10⁷ MACs at 10⁹/s = 10 ms; attention 2 · 32 · 100 / 0.5·10⁹ = 12.8 µs.
+        let ms = r.step_ms(&s, 1e7, 100.0);
         assert!((ms - (10.0 + 0.0128)).abs() < 1e-9, "{ms}");
-        // Prefill of 2 × 4 tokens: 8 tokens, 2 · (2 layers · (1+2+3+4)) = 40 layer-positions.
+        // Prefill of 2 × 4 tokens: 8 tokens through the body (9·10⁵ MACs each), the head
+        // (10⁵) for 2 of them; 2 · (2 layers · (1+2+3+4)) = 40 layer-positions.
         let p = r.prefill_ms(&s, 2, 4);
+        let linear = (8.0 * 0.9e6 + 2.0 * 0.1e6) / 1e9 * 1e3;
         assert!(
-            (p - (8.0 + 2.0 * 32.0 * 40.0 / 0.5e9 * 1e3)).abs() < 1e-9,
+            (p - (linear + 2.0 * 32.0 * 40.0 / 0.5e9 * 1e3)).abs() < 1e-9,
             "{p}"
         );
         // Decode of 3 sequences at context 5: 3 tokens, 3 · 2 · 5 layer-positions.

@@ -161,7 +161,8 @@ fn bench_json_has_every_key_and_the_right_floor() {
         let kv = (spec.n_kv_heads * head_dim) as f64;
         let ffn = spec.ffn_dim as f64;
         let layer = 2.0 * d * d + 2.0 * d * kv + 3.0 * d * ffn;
-        let params = spec.n_layers as f64 * layer + d * spec.vocab as f64;
+        let head = d * spec.vocab as f64; // tied: the embedding table
+        let params = spec.n_layers as f64 * layer + head;
         let attn = 2.0 * d; // n_heads · head_dim = d_model here
         let layers = spec.n_layers as f64;
         let compute =
@@ -181,10 +182,12 @@ fn bench_json_has_every_key_and_the_right_floor() {
             "memory"
         };
         assert_eq!(v["decode_bound"], bound, "{v}");
-        // Prefill of B × 8 tokens: Σ_{i=1..8} i = 36 positions per layer per sequence; its
-        // memory floor reads the weights once.
+        // Prefill of B × 8 tokens: the head only for the last token of each prompt;
+        // Σ_{i=1..8} i = 36 positions per layer per sequence; its memory floor reads the
+        // weights once.
         let prefill = 1e3
-            * (batch * 8.0 * params / (int8 * 1e9) + attn * batch * layers * 36.0 / (f32 * 1e9));
+            * ((batch * 8.0 * (params - head) + batch * head) / (int8 * 1e9)
+                + attn * batch * layers * 36.0 / (f32 * 1e9));
         let pf = prefill.max(weights / 10e9 * 1e3);
         assert!(close(num(&v, "prefill_floor_ms"), pf), "{v} vs {pf}");
         let pe = num(&v, "prefill_efficiency");

@@ -119,9 +119,11 @@ fn batching_price_and_q8_cache() {
     // $1.80/h over 64/t tokens/s, per million.
     let cost = 1.8 / 3600.0 / (64.0 / t) * 1e6;
     assert!((num(row, "cost_per_mtok") - cost).abs() < 1e-12 * cost.max(1.0));
-    // Prefill of 100 tokens: 2 · 134 479 872 · 100 + 4 · 30 · 9 · 64 · 100 · 101 / 2 FLOPs
-    // over 312 TFLOP/s — compute-bound.
-    let flops = 2.0 * 134_479_872.0 * 100.0 + 4.0 * 30.0 * 9.0 * 64.0 * 5050.0;
+    // Prefill of 100 tokens: the body (134 479 872 params less the tied 49 152 × 576 head)
+    // for every token, the head for the last one, 2 FLOPs each, plus 4 · 30 · 9 · 64 · 100 ·
+    // 101 / 2 of attention, over 312 TFLOP/s — compute-bound.
+    let head = 49_152.0 * 576.0;
+    let flops = 2.0 * ((134_479_872.0 - head) * 100.0 + head) + 4.0 * 30.0 * 9.0 * 64.0 * 5050.0;
     assert!((num(row, "ttft_min_ms") - flops / 312e12 * 1e3).abs() < 1e-12);
     assert_eq!(row["prefill_bound"], "compute");
 }

@@ -235,8 +235,8 @@ impl Setup {
         };
 
         let p = prompt_len as f64;
-        let prefill_flops =
-            2.0 * m.params as f64 * p + attn_per_layer_pos * m.attended_prefill(prompt_len);
+        let prefill_flops = 2.0 * m.prefill_params(1, prompt_len)
+            + attn_per_layer_pos * m.attended_prefill(prompt_len);
         let prefill_bytes = m.weight_bytes_for(prompt_len) + p * kv_per_tok;
         let (pm, pc) = (prefill_bytes / bw, prefill_flops / peak);
         let (ttft_s, prefill_bound) = if pc > pm {
@@ -289,6 +289,7 @@ mod tests {
             head_dim: 64,
             weight_bytes,
             params: 134_479_872,
+            head_params: 28_311_552,
             weights_format: "Q4_1".into(),
             sliding_window: None,
             experts: None,
@@ -406,11 +407,13 @@ mod tests {
     fn prefill_floor_is_compute_bound() {
         let m = smol(100_000_000);
         let s = setup("a100-80gb", KvDtype::F16, None);
-        // P = 512: 2 · 134 479 872 · 512 + 4 · 30 · 9 · 64 · 512 · 513 / 2 FLOPs
-        //        = 137 707 388 928 + 9 077 391 360 = 146 784 780 288, over 312e12 FLOP/s.
+        // P = 512: the body (134 479 872 less the 28 311 552-parameter head) for every token,
+        // the head for the last: 2 · (106 168 320 · 512 + 28 311 552) = 108 772 982 784 FLOPs,
+        // plus 4 · 30 · 9 · 64 · 512 · 513 / 2 = 9 077 391 360 of attention, over 312e12 FLOP/s.
         let p = s.point(&m, 1, 512, 512).unwrap();
-        let flops = 2.0 * 134_479_872.0 * 512.0 + 4.0 * 30.0 * 9.0 * 64.0 * 512.0 * 513.0 / 2.0;
-        assert_eq!(flops, 146_784_780_288.0);
+        let flops = 2.0 * (106_168_320.0 * 512.0 + 28_311_552.0)
+            + 4.0 * 30.0 * 9.0 * 64.0 * 512.0 * 513.0 / 2.0;
+        assert_eq!(flops, 117_850_374_144.0);
         assert_eq!(p.prefill_bound, Bound::Compute);
         assert!(
             close(p.ttft_min_ms, flops / 312e12 * 1e3, 1e-12),

@@ -486,6 +486,7 @@ mod tests {
             head_dim: 1,
             weight_bytes: 1_000_000_000,
             params: 1_000_000_000,
+            head_params: 0,
             weights_format: "Q8_0".into(),
             sliding_window: None,
             experts: None,

@@ -62,6 +62,9 @@ pub struct ModelSpec {
     /// included, the embedding lookup excluded. One token costs `2 · params` FLOPs outside
     /// attention.
     pub params: u64,
+    /// Of `params`, the output head (`vocab · d_model`): a prefill multiplies it only for the
+    /// rows that sample (one per prompt), not for every prompt token.
+    pub head_params: u64,
     /// How the weights are stored, for display (`Q4_1`, `bf16`, …).
     pub weights_format: String,
     /// Layers that attend through a sliding window, if any (they read at most its positions).
@@ -133,6 +136,7 @@ impl ModelSpec {
         }
         let (mut weight_bytes, mut total_weight_bytes, mut expert_bytes) = (0u64, 0u64, 0u64);
         let mut params = 0u64;
+        let mut head_params = 0u64;
         let mut formats: Vec<(String, u64)> = Vec::new();
         for t in f.tensors() {
             if t.name == "token_embd.weight" && !tied {
@@ -155,6 +159,9 @@ impl ModelSpec {
             if t.dims.len() >= 2 {
                 if !routed {
                     params += t.n_elements();
+                }
+                if t.name == "output.weight" || (tied && t.name == "token_embd.weight") {
+                    head_params = t.n_elements();
                 }
                 let name = format!("{:?}", t.ty);
                 match formats.iter_mut().find(|(n, _)| *n == name) {
@@ -198,6 +205,7 @@ impl ModelSpec {
             head_dim,
             weight_bytes,
             params,
+            head_params,
             weights_format,
             sliding_window,
             experts: (n_expert > 0).then_some(crate::RoutedExperts {
@@ -405,11 +413,20 @@ impl ModelSpec {
             head_dim,
             weight_bytes,
             params: matrices,
+            head_params: vocab * d,
             weights_format: format.to_string(),
             sliding_window,
             experts,
             total_weight_bytes,
         })
+    }
+
+    /// Multiply-adds of the linear layers in a prefill of `prompts` prompts holding `tokens`
+    /// tokens in all: every token passes every matrix but the head, which only the last token
+    /// of each prompt (the one that samples) multiplies.
+    pub fn prefill_params(&self, prompts: u64, tokens: u64) -> f64 {
+        let body = self.params.saturating_sub(self.head_params) as f64;
+        tokens as f64 * body + prompts.min(tokens) as f64 * self.head_params as f64
     }
 
     /// Elements of K (or V) one token adds to the cache over all layers:
@@ -566,6 +583,8 @@ mod tests {
         );
         // Tied: the embedding table (6400 params, 4000 bytes) is the output head and is read.
         assert_eq!(s.params, 2 * 43_008 + 6_400);
+        assert_eq!(s.head_params, 6_400);
+        assert_eq!(s.prefill_params(2, 10), 10.0 * 86_016.0 + 2.0 * 6_400.0);
         assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 4_000);
         assert_eq!(s.weights_format, "Q4_1");
         assert_eq!(s.kv_elems_per_token(), 2 * 2 * 32);
@@ -573,6 +592,7 @@ mod tests {
         let f = ridge_gguf::GgufFile::open(tiny_gguf(false).path()).unwrap();
         let s = ModelSpec::from_gguf(&f).unwrap();
         assert_eq!(s.params, 2 * 43_008 + 6_400);
+        assert_eq!(s.head_params, 6_400);
         assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 12_800);
     }
 
@@ -586,6 +606,7 @@ mod tests {
         assert_eq!(s.name, "m");
         // 2 · (4096 + 2·4096 + 4096 + 3·64·128) + 100·64 = 2·40 960 + 6 400.
         assert_eq!(s.params, 88_320);
+        assert_eq!(s.head_params, 6_400);
         // Nested text_config (multimodal wrappers).
         let nested = format!(r#"{{"text_config": {cfg}}}"#);
         assert_eq!(

@@ -175,6 +175,9 @@ async fn serve_replay(
 ) {
     loop {
         let Ok(msg) = socket.recv().await else {
+            // The socket waits for peers rather than failing; should it fail anyway, do not
+            // spin on it.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let mut frames = msg.into_vecdeque();
