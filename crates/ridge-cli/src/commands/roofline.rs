@@ -1,5 +1,5 @@
 //! `ridge roofline --model M --hardware NAME|local [--batch 1,8,64] [--context 0,4096]
-//! [--prompt-len N] [--kv-dtype f16|q8_0] [--precision bf16|fp8] [--price-per-hour USD]
+//! [--prompt-len N] [--kv-dtype f16|q8_0] [--precision bf16|fp8|int8] [--price-per-hour USD]
 //! [--json] [--plot FILE]`: the analytic floor of `ridge_roofline::analytic` for a GGUF model
 //! (path or known name) or a Hugging Face `config.json`, on a built-in machine or this one.
 //!
@@ -37,18 +37,8 @@ pub struct Args {
     /// Prompt length of the TTFT floor (default: each row's context, at least 1).
     #[arg(long)]
     prompt_len: Option<u64>,
-    /// KV cache element format: f16 (2 bytes) or q8_0 (34 bytes per 32).
-    #[arg(long, default_value = "f16")]
-    kv_dtype: KvDtype,
-    /// Whose peak bounds compute: bf16 or fp8.
-    #[arg(long, default_value = "bf16")]
-    precision: Precision,
-    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
-    #[arg(long)]
-    weight_dtype: Option<String>,
-    /// Price of the machine in USD per hour, for cost per million output tokens.
-    #[arg(long)]
-    price_per_hour: Option<f64>,
+    #[command(flatten)]
+    floor: FloorArgs,
     /// One JSON object per (batch, context) per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -129,12 +119,12 @@ pub fn main(a: Args) -> Result<()> {
     if let Some(p) = a.plot.as_deref() {
         chart::ChartFormat::from_path(p)?;
     }
-    let spec = load_spec(&a.model, a.weight_dtype.as_deref())?;
+    let spec = load_spec(&a.model, a.floor.weight_dtype.as_deref())?;
     let setup = Setup {
         hardware: hardware(a.hardware.as_deref().unwrap_or_default())?,
-        precision: a.precision,
-        kv_dtype: a.kv_dtype,
-        price_per_hour: a.price_per_hour,
+        precision: a.floor.precision,
+        kv_dtype: a.floor.kv_dtype,
+        price_per_hour: a.floor.price_per_hour,
     };
     let mut points: Vec<OperatingPoint> = Vec::new();
     for &ctx in &a.context {
@@ -295,6 +285,24 @@ fn print_table(spec: &ModelSpec, setup: &Setup, points: &[OperatingPoint]) {
     println!("floors: datasheet peaks, zero overhead; TTFT is one prompt prefilled alone");
 }
 
+/// How the floors are computed: shared by `roofline` and `roofline plan`.
+#[derive(clap::Args)]
+struct FloorArgs {
+    /// KV cache element format: f16 (2 bytes) or q8_0 (34 bytes per 32).
+    #[arg(long, default_value = "f16")]
+    kv_dtype: KvDtype,
+    /// Whose peak bounds compute: bf16, fp8, or int8 (`local`: the probed int8 multiply-add
+    /// peak of ridge's quantized kernels).
+    #[arg(long, default_value = "bf16")]
+    precision: Precision,
+    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
+    #[arg(long)]
+    weight_dtype: Option<String>,
+    /// Price of one machine in USD per hour, for cost per million tokens.
+    #[arg(long)]
+    price_per_hour: Option<f64>,
+}
+
 /// Subcommands of `roofline`.
 #[derive(clap::Subcommand)]
 enum Sub {
@@ -346,19 +354,8 @@ struct PlanArgs {
     /// Evaluate this many replicas instead of sizing the fleet.
     #[arg(long)]
     replicas: Option<u64>,
-    /// KV cache element format: f16 or q8_0.
-    #[arg(long, default_value = "f16")]
-    kv_dtype: KvDtype,
-    /// Whose peak bounds compute: bf16, fp8, or int8 (`local`: the probed int8 multiply-add
-    /// peak of ridge's quantized kernels).
-    #[arg(long, default_value = "bf16")]
-    precision: Precision,
-    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
-    #[arg(long)]
-    weight_dtype: Option<String>,
-    /// Price of one machine in USD per hour, for the fleet's cost per million tokens.
-    #[arg(long)]
-    price_per_hour: Option<f64>,
+    #[command(flatten)]
+    floor: FloorArgs,
     /// One JSON object instead of the summary.
     #[arg(long)]
     json: bool,
@@ -373,7 +370,7 @@ fn plan_main(a: PlanArgs) -> Result<()> {
     if a.replica_threads == Some(0) {
         bail!("--replica-threads must be at least 1");
     }
-    let spec = load_spec(&a.model, a.weight_dtype.as_deref())?;
+    let spec = load_spec(&a.model, a.floor.weight_dtype.as_deref())?;
     let hw = hardware(&a.hardware)?;
     let threads = ridge_kernels::pool::threads();
     let per_machine = match (a.replica_threads, a.replicas_per_machine) {
@@ -386,9 +383,9 @@ fn plan_main(a: PlanArgs) -> Result<()> {
     };
     let setup = Setup {
         hardware: hw,
-        precision: a.precision,
-        kv_dtype: a.kv_dtype,
-        price_per_hour: a.price_per_hour,
+        precision: a.floor.precision,
+        kv_dtype: a.floor.kv_dtype,
+        price_per_hour: a.floor.price_per_hour,
     };
     let shape = ReplicaShape {
         replicas_per_machine: per_machine,
@@ -448,7 +445,7 @@ fn plan_main(a: PlanArgs) -> Result<()> {
                 "machines": p.machines,
                 "meets_slo": p.meets_slo,
                 "per_replica": at.as_ref().map(point),
-                "price_per_hour": a.price_per_hour,
+                "price_per_hour": a.floor.price_per_hour,
                 "cost_per_hour": p.cost_per_hour,
                 "cost_per_mtok_output": p.cost_per_mtok_output,
                 "cost_per_mtok_total": p.cost_per_mtok_total,
