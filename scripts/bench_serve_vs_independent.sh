@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs `ridge bench serve` and the independent Python client (tools/bench/independent_client.py)
 # against the same OpenAI-compatible server, alternately, with the same load, and prints each
-# run's median TPOT / TTFT and output token counts — the check behind BENCHMARKS.md's
+# run's median TPOT / TTFT and output token counts — the check behind BENCHMARKS-history.md's
 # "bench serve vs an independent client" section.
 #
 # usage: scripts/bench_serve_vs_independent.sh URL [ROUNDS]
