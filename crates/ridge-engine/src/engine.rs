@@ -279,7 +279,8 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, queued: Arc<AtomicUsize>) {
             core.clear_kv_events();
             return;
         }
-        core.publish_kv_events();
+        // (A step with nothing to do returns at once, so the publish after it also carries what
+        // this round's commands changed, a flush's removals for one.)
         let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| core.step()));
         if stepped.is_err() {
             // A bug, not bad input (inputs are validated): fail what was in flight, keep going.
