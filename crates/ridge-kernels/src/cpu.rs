@@ -1,7 +1,7 @@
 //! Run-time CPU feature detection: decided once, then passed to every kernel call.
 //!
 //! Paths nest: every AVX-512 CPU ridge accepts also takes every AVX2 kernel, and only the
-//! kernels that gain from AVX-512 (the integer tile products, see `dot_tiles_vnni`) have a
+//! kernels that gain from AVX-512 (the integer tile products, see `x86::avx512`) have a
 //! version of their own. `RIDGE_ISA=avx2` or `RIDGE_ISA=scalar` forces a narrower path, so one
 //! machine can measure and test all three.
 //!
@@ -13,6 +13,8 @@
 //! [`IsaKind`]: the only ways to hold one are [`Isa::SCALAR`] (runs anywhere) and detection
 //! ([`Isa::detect`], [`Isa::available`], [`Isa::of`]), each of which checks the CPU first. No
 //! safe call can reach an instruction the CPU does not have.
+
+use crate::dispatch::{self, Kernels};
 
 /// Which path an [`Isa`] takes: for matching and naming. It cannot make an [`Isa`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,9 +28,30 @@ pub enum IsaKind {
     Avx512,
 }
 
-/// The instruction-set path a kernel call takes: one this CPU supports (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Isa(IsaKind);
+/// The instruction-set path a kernel call takes: one this CPU supports (see the module docs),
+/// with its dispatch table ([`crate::dispatch`]), chosen when the `Isa` is made.
+#[derive(Clone, Copy)]
+pub struct Isa(IsaKind, &'static Kernels);
+
+impl PartialEq for Isa {
+    fn eq(&self, other: &Isa) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Isa {}
+
+impl std::hash::Hash for Isa {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h)
+    }
+}
+
+impl std::fmt::Debug for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Isa").field(&self.0).finish()
+    }
+}
 
 /// Whether this CPU runs `kind`'s kernels (the hardware's answer; `RIDGE_ISA` plays no part).
 fn supported(kind: IsaKind) -> bool {
@@ -55,7 +78,7 @@ fn supported(kind: IsaKind) -> bool {
 
 impl Isa {
     /// The portable reference path, which every CPU runs.
-    pub const SCALAR: Isa = Isa(IsaKind::Scalar);
+    pub const SCALAR: Isa = Isa(IsaKind::Scalar, table(IsaKind::Scalar));
 
     /// The best path this CPU supports. `RIDGE_ISA=scalar` forces the reference path,
     /// `RIDGE_ISA=avx2` the AVX2 kernels on an AVX-512 CPU.
@@ -75,7 +98,7 @@ impl Isa {
 
     /// `kind`'s path if this CPU supports it, whatever `RIDGE_ISA` says.
     pub fn of(kind: IsaKind) -> Option<Isa> {
-        supported(kind).then_some(Isa(kind))
+        supported(kind).then(|| Isa(kind, table(kind)))
     }
 
     /// Every path up to [`Isa::detect`]'s, narrowest first (tests compare each against the
@@ -87,6 +110,12 @@ impl Isa {
             .filter(|&k| k as u8 <= best.0 as u8)
             .filter_map(Isa::of)
             .collect()
+    }
+
+    /// This path's kernels.
+    #[inline]
+    pub(crate) fn kernels(self) -> &'static Kernels {
+        self.1
     }
 
     /// Which path this is.
@@ -111,6 +140,20 @@ impl Isa {
             IsaKind::Avx2 => "avx2+fma+f16c",
             IsaKind::Avx512 => "avx512+vnni",
         }
+    }
+}
+
+/// The table of `kind`'s path (constants promoted to statics). Callers check first that
+/// the CPU runs the path.
+const fn table(kind: IsaKind) -> &'static Kernels {
+    match kind {
+        IsaKind::Scalar => &dispatch::SCALAR,
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Avx2 => &dispatch::AVX2,
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Avx512 => &dispatch::AVX512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => &dispatch::SCALAR,
     }
 }
 

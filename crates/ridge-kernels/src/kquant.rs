@@ -17,7 +17,7 @@
 //!   & 15` and high bits `(qh[32h + l % 32] >> 2·(l / 32)) & 3`; q in 0..64, sixteen sub-blocks of
 //!   16 with int8 scales, x = d·scales[e / 16]·(q − 32) for element `e`.
 
-use crate::blocks::f16_at;
+use crate::fields::f16_at;
 use half::f16;
 
 /// Elements per super-block.

@@ -12,9 +12,16 @@
 //!   repacked at load into tiles of eight rows ([`packed`]): the same blocks, the same bytes
 //!   (Q4_K +2.8%), interleaved so one instruction advances eight rows. The file's pages are
 //!   released as they are copied, so resident memory stays about the file's size.
-//! - Every operation has a scalar reference. SIMD paths (AVX2+FMA+F16C, and AVX-512 VNNI for
-//!   the tile products) are selected once by [`Isa::detect`] and tested against the scalar
-//!   path on random data.
+//! - Every operation has a scalar reference ([`scalar`]). SIMD paths live in one folder per
+//!   instruction set (`x86::avx2`: AVX2+FMA+F16C; `x86::avx512`: VNNI tile products and
+//!   attention), behind one dispatch table per path (`dispatch`) that [`Isa::detect`]
+//!   chooses once; they are tested against the scalar path on random data.
+//! - Layers, so that no module imports one that imports it: the formats and layouts
+//!   (`dtype`, `fields`, [`blocks`], [`kquant`], `act::blocks`, `attention::layout`,
+//!   `packed::layout`, `matrix`, `matmul::acts`, `tiles`) below the kernels ([`scalar`],
+//!   `x86`), those below the dispatch table and [`Isa`], and those below the operations
+//!   callers use ([`ops`], [`act`], [`attention`], [`matmul`], [`packed`]). The test
+//!   `tests/import_graph.rs` keeps it so.
 //! - Each output element of a matrix product is reduced in the same order whatever the batch
 //!   size, so a sequence's result does not depend on what else is in the batch.
 //! - Parallelism goes through [`pool`], one place to replace with a lower-latency pool.
@@ -23,19 +30,19 @@ pub mod act;
 pub mod attention;
 pub mod blocks;
 mod cpu;
-mod dot_avx2;
-mod dot_kquant_avx2;
-pub mod dot_scalar;
-mod dot_tiles_avx2;
-mod dot_tiles_vnni;
-mod dot_tiles_zmm;
+mod dispatch;
 mod dtype;
-mod elementwise_avx2;
+mod fields;
 pub mod kquant;
 pub mod matmul;
+mod matrix;
 pub mod ops;
 pub mod packed;
 pub mod pool;
+pub mod scalar;
+mod tiles;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use cpu::{Isa, IsaKind};
 pub use dtype::DType;
@@ -43,3 +50,4 @@ pub use matmul::{
     matmul, matmul_each, matmul_many, ActPrecision, Layout, MatmulScratch, WeightMatrix,
 };
 pub use packed::PackedMatrix;
+pub use scalar::dot as dot_scalar;

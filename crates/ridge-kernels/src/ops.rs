@@ -1,8 +1,10 @@
 //! Element-wise and row-wise operations of a transformer layer. These touch activations only
 //! (kilobytes per token), but on a decode step they run on one thread between the parallel
-//! matrix products, so the ones on that path have AVX2 versions (`elementwise_avx2`) that
-//! perform the same operations in the same order and give the same bits.
+//! matrix products, so the ones on that path have SIMD versions (`x86::avx2::elementwise`)
+//! that perform the scalar reference's operations (`scalar::elementwise`) in the same order
+//! and give the same bits; each call takes its [`Isa`]'s entry of the dispatch table.
 
+pub use crate::scalar::elementwise::{exp_approx, softmax_partial};
 use crate::Isa;
 
 /// `out = x / sqrt(mean(x²) + eps) · w` (RMSNorm), one row. The sum of squares is taken in
@@ -10,45 +12,16 @@ use crate::Isa;
 /// norm's time: one dependent add per element).
 pub fn rms_norm(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let scale = inv_rms(isa, x, eps);
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
-        // SAFETY: an Isa whose avx2() holds is produced only after detecting AVX2/FMA/F16C.
-        return unsafe { crate::elementwise_avx2::scale_mul(x, scale, w, out) };
-    }
-    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
-        *o = v * scale * g;
-    }
+    // SAFETY: the table is `isa`'s, whose kernels run on this CPU (cpu.rs); every version
+    // touches at most the shortest of the three slices.
+    unsafe { (isa.kernels().scale_mul)(x, scale, w, out) }
 }
 
 /// `1 / sqrt(mean(x²) + eps)`, the sum of squares in eight partial sums (see [`rms_norm`]).
 fn inv_rms(isa: Isa, x: &[f32], eps: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    let ss = if isa.avx2() {
-        // SAFETY: as in `rms_norm`.
-        unsafe { crate::elementwise_avx2::sum_squares(x) }
-    } else {
-        sum_squares(x)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let ss = {
-        let _ = isa;
-        sum_squares(x)
-    };
+    // SAFETY: as in `rms_norm`.
+    let ss = unsafe { (isa.kernels().sum_squares)(x) };
     1.0 / (ss / x.len() as f32 + eps).sqrt()
-}
-
-/// `Σ x²`: element `i` of every whole group of eight into partial sum `i`, the partial sums
-/// combined by [`lane_sum`], the last `len % 8` squares added one by one.
-fn sum_squares(x: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let groups = x.chunks_exact(8);
-    let tail = groups.remainder();
-    for g in groups {
-        for (l, &v) in lanes.iter_mut().zip(g) {
-            *l += v * v;
-        }
-    }
-    tail.iter().fold(lane_sum(&lanes), |s, &v| s + v * v)
 }
 
 /// RMSNorm of every `w.len()`-wide row of `x` into the same row of `out`.
@@ -64,16 +37,9 @@ pub fn rms_norm_rows(isa: Isa, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) 
 pub fn rms_norm_rows_inplace(isa: Isa, x: &mut [f32], w: &[f32], eps: f32) {
     for xr in x.chunks_exact_mut(w.len()) {
         let scale = inv_rms(isa, xr, eps);
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: as in `rms_norm`; in place is allowed (each element is read before
-            // it is written, by the same lane).
-            unsafe { crate::elementwise_avx2::scale_mul_inplace(xr, scale, w) };
-            continue;
-        }
-        for (v, &g) in xr.iter_mut().zip(w) {
-            *v = *v * scale * g;
-        }
+        // SAFETY: as in `rms_norm`; in place is allowed (each element is read before it is
+        // written, by the same lane).
+        unsafe { (isa.kernels().scale_mul_inplace)(xr, scale, w) };
     }
 }
 
@@ -108,14 +74,8 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
 /// `gate = silu(gate) · up` (SwiGLU), element-wise, with [`exp_approx`] so the loop
 /// vectorises (the library `expf` was 3% of a batched decode step, on one thread).
 pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
-        // SAFETY: as in `rms_norm`.
-        return unsafe { crate::elementwise_avx2::silu_mul(gate, up) };
-    }
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + exp_approx(-*g)) * u;
-    }
+    // SAFETY: as in `rms_norm` (the shorter slice bounds every version).
+    unsafe { (isa.kernels().silu_mul)(gate, up) }
 }
 
 /// `gate = gelu(gate) · up` (GeGLU) with the tanh approximation of GELU,
@@ -125,48 +85,8 @@ pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
 /// [`exp_approx`], so the loop vectorises: a prefill of 512 tokens evaluates it 19 million
 /// times for Gemma 3 270M, and the library `tanhf` alone took ~8% of prefill.
 pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
-        // SAFETY: as in `rms_norm`.
-        return unsafe { crate::elementwise_avx2::gelu_tanh_mul(gate, up) };
-    }
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let y = GELU_C * x * (1.0 + 0.044715 * x * x);
-        *g = x * u / (1.0 + exp_approx(-y));
-    }
-}
-
-/// `2·√(2/π)`: GELU's tanh argument doubled (see [`gelu_tanh_mul`]).
-pub(crate) const GELU_C: f32 = 2.0 * 0.797_884_6;
-
-/// `e^x` to about 2e-7 relative error, in plain arithmetic the compiler vectorises (no libm
-/// call): `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 Taylor polynomial for `e^r`
-/// (truncation error `r⁷/7! < 1.3e-7`), and `2^n` built in the exponent bits. Inputs are
-/// clamped to `[−87, 88]`, where `2^n` stays a normal float: below, the result is ~1e-38
-/// instead of 0; above, ~1.7e38 instead of infinity.
-///
-/// `n` never goes through a float-to-integer conversion (Rust's saturating `as` kept the loops
-/// scalar): adding `1.5·2²³ + 127` rounds `x·log2 e` to an integer held, biased by 127, in the
-/// low mantissa bits, which a shift moves into the exponent field.
-#[inline(always)]
-pub fn exp_approx(x: f32) -> f32 {
-    const LOG2_E: f32 = std::f32::consts::LOG2_E;
-    // ln 2 split in two so n·LN2_HI is exact for the |n| <= 127 used here.
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // 1.5·2²³ + 127: the sum's ulp is 1, so adding it rounds to the nearest integer
-    // (|x·log2 e| < 2²²), and its low bits hold n + 127 (bit 22 shifts out below).
-    const ROUND: f32 = 12_583_039.0;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * LOG2_E + ROUND;
-    let n = t - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    p * f32::from_bits(t.to_bits() << 23)
+    // SAFETY: as in `rms_norm`.
+    unsafe { (isa.kernels().gelu_tanh_mul)(gate, up) }
 }
 
 /// `x *= s`, element-wise.
@@ -193,7 +113,7 @@ pub fn add_inplace(x: &mut [f32], y: &[f32]) {
 /// In-place softmax of a row (nothing to do on an empty one), with [`exp_approx`] and the sum
 /// of the exponentials taken in eight interleaved partial sums (element `i` of every whole
 /// group of eight into sum `i`, combined as `hsum` combines a vector's lanes), the last
-/// `len % 8` elements added one by one after them. The AVX2 version (`elementwise_avx2::softmax`)
+/// `len % 8` elements added one by one after them. The AVX2 version (`x86::avx2::elementwise::softmax_partial`)
 /// performs exactly these operations on vectors, so both give the same bits; a libm `exp` per
 /// score with one serial sum was a third of decode attention's arithmetic.
 pub fn softmax_inplace(x: &mut [f32]) {
@@ -202,37 +122,6 @@ pub fn softmax_inplace(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v *= inv;
     }
-}
-
-/// The unnormalised half of [`softmax_inplace`]: replaces `x` by `exp(x − max)` and returns
-/// `(max, Σ exp(x − max))`, the sum taken as there. Attention over a chunk of positions keeps
-/// these and merges chunks afterwards. An empty row gives `(−∞, 0)`.
-pub fn softmax_partial(x: &mut [f32]) -> (f32, f32) {
-    if x.is_empty() {
-        return (f32::NEG_INFINITY, 0.0);
-    }
-    let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let mut lanes = [0f32; 8];
-    let mut groups = x.chunks_exact_mut(8);
-    for g in &mut groups {
-        for (v, l) in g.iter_mut().zip(&mut lanes) {
-            *v = exp_approx(*v - max);
-            *l += *v;
-        }
-    }
-    let mut sum = lane_sum(&lanes);
-    for v in groups.into_remainder() {
-        *v = exp_approx(*v - max);
-        sum += *v;
-    }
-    (max, sum)
-}
-
-/// The eight partial sums added in the order `hsum` adds a vector's lanes:
-/// `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
-pub(crate) fn lane_sum(l: &[f32; 8]) -> f32 {
-    let s: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
-    (s[0] + s[2]) + (s[1] + s[3])
 }
 
 #[cfg(test)]

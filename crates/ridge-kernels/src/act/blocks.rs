@@ -1,4 +1,5 @@
-//! 8-bit activation blocks: the other operand of the integer dot products.
+//! The activation block types and their scalar reference quantizers (what every kernel,
+//! scalar or SIMD, reads; [`crate::act`] adds the quantizers that pick a path).
 //!
 //! Each block of 32 activations is stored as `d · q` with `q: i8` and an f32 scale `d`, plus
 //! `isum = Σ q`, which lets Q4_0 (offset −8) and Q4_1 (minimum `m`) fold their constant term
@@ -61,18 +62,6 @@ pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
     }
 }
 
-/// Quantizes with the best path for `isa`. Results are identical to [`quantize_scalar`].
-pub fn quantize(isa: crate::Isa, x: &[f32], out: &mut [ActBlock]) {
-    match isa.kind() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: an Isa of these kinds exists only once detection saw avx2/fma/f16c (cpu.rs).
-        crate::IsaKind::Avx2 | crate::IsaKind::Avx512 => unsafe {
-            crate::dot_avx2::quantize_act(x, out)
-        },
-        _ => quantize_scalar(x, out),
-    }
-}
-
 /// One block of 32 activations quantized to 16 bits: `d · q` with `q: i16`.
 ///
 /// The rounding error is 1/256 of the 8-bit blocks' (about 1.5e-5 of the block's largest
@@ -112,19 +101,6 @@ pub fn quantize16_scalar(x: &[f32], out: &mut [Act16Block]) {
     }
 }
 
-/// Quantizes into 16-bit blocks with the best path for `isa`; identical to
-/// [`quantize16_scalar`].
-pub fn quantize16(isa: crate::Isa, x: &[f32], out: &mut [Act16Block]) {
-    match isa.kind() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: an Isa of these kinds exists only once detection saw avx2/fma/f16c (cpu.rs).
-        crate::IsaKind::Avx2 | crate::IsaKind::Avx512 => unsafe {
-            crate::dot_avx2::quantize_act16(x, out)
-        },
-        _ => quantize16_scalar(x, out),
-    }
-}
-
 /// What the scalar integer dot products need from an activation block of either width.
 pub trait IntActBlock {
     /// Scale `d`.
@@ -156,7 +132,7 @@ int_act_block!(Act16Block);
 
 /// A 16-bit activation block split into bytes for the tiled kernels: `q = 256 · hi + lo`
 /// with `lo` in 0..256 and `hi` in −128..128, so a 16-bit product is two 8-bit
-/// `pmaddubsw` products (exact, see `dot_tiles_avx2`).
+/// `pmaddubsw` products (exact, see `x86::avx2::tiles`).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(32))]
 pub struct ActSplit16 {

@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 weights (see `packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 weights (see `crate::packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -8,27 +8,19 @@
 //! operands whose sums are recombined in 32 bits. A block's (or sub-block's) integer sum then
 //! meets the rows' scales once, with the same operations in the same order for every token
 //! whatever `T`, so an output does not depend on the batch it was computed in.
-#![cfg(target_arch = "x86_64")]
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{Act16Block, ActBlock, ActSplit16};
-use crate::packed::{
-    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
-    Q6_K_TILE, Q8_0_TILE,
+use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
+use crate::matmul::acts::CallActs;
+use crate::matrix::WeightMatrix;
+use crate::packed::layout::TILE_ROWS;
+use crate::pool::SharedMut;
+use crate::tiles::{
+    groups, Mx4, PassActs, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
+use crate::x86::shared::*;
 use std::arch::x86_64::*;
-
-/// A tiled format's arithmetic for one tile against `T` activation rows of type `A`; the loop
-/// over a row group's tiles, the prefetch and the output are [`tiles`]'s, the same for all.
-pub(crate) trait Tiles<A> {
-    /// Bytes of one tile.
-    const BYTES: usize;
-    /// Activation blocks one tile spans (8 for a 256-element super-block).
-    const SPAN: usize;
-    /// Adds tile `i` (at `p`, against activation blocks `i·SPAN..`) into `acc`.
-    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]);
-}
 
 /// How far ahead of the tile being read the kernels prefetch, in bytes (rounded up to whole
 /// tiles). Decode streams every weight once from memory; a prefetch into L2 (`T1`) rather
@@ -38,45 +30,38 @@ pub(crate) trait Tiles<A> {
 /// Gemma 3 1–3% faster; 960, 1920 and 4096 bytes, and L1 at 1280, did no better.
 pub(crate) const PREFETCH_BYTES: usize = 1280;
 
-/// Prefetches the cache lines of `bytes` bytes from `p` into L2 (never faults: a prefetch
-/// past the end of the weights is harmless).
-#[inline(always)]
-pub(crate) unsafe fn prefetch_l2(p: *const u8, bytes: usize) {
-    let mut o = 0;
-    while o < bytes {
-        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o) as *const i8);
-        o += 64;
+/// The AVX2 tile kernels: eight rows per vector, one row group per pass.
+pub(crate) struct Avx2;
+
+impl TileIsa for Avx2 {
+    type Src = *const u8;
+    type Acc = __m256;
+    const GROUPS: usize = 1;
+
+    #[inline(always)]
+    fn src(p: *const u8, _group_bytes: usize) -> *const u8 {
+        p
+    }
+
+    #[inline(always)]
+    unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
+        src: *const u8,
+        x: [&[A]; T],
+    ) -> [[f32; 16]; T] {
+        run::<A, F, T>(src, x)
     }
 }
 
-/// Q4_0 tiles.
-pub(crate) struct Q40;
-/// Q4_1 tiles.
-pub(crate) struct Q41;
-/// Q8_0 tiles.
-pub(crate) struct Q80;
-/// Q5_0 tiles.
-pub(crate) struct Q50;
-/// Q5_1 tiles.
-pub(crate) struct Q51;
-/// Q4_K tiles.
-pub(crate) struct Q4K;
-/// Q6_K tiles.
-pub(crate) struct Q6K;
-/// MXFP4 tiles.
-pub(crate) struct Mx4;
-
-/// Eight tiled rows of format `F` (`x[t].len() / F::SPAN` tiles from `tiles`) against `T`
-/// activation rows: `out[t][j]` = row `j` · activation row `t`.
+/// [`TileIsa::run`] for [`Avx2`], compiled with its features.
 ///
 /// # Safety
 /// AVX2/FMA/F16C are available; `tiles` points at `x[t].len() / F::SPAN` (the same for every
 /// `t`) consecutive tiles of `F`'s format.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn tiles<A, F: Tiles<A>, const T: usize>(
+unsafe fn run<A, F: Tiles<Avx2, A>, const T: usize>(
     tiles: *const u8,
     x: [&[A]; T],
-) -> [[f32; 8]; T] {
+) -> [[f32; 16]; T] {
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..x[0].len() / F::SPAN {
         let p = tiles.add(i * F::BYTES);
@@ -86,35 +71,41 @@ pub(crate) unsafe fn tiles<A, F: Tiles<A>, const T: usize>(
         );
         F::tile(p, &x, i, &mut acc);
     }
-    let mut out = [[0f32; 8]; T];
+    let mut out = [[0f32; 16]; T];
     for t in 0..T {
         _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }
     out
 }
 
-/// Four activation bytes (a 32-bit little-endian word at `p`) in every lane.
-#[inline(always)]
-pub(crate) unsafe fn bcast4(p: *const u8) -> __m256i {
-    _mm256_set1_epi32((p as *const i32).read_unaligned())
-}
-
-/// The quant nibbles of vector `k` of the tile at `p`: (elements `4k..4k+4`, elements
-/// `16+4k..16+4k+4`) of each row, unsigned bytes.
-#[inline(always)]
-pub(crate) unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
-    nibbles_at(p.add(32 + 32 * k))
-}
-
-/// The low and high nibbles of the 32 bytes at `v`, as unsigned bytes.
-#[inline(always)]
-pub(crate) unsafe fn nibbles_at(v: *const u8) -> (__m256i, __m256i) {
-    let mask = _mm256_set1_epi8(0x0F);
-    let v = _mm256_loadu_si256(v as *const __m256i);
-    (
-        _mm256_and_si256(v, mask),
-        _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
-    )
+/// Tokens `0..n` against rows `r0..r1` (whole tile groups) of a tiled matrix, up to four
+/// tokens per pass over the chunk's tiles (the accumulators of four tokens fill the sixteen
+/// registers), the last pass taking the 1–3 left.
+///
+/// # Safety
+/// AVX2/FMA/F16C are available; [`crate::tiles::has_kernel`] holds for `w.dtype` and `a.path`;
+/// `a` holds `n` activation rows; rows `r0..r1` are whole groups inside `w` whose outputs in
+/// `y` (`n · rows` floats) this caller alone writes.
+pub(crate) unsafe fn tiled_chunk(
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+    rows: usize,
+) {
+    let (g0, g1) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
+    let mut t = 0;
+    while t < n {
+        match n - t {
+            1 => groups::<Avx2, 1>(w, &PassActs::of(a, t), t, g0, g1, y, rows),
+            2 => groups::<Avx2, 2>(w, &PassActs::of(a, t), t, g0, g1, y, rows),
+            3 => groups::<Avx2, 3>(w, &PassActs::of(a, t), t, g0, g1, y, rows),
+            _ => groups::<Avx2, 4>(w, &PassActs::of(a, t), t, g0, g1, y, rows),
+        };
+        t += (n - t).min(4);
+    }
 }
 
 /// Per row (lane), `Σ q · a` of the four nibble vectors at `v` (a Q4_0 or Q4_1 tile's quants)
@@ -172,51 +163,10 @@ unsafe fn q4_isum16<const T: usize>(
     })
 }
 
-/// A block's integer sums into the accumulator for a format whose quants carry a constant
-/// offset (Q4_0: 8, Q5_0: 16): `acc + isum · (d · da) − off · d · (da · Σq)`.
-#[inline(always)]
-pub(crate) unsafe fn offset_in(
-    acc: __m256,
-    isum: __m256i,
-    d8: __m256,
-    da: f32,
-    qsum: i32,
-    off: f32,
-) -> __m256 {
-    let acc = _mm256_fmadd_ps(
-        _mm256_cvtepi32_ps(isum),
-        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
-        acc,
-    );
-    _mm256_fmadd_ps(d8, _mm256_set1_ps(-off * (da * qsum as f32)), acc)
-}
-
-/// A block's integer sums and the rows' scales into the accumulator:
-/// `acc + isum · (d · da) + m · (da · Σq)`.
-#[inline(always)]
-pub(crate) unsafe fn scale_in(
-    acc: __m256,
-    isum: __m256i,
-    p: *const u8,
-    da: f32,
-    qsum: i32,
-) -> __m256 {
-    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-    let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
-    let acc = _mm256_fmadd_ps(
-        _mm256_cvtepi32_ps(isum),
-        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
-        acc,
-    );
-    _mm256_fmadd_ps(m8, _mm256_set1_ps(da * qsum as f32), acc)
-}
-
 /// Eight tiled Q8_0 rows against `T` rows of 8-bit activation blocks. A `pmaddubsw` pair of
 /// two signed 8-bit products can reach 32 512, so each is widened to 32 bits at once
 /// (`pmaddwd`); the weights' signs move onto the activations as in the row layout.
-impl Tiles<ActBlock> for Q80 {
-    const BYTES: usize = Q8_0_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Avx2, ActBlock> for Q80 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -240,36 +190,6 @@ impl Tiles<ActBlock> for Q80 {
             let da = _mm256_set1_ps(x[t].get_unchecked(i).d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
         }
-    }
-}
-
-/// An activation block type the tile kernels take: its scale and quant sum.
-pub(crate) trait TileAct {
-    /// Scale.
-    fn d(&self) -> f32;
-    /// Sum of the quants.
-    fn qsum(&self) -> i32;
-}
-
-impl TileAct for ActBlock {
-    #[inline(always)]
-    fn d(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    fn qsum(&self) -> i32 {
-        self.isum
-    }
-}
-
-impl TileAct for ActSplit16 {
-    #[inline(always)]
-    fn d(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    fn qsum(&self) -> i32 {
-        self.isum
     }
 }
 
@@ -306,9 +226,7 @@ impl SmallSums for ActSplit16 {
 
 /// Eight tiled Q4_0 rows against `T` activation rows: the integer sums of the nibbles (which
 /// start at byte 16, after the scales), the offset of 8 folded in as `−8 · d · (d_act · Σq)`.
-impl<A: SmallSums> Tiles<A> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Avx2, A> for Q40 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::q4(p.add(16), x, i);
@@ -321,9 +239,7 @@ impl<A: SmallSums> Tiles<A> for Q40 {
 }
 
 /// Eight tiled Q4_1 rows: the nibbles' sums (from byte 32), then the scales and minimums.
-impl<A: SmallSums> Tiles<A> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Avx2, A> for Q41 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::q4(p.add(32), x, i);
@@ -337,9 +253,7 @@ impl<A: SmallSums> Tiles<A> for Q41 {
 /// Eight tiled Q5_0 rows: the nibbles with each row's fifth bits ORed in (one shift and mask
 /// per vector, see `packed::spread_high_bits`), the offset of 16 folded in as
 /// `−16 · d · (d_act · Σq)`.
-impl<A: SmallSums> Tiles<A> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Avx2, A> for Q50 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::q5(p, x, i);
@@ -353,9 +267,7 @@ impl<A: SmallSums> Tiles<A> for Q50 {
 
 /// Eight tiled Q5_1 rows: Q5_0's integer sums (16 bytes later in the tile), then Q4_1's
 /// scales and minimums.
-impl<A: SmallSums> Tiles<A> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Avx2, A> for Q51 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::q5(p.add(16), x, i);
@@ -431,55 +343,11 @@ unsafe fn q5_isum16<const T: usize>(
     std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
 }
 
-/// The quants (0..32) of vector pair `k` of the Q5_0 tile at `p`: (elements `4k..4k+4`,
-/// `16+4k..16+4k+4`) of each row, the nibbles with the fifth bits ORed in.
-#[inline(always)]
-pub(crate) unsafe fn q5_quants(p: *const u8, k: usize) -> (__m256i, __m256i) {
-    let bit4 = _mm256_set1_epi8(0x10);
-    let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
-    let (lo, hi) = nibbles(p.add(16), k);
-    (
-        _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4)),
-        _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4)),
-    )
-}
-
-/// Per row of a Q8_0 tile's vector `k` (at `p`): its four signed quants widened to 16 bits,
-/// rows 0..4 in the first vector and 4..8 in the second (row `r`'s in 32-bit lanes `2r % 8`,
-/// `2r % 8 + 1`).
-#[inline(always)]
-pub(crate) unsafe fn q8_words(p: *const u8, k: usize) -> (__m256i, __m256i) {
-    let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
-    (
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
-    )
-}
-
-/// Four 16-bit activation quants (at `a`) in every 64-bit lane.
-#[inline(always)]
-pub(crate) unsafe fn bcast4w(a: *const i16) -> __m256i {
-    _mm256_set1_epi64x((a as *const i64).read_unaligned())
-}
-
-/// Per-row sums from [`q8_words`] products (`lo`: rows 0..4, `hi`: rows 4..8, two partial sums
-/// per row in adjacent lanes) as one lane per row, in row order.
-#[inline(always)]
-pub(crate) unsafe fn q8_rows(lo: __m256i, hi: __m256i) -> __m256i {
-    // hadd: [r0, r1, r4, r5 | r2, r3, r6, r7].
-    _mm256_permutevar8x32_epi32(
-        _mm256_hadd_epi32(lo, hi),
-        _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
-    )
-}
-
 /// Eight tiled Q8_0 rows against `T` rows of 16-bit activation blocks: signed 8-bit × signed
 /// 16-bit products need `pmaddwd`, so each vector's quants are widened to 16 bits (once for
 /// all tokens) and meet four activation quants per row; the 32-bit sums are exact (at most
 /// 32 · 128 · 32 768 per block).
-impl Tiles<Act16Block> for Q80 {
-    const BYTES: usize = Q8_0_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Avx2, Act16Block> for Q80 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -506,60 +374,11 @@ impl Tiles<Act16Block> for Q80 {
     }
 }
 
-/// 16-bit lanes of `v` shifted left by `n` (0..=4) bits.
-#[inline(always)]
-pub(crate) unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
-    _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
-}
-
-/// 16-bit lanes of `v` shifted right (logically) by `n` (0..=3) bits.
-#[inline(always)]
-pub(crate) unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
-    _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
-}
-
-/// Sub-block `s`'s scales of the eight rows of the Q4_K tile at `p`: (`d · sc`, `dmin · m`).
-#[inline(always)]
-pub(crate) unsafe fn q4k_scales(
-    p: *const u8,
-    d8: __m256,
-    dmin8: __m256,
-    s: usize,
-) -> (__m256, __m256) {
-    let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
-    let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
-    (
-        _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc)),
-        _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m)),
-    )
-}
-
-/// A Q4_K sub-block's integer sums into the accumulator: `acc + isum · (d·sc · da) − dmin·m ·
-/// (da · Σq)`.
-#[inline(always)]
-pub(crate) unsafe fn q4k_in(
-    acc: __m256,
-    isum: __m256i,
-    sc: (__m256, __m256),
-    da: f32,
-    qsum: i32,
-) -> __m256 {
-    let (dsc, dm) = sc;
-    let acc = _mm256_fmadd_ps(
-        _mm256_cvtepi32_ps(isum),
-        _mm256_mul_ps(dsc, _mm256_set1_ps(da)),
-        acc,
-    );
-    _mm256_fmadd_ps(dm, _mm256_set1_ps(-(da * qsum as f32)), acc)
-}
-
 /// Eight tiled Q4_K rows against `T` rows of 8-bit activation blocks (one per 32-element
 /// sub-block). Per super-block and pair of sub-blocks, eight nibble vectors feed two 16-bit
 /// sums per token (16 products of at most 15 · 127 per lane); each sub-block's sum then meets
 /// the rows' scales, `d · sc` and `dmin · m`, converted once per tile for all tokens.
-impl Tiles<ActBlock> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Avx2, ActBlock> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -599,9 +418,7 @@ impl Tiles<ActBlock> for Q4K {
 /// As the Q4_K 8-bit kernel with 16-bit activation blocks split into bytes (see
 /// the Q4_1 16-bit kernel): per sub-block the unsigned low bytes are summed four vectors at a time
 /// (at most 4 · 2 · 255 · 15 = 30 600 per lane) and the signed high bytes over all eight.
-impl Tiles<ActSplit16> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Avx2, ActSplit16> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -649,42 +466,6 @@ impl Tiles<ActSplit16> for Q4K {
             }
         }
     }
-}
-
-/// The signed 6-bit quants (`q − 32`) of element group `g` (0..64, elements `4g..4g+4`) of
-/// every row of the Q6_K tile at `p`, for `g` in quarter `C = g / 16` of the super-block: low
-/// nibbles from vector `g % 32` (its low nibbles in the first half, high in the second), the
-/// top two bits from vector `g % 16` of the high-bit plane (bits `2C..2C+2`). `C` is a
-/// compile-time constant so every shift is an immediate (with `g / 16` computed at run time
-/// the group loop carried a branch and a shift-count move per group, and ran ~1.5× slower).
-#[inline(always)]
-pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
-    _mm256_sub_epi8(q6_group_u::<C>(p, g), _mm256_set1_epi8(32))
-}
-
-/// [`q6_group`] before the −32: the unsigned 6-bit quants `0..=63`.
-#[inline(always)]
-pub(crate) unsafe fn q6_group_u<const C: usize>(p: *const u8, g: usize) -> __m256i {
-    let n = _mm256_loadu_si256(p.add(Q6K_LOW + 32 * (g % 32)) as *const __m256i);
-    let h = _mm256_loadu_si256(p.add(Q6K_HIGH + 32 * (g % 16)) as *const __m256i);
-    let n = if C >= 2 { _mm256_srli_epi16::<4>(n) } else { n };
-    let lo = _mm256_and_si256(n, _mm256_set1_epi8(0x0F));
-    // Bits 2C..2C+2 of each byte to bits 4..6: shift by 4 − 2C (either way), then mask.
-    let hs = match C {
-        0 => _mm256_slli_epi16::<4>(h),
-        1 => _mm256_slli_epi16::<2>(h),
-        2 => h,
-        _ => _mm256_srli_epi16::<2>(h),
-    };
-    let hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
-    _mm256_or_si256(lo, hi)
-}
-
-/// The eight rows' scales of sub-block `s` times their `d`, as f32 lanes.
-#[inline(always)]
-pub(crate) unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
-    let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16 + 8 * s) as *const __m128i));
-    _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc))
 }
 
 /// Sub-blocks `4C..4C + 4` of the Q6_K tile at `p` against 8-bit activations (see the
@@ -769,9 +550,7 @@ unsafe fn q6_quarter_i16<const C: usize, const T: usize>(
 /// Eight tiled Q6_K rows against `T` rows of 8-bit activation blocks. Quants are used signed
 /// (`q − 32`, |w| ≤ 32) with the signs moved onto the activations, so a sub-block's four
 /// `pmaddubsw` (at most 4 · 2 · 32 · 127 = 32 512 per lane) sum in 16 bits.
-impl Tiles<ActBlock> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Avx2, ActBlock> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -792,9 +571,7 @@ impl Tiles<ActBlock> for Q6K {
 /// (`hi + 128`) like the low bytes and the offset is taken back through the rows' quant sums:
 /// `Σ a·w = 256·(Σ (hi + 128)·w − 128·Σ w) + Σ lo·w`. Each 16-bit sum spans two groups (at most
 /// 2 · 2 · 255 · 32 = 32 640 per lane).
-impl Tiles<ActSplit16> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Avx2, ActSplit16> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -810,47 +587,11 @@ impl Tiles<ActSplit16> for Q6K {
     }
 }
 
-/// The eight rows' MXFP4 scales (the e8m0 bytes at `p`) as f32 lanes, `2^(e − 128)` exactly
-/// as [`crate::blocks::e8m0_half`] gives them: the exponent field `e − 1`, or for `e < 2` the
-/// subnormal `2^21 << e` bit pattern.
-#[inline(always)]
-pub(crate) unsafe fn e8m0_lanes(p: *const u8) -> __m256 {
-    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
-    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
-    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
-    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
-}
-
-/// The 16 MXFP4 values as bytes in both 128-bit halves (for `vpshufb`), each plus `off`.
-#[inline(always)]
-pub(crate) unsafe fn mx4_table(off: i8) -> __m256i {
-    let k = crate::blocks::MXFP4_VALUES.map(|v| v.wrapping_add(off));
-    let t = _mm_setr_epi8(
-        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
-        k[14], k[15],
-    );
-    _mm256_set_m128i(t, t)
-}
-
-/// Vector `k` of an MXFP4 tile looked up in `table`: (elements `4k..4k+4`, elements
-/// `16+4k..16+4k+4`) of each row — the Q8_0 tile's vectors `k` and `k + 4`.
-#[inline(always)]
-pub(crate) unsafe fn mx4_values(p: *const u8, k: usize, table: __m256i) -> (__m256i, __m256i) {
-    let (lo, hi) = nibbles_at(p.add(8 + 32 * k));
-    (
-        _mm256_shuffle_epi8(table, lo),
-        _mm256_shuffle_epi8(table, hi),
-    )
-}
-
 /// Eight tiled MXFP4 rows against `T` rows of 8-bit activation blocks: the codes looked up as
 /// signed values (|v| ≤ 12) once for all tokens, their signs moved onto the activations as
 /// for Q8_0; a 16-bit lane sums eight `pmaddubsw` pairs, at most 16 · 12 · 127 = 24 384, so
 /// it is widened once per block. The exact integer sum meets the rows' power-of-two scales.
-impl Tiles<ActBlock> for Mx4 {
-    const BYTES: usize = MXFP4_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Avx2, ActBlock> for Mx4 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -880,20 +621,9 @@ impl Tiles<ActBlock> for Mx4 {
     }
 }
 
-/// A looked-up MXFP4 vector widened to 16 bits: rows 0..4 and rows 4..8 (as [`q8_words`]).
-#[inline(always)]
-pub(crate) unsafe fn mx4_words(w: __m256i) -> (__m256i, __m256i) {
-    (
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
-    )
-}
-
 /// Eight tiled MXFP4 rows against `T` rows of 16-bit activation blocks, as Q8_0's: the
 /// values widened to 16 bits once for all tokens, `pmaddwd` against four activation quants.
-impl Tiles<Act16Block> for Mx4 {
-    const BYTES: usize = MXFP4_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Avx2, Act16Block> for Mx4 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,

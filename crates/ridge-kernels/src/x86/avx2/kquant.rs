@@ -1,7 +1,7 @@
 //! AVX2 + FMA + F16C kernels for the k-quant super-block formats (Q4_K, Q5_K, Q6_K; layouts in
-//! [`crate::kquant`]). Same contracts as `dot_avx2`: every function is `unsafe` and must only
+//! [`crate::kquant`]). Same contracts as `x86::avx2::dot`: every function is `unsafe` and must only
 //! run on a CPU with those features (callers hold an `Isa` whose `avx2()` holds); results are tested against
-//! the scalar references in `dot_scalar`.
+//! the scalar references in `scalar::dot`.
 //!
 //! Each kernel computes `R` (≤ 4) consecutive weight rows against `T` (1 or 2) activation rows.
 //! Every output has its own accumulator and sees exactly the same operations in the same
@@ -21,12 +21,11 @@
 //! factored out (d·sc·Σq·x − dmin·m·Σx nearly cancels and costs accuracy in f32). Q6_K has no
 //! minimum, so its exact integer weights q − 32 meet x first and d·sc scales each 16-element
 //! partial sum. Partial sums per sub-block keep each accumulator's dependency chain short.
-#![cfg(target_arch = "x86_64")]
 // Row index `r` and token index `t` address accumulators and pointers together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{Act16Block, ActBlock, IntActBlock};
-use crate::dot_avx2::{f16_ptr, hsum, prefetch_span};
+use crate::act::blocks::{Act16Block, ActBlock, IntActBlock};
+use crate::x86::shared::{f16_ptr, hsum, prefetch_l1};
 
 /// How many row groups ahead the kernels prefetch (a group's rows are consecutive, so the
 /// prefetch walks the group `PREFETCH_GROUPS` ahead linearly, one super-block of each row per
@@ -182,7 +181,7 @@ pub(crate) unsafe fn q45_rows<A: SimdAct, const FIVE: bool, const R: usize, cons
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for s in 0..x[0].len() / 8 {
-        prefetch_span(next.wrapping_add(s * R * sb), R * sb);
+        prefetch_l1(next.wrapping_add(s * R * sb), R * sb);
         let mut dx = [_mm256_setzero_ps(); T];
         let mut dxs = [_mm256_setzero_ps(); T];
         for t in 0..T {
@@ -244,7 +243,7 @@ unsafe fn q45_rows_f32<const FIVE: bool, const R: usize, const T: usize>(
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for s in 0..x[0].len() / kquant::QK_K {
-        prefetch_span(next.wrapping_add(s * R * sb), R * sb);
+        prefetch_l1(next.wrapping_add(s * R * sb), R * sb);
         for r in 0..R {
             let b = rows.add(r * stride + s * sb);
             let (scf, mf) = q45_scales(b);
@@ -358,7 +357,7 @@ unsafe fn q6k_rows<const R: usize, const T: usize>(
         _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7),
     ];
     for s in 0..x[0].len() / 8 {
-        prefetch_span(next.wrapping_add(s * R * Q6_K_BYTES), R * Q6_K_BYTES);
+        prefetch_l1(next.wrapping_add(s * R * Q6_K_BYTES), R * Q6_K_BYTES);
         let mut dxx = [[_mm256_setzero_ps(); 2]; T];
         for t in 0..T {
             let (dx, _) = act_scales(x[t].as_ptr().add(8 * s));
@@ -411,7 +410,7 @@ unsafe fn q6k_rows_f32<const R: usize, const T: usize>(
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
     for s in 0..x[0].len() / kquant::QK_K {
-        prefetch_span(next.wrapping_add(s * R * Q6_K_BYTES), R * Q6_K_BYTES);
+        prefetch_l1(next.wrapping_add(s * R * Q6_K_BYTES), R * Q6_K_BYTES);
         for r in 0..R {
             let b = rows.add(r * stride + s * Q6_K_BYTES);
             let dsc = q6k_scales(b);

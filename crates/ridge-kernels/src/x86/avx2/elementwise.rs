@@ -4,9 +4,9 @@
 //! and the scalar one stays the reference the tests compare against.
 //!
 //! Every function is `unsafe`: call it only on a CPU with AVX2/FMA/F16C (an `Isa` whose `avx2()` holds).
-#![cfg(target_arch = "x86_64")]
 
-use crate::dot_avx2::hsum;
+use crate::scalar::elementwise::{exp_approx, GELU_C};
+use crate::x86::shared::hsum;
 use std::arch::x86_64::*;
 
 /// [`crate::ops::softmax_partial`] on vectors: the same operations in the same order (its
@@ -39,7 +39,7 @@ pub(crate) unsafe fn softmax_partial(x: &mut [f32]) -> (f32, f32) {
     }
     let mut sum = hsum(acc);
     for v in &mut x[whole..] {
-        *v = crate::ops::exp_approx(*v - max);
+        *v = exp_approx(*v - max);
         sum += *v;
     }
     (max, sum)
@@ -109,7 +109,7 @@ pub(crate) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
     for i in whole..n {
         let g = gate[i];
-        gate[i] = g / (1.0 + crate::ops::exp_approx(-g)) * up[i];
+        gate[i] = g / (1.0 + exp_approx(-g)) * up[i];
     }
 }
 
@@ -122,7 +122,7 @@ pub(crate) unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     let (gp, up_) = (gate.as_mut_ptr(), up.as_ptr());
     let one = _mm256_set1_ps(1.0);
     let neg = _mm256_set1_ps(-0.0);
-    let c = _mm256_set1_ps(crate::ops::GELU_C);
+    let c = _mm256_set1_ps(GELU_C);
     let k = _mm256_set1_ps(0.044715);
     for i in (0..whole).step_by(8) {
         let x = _mm256_loadu_ps(gp.add(i));
@@ -134,8 +134,8 @@ pub(crate) unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
     }
     for i in whole..n {
         let x = gate[i];
-        let y = crate::ops::GELU_C * x * (1.0 + 0.044715 * x * x);
-        gate[i] = x * up[i] / (1.0 + crate::ops::exp_approx(-y));
+        let y = GELU_C * x * (1.0 + 0.044715 * x * x);
+        gate[i] = x * up[i] / (1.0 + exp_approx(-y));
     }
 }
 

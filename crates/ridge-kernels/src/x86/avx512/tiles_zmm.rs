@@ -1,5 +1,5 @@
 //! 512-bit AVX-512 VNNI products of two tiled row groups at once: the 256-bit kernels of
-//! [`crate::dot_tiles_vnni`] widened so that lanes 0..8 of every vector belong to one group's
+//! `crate::x86::avx512::tiles` widened so that lanes 0..8 of every vector belong to one group's
 //! tile and lanes 8..16 to the next group's (two 32-byte halves loaded side by side; the tile
 //! layout is unchanged).
 //!
@@ -8,38 +8,40 @@
 //! rows in the same time, and the weight decoding and activation broadcasts are shared by
 //! both groups. Every lane's operations are those of the 256-bit kernel in the same order, so
 //! the outputs are the same bits whichever kernel a row group went through.
-#![cfg(target_arch = "x86_64")]
 // Token index `t` addresses accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{prefetch_l2, Mx4, TileAct, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
-use crate::dot_tiles_vnni::PREFETCH_BYTES;
-use crate::packed::{
-    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
-    Q6_K_TILE, Q8_0_TILE,
-};
+use super::tiles::{Vnni, PREFETCH_BYTES};
+use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
+use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
+use crate::tiles::{Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::x86::shared::prefetch_l2;
 use std::arch::x86_64::*;
 
-/// A tiled format's arithmetic for the tiles of two row groups (`p`, `q`) against `T`
-/// activation rows of type `A`.
-pub(crate) trait TilesZmm<A> {
-    /// Bytes of one tile.
-    const BYTES: usize;
-    /// Activation blocks one tile spans (8 for a 256-element super-block).
-    const SPAN: usize;
-    /// Adds tile `i` of both groups (at `p` and `q`) into `acc` (lanes 0..8 `p`'s rows,
-    /// 8..16 `q`'s).
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
-        x: &[&[A]; T],
-        i: usize,
-        acc: &mut [__m512; T],
-    );
+/// The 512-bit VNNI tile kernels: two row groups per pass (lanes 0..8 of every vector the
+/// first group's rows, 8..16 the second's).
+pub(crate) struct Zmm;
+
+impl TileIsa for Zmm {
+    type Src = (*const u8, *const u8);
+    type Acc = __m512;
+    const GROUPS: usize = 2;
+
+    #[inline(always)]
+    fn src(p: *const u8, group_bytes: usize) -> (*const u8, *const u8) {
+        (p, p.wrapping_add(group_bytes))
+    }
+
+    #[inline(always)]
+    unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
+        src: (*const u8, *const u8),
+        x: [&[A]; T],
+    ) -> [[f32; 16]; T] {
+        run::<A, F, T>(src.0, src.1, x)
+    }
 }
 
-/// Sixteen rows of format `F`: eight tiled rows at `p` and eight at `q` (each
+/// [`TileIsa::run`] for [`Zmm`]: eight tiled rows at `p` and eight at `q` (each
 /// `x[t].len() / F::SPAN` tiles) against `T` activation rows: `out[t][j]` = row `j` (rows
 /// 8..16 being `q`'s) · activation row `t`.
 ///
@@ -48,7 +50,7 @@ pub(crate) trait TilesZmm<A> {
 /// `q` each point at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of
 /// `F`'s format.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn tiles2<A, F: TilesZmm<A>, const T: usize>(
+unsafe fn run<A, F: Tiles<Zmm, A>, const T: usize>(
     p: *const u8,
     q: *const u8,
     x: [&[A]; T],
@@ -59,7 +61,7 @@ pub(crate) unsafe fn tiles2<A, F: TilesZmm<A>, const T: usize>(
         let (pi, qi) = (p.add(i * F::BYTES), q.add(i * F::BYTES));
         prefetch_l2(pi.wrapping_add(ahead), F::BYTES);
         prefetch_l2(qi.wrapping_add(ahead), F::BYTES);
-        F::tile(pi, qi, &x, i, &mut acc);
+        F::tile((pi, qi), &x, i, &mut acc);
     }
     let mut out = [[0f32; 16]; T];
     for t in 0..T {
@@ -67,6 +69,39 @@ pub(crate) unsafe fn tiles2<A, F: TilesZmm<A>, const T: usize>(
     }
     out
 }
+
+/// Q8_0 and MXFP4 with 16-bit activations have 256-bit kernels only (`vpdpwssd` on words
+/// leaves no lanes to spare): a pair pass runs each group's tile through them on the halves
+/// of the 512-bit accumulators, so every lane sees the 256-bit kernel's operations (its bits).
+macro_rules! halves {
+    ($($f:ty),*) => {$(
+        impl Tiles<Zmm, Act16Block> for $f {
+            #[inline(always)]
+            unsafe fn tile<const T: usize>(
+                (p, q): (*const u8, *const u8),
+                x: &[&[Act16Block]; T],
+                i: usize,
+                acc: &mut [__m512; T],
+            ) {
+                let mut lo: [__m256; T] = std::array::from_fn(|t| _mm512_castps512_ps256(acc[t]));
+                let mut hi: [__m256; T] = std::array::from_fn(|t| {
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[t])))
+                });
+                <$f as Tiles<Vnni, Act16Block>>::tile(p, x, i, &mut lo);
+                <$f as Tiles<Vnni, Act16Block>>::tile(q, x, i, &mut hi);
+                for t in 0..T {
+                    let v = _mm512_castps256_ps512(lo[t]);
+                    acc[t] = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                        _mm512_castps_pd(v),
+                        _mm256_castps_pd(hi[t]),
+                    ));
+                }
+            }
+        }
+    )*};
+}
+
+halves!(Q80, Mx4);
 
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
 #[inline(always)]
@@ -105,7 +140,7 @@ unsafe fn bcast4(a: *const u8) -> __m512i {
     _mm512_set1_epi32((a as *const i32).read_unaligned())
 }
 
-/// The quant nibbles of vector `k` of both tiles (see `dot_tiles_avx2::nibbles`).
+/// The quant nibbles of vector `k` of both tiles (see `x86::shared::nibbles`).
 #[inline(always)]
 unsafe fn nibbles(p: *const u8, q: *const u8, k: usize) -> (__m512i, __m512i) {
     nibbles_at(p, q, 32 + 32 * k)
@@ -133,7 +168,7 @@ unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, qs
     _mm512_fmadd_ps(m, _mm512_set1_ps(da * qsum as f32), acc)
 }
 
-/// `acc + isum · (d · da) − off · d · (da · Σq)` (see `dot_tiles_avx2::offset_in`).
+/// `acc + isum · (d · da) − off · d · (da · Σq)` (see `x86::shared::offset_in`).
 #[inline(always)]
 unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, off: f32) -> __m512 {
     let acc = _mm512_fmadd_ps(
@@ -144,13 +179,10 @@ unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, o
     _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
 }
 
-impl<A: SmallSums> TilesZmm<A> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Zmm, A> for Q40 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -164,13 +196,10 @@ impl<A: SmallSums> TilesZmm<A> for Q40 {
     }
 }
 
-impl<A: SmallSums> TilesZmm<A> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Zmm, A> for Q41 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -184,13 +213,10 @@ impl<A: SmallSums> TilesZmm<A> for Q41 {
     }
 }
 
-impl TilesZmm<ActBlock> for Q80 {
-    const BYTES: usize = Q8_0_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Zmm, ActBlock> for Q80 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActBlock]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -216,7 +242,7 @@ impl TilesZmm<ActBlock> for Q80 {
 
 /// Vector pair `k` of both tiles' quants, whose quant part starts at byte `o`: four-bit
 /// nibbles (Q4_0, Q4_1), or with `FIVE` the fifth-bit vector and then the nibbles with those
-/// bits ORed in (Q5_0, Q5_1; see `dot_tiles_avx2::q5_quants`), as unsigned bytes.
+/// bits ORed in (Q5_0, Q5_1; see `x86::shared::q5_quants`), as unsigned bytes.
 #[inline(always)]
 unsafe fn small_quants<const FIVE: bool>(
     p: *const u8,
@@ -285,7 +311,7 @@ unsafe fn small_isum16<const FIVE: bool, const T: usize>(
     std::array::from_fn(|t| _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]))
 }
 
-/// [`small_isum`] or [`small_isum16`] by activation type (see `dot_tiles_avx2::SmallSums`).
+/// [`small_isum`] or [`small_isum16`] by activation type (see `x86::avx2::tiles`).
 trait SmallSums: TileAct + Sized {
     /// The integer sums of both tiles, whose quant part starts at byte `o`.
     unsafe fn sums<const FIVE: bool, const T: usize>(
@@ -323,13 +349,10 @@ impl SmallSums for ActSplit16 {
     }
 }
 
-impl<A: SmallSums> TilesZmm<A> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Zmm, A> for Q50 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -343,13 +366,10 @@ impl<A: SmallSums> TilesZmm<A> for Q50 {
     }
 }
 
-impl<A: SmallSums> TilesZmm<A> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Zmm, A> for Q51 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[A]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -363,7 +383,7 @@ impl<A: SmallSums> TilesZmm<A> for Q51 {
     }
 }
 
-/// Both tiles' sub-block `s` scales: (`d · sc`, `dmin · m`) (see `dot_tiles_avx2::q4k_scales`).
+/// Both tiles' sub-block `s` scales: (`d · sc`, `dmin · m`) (see `x86::shared::q4k_scales`).
 #[inline(always)]
 unsafe fn q4k_scales(
     p: *const u8,
@@ -380,7 +400,7 @@ unsafe fn q4k_scales(
     )
 }
 
-/// `acc + isum · (d·sc · da) − dmin·m · (da · Σq)` (see `dot_tiles_avx2::q4k_in`).
+/// `acc + isum · (d·sc · da) − dmin·m · (da · Σq)` (see `x86::shared::q4k_in`).
 #[inline(always)]
 unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, qsum: i32) -> __m512 {
     let (dsc, dm) = sc;
@@ -392,13 +412,10 @@ unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, qsum
     _mm512_fmadd_ps(dm, _mm512_set1_ps(-(da * qsum as f32)), acc)
 }
 
-impl TilesZmm<ActBlock> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Zmm, ActBlock> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActBlock]; T],
         sb: usize,
         acc: &mut [__m512; T],
@@ -425,13 +442,10 @@ impl TilesZmm<ActBlock> for Q4K {
     }
 }
 
-impl TilesZmm<ActSplit16> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Zmm, ActSplit16> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActSplit16]; T],
         sb: usize,
         acc: &mut [__m512; T],
@@ -463,7 +477,7 @@ impl TilesZmm<ActSplit16> for Q4K {
 }
 
 /// Both tiles' signed 6-bit quants of element group `g` in quarter `C` (see
-/// `dot_tiles_avx2::q6_group`).
+/// `x86::shared::q6_group`).
 #[inline(always)]
 unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
     _mm512_sub_epi8(q6_group_u::<C>(p, q, g), _mm512_set1_epi8(32))
@@ -495,7 +509,7 @@ unsafe fn q6_scales(p: *const u8, q: *const u8, d: __m512, s: usize) -> __m512 {
 
 /// Sub-blocks `4C..4C + 4` of both Q6_K tiles against 8-bit activations: unsigned quants,
 /// then the activations' `32 · Σa` off the exact integer sum (see
-/// `dot_tiles_vnni::q6_quarter_i8`).
+/// `x86::avx512::tiles`).
 #[inline(always)]
 unsafe fn q6_quarter_i8<const C: usize, const T: usize>(
     p: *const u8,
@@ -563,13 +577,10 @@ unsafe fn q6_quarter_i16<const C: usize, const T: usize>(
     }
 }
 
-impl TilesZmm<ActBlock> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Zmm, ActBlock> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActBlock]; T],
         sb: usize,
         acc: &mut [__m512; T],
@@ -582,13 +593,10 @@ impl TilesZmm<ActBlock> for Q6K {
     }
 }
 
-impl TilesZmm<ActSplit16> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Zmm, ActSplit16> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActSplit16]; T],
         sb: usize,
         acc: &mut [__m512; T],
@@ -602,7 +610,7 @@ impl TilesZmm<ActSplit16> for Q6K {
 }
 
 /// Both tiles' MXFP4 scales (the e8m0 bytes at offset 0) as sixteen f32 lanes, as
-/// `dot_tiles_avx2::e8m0_lanes`.
+/// `x86::shared::e8m0_lanes`.
 #[inline(always)]
 unsafe fn e8m0x2(p: *const u8, q: *const u8) -> __m512 {
     let e = _mm512_cvtepu8_epi32(bytes2(p, q, 0));
@@ -612,15 +620,12 @@ unsafe fn e8m0x2(p: *const u8, q: *const u8) -> __m512 {
     _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub))
 }
 
-/// MXFP4 as in `dot_tiles_vnni`: the codes looked up as unsigned `v + 128`, the offset taken
+/// MXFP4 as in `x86::avx512::tiles`: the codes looked up as unsigned `v + 128`, the offset taken
 /// back through the activation's quant sum.
-impl TilesZmm<ActBlock> for Mx4 {
-    const BYTES: usize = MXFP4_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Zmm, ActBlock> for Mx4 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
-        p: *const u8,
-        q: *const u8,
+        (p, q): (*const u8, *const u8),
         x: &[&[ActBlock]; T],
         i: usize,
         acc: &mut [__m512; T],
@@ -656,6 +661,73 @@ impl TilesZmm<ActBlock> for Mx4 {
 
 #[cfg(test)]
 mod tests {
+    use super::{Vnni, Zmm};
+    use crate::act::blocks::{quantize16_scalar, Act16Block};
+    use crate::tiles::{Mx4, TileIsa, Q80};
+    use crate::{blocks, DType, PackedMatrix, WeightMatrix};
+
+    /// The pair passes of Q8_0 and MXFP4 with 16-bit activations (each group through the
+    /// 256-bit kernel on half of the 512-bit accumulators) give the 256-bit passes' bits.
+    #[test]
+    fn pair_passes_over_256_bit_kernels_give_their_bits() {
+        if !crate::Isa::detect().avx512() {
+            return;
+        }
+        let (rows, cols) = (16, 128);
+        let mut s = 12345u32;
+        let mut rnd = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as f32 / u32::MAX as f32 - 0.5
+        };
+        let x: Vec<f32> = (0..3 * cols).map(|_| rnd()).collect();
+        let mut a = vec![Act16Block::default(); 3 * cols / 32];
+        quantize16_scalar(&x, &mut a);
+        let acts: [&[Act16Block]; 3] = std::array::from_fn(|t| &a[t * 4..(t + 1) * 4]);
+        for dtype in [DType::Q8_0, DType::MXFP4] {
+            let w: Vec<f32> = (0..rows * cols).map(|_| 4.0 * rnd()).collect();
+            let data: Vec<u8> = w
+                .chunks(cols)
+                .flat_map(|r| blocks::quantize_row(dtype, r))
+                .collect();
+            let m = WeightMatrix::new(dtype, rows, cols, &data).expect("geometry");
+            let packed = PackedMatrix::pack(&m).expect("packable");
+            let v = packed.view();
+            let gb = v.data.len() / 2;
+            let (p, q) = (v.data.as_ptr(), v.data[gb..].as_ptr());
+            // SAFETY: AVX-512 F/BW/VL/VNNI was detected (an AVX-512 Isa); p and q each point
+            // at cols / 32 tiles of the format, one per activation block.
+            let (pair, lo, hi) = unsafe {
+                match dtype {
+                    DType::Q8_0 => (
+                        Zmm::run::<_, Q80, 3>((p, q), acts),
+                        Vnni::run::<_, Q80, 3>(p, acts),
+                        Vnni::run::<_, Q80, 3>(q, acts),
+                    ),
+                    _ => (
+                        Zmm::run::<_, Mx4, 3>((p, q), acts),
+                        Vnni::run::<_, Mx4, 3>(p, acts),
+                        Vnni::run::<_, Mx4, 3>(q, acts),
+                    ),
+                }
+            };
+            for t in 0..3 {
+                let want: Vec<u32> = lo[t][..8]
+                    .iter()
+                    .chain(&hi[t][..8])
+                    .map(|v| v.to_bits())
+                    .collect();
+                let got: Vec<u32> = pair[t].iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{dtype:?} token {t}");
+                assert!(
+                    pair[t].iter().any(|&v| v != 0.0),
+                    "{dtype:?}: a product was computed"
+                );
+            }
+        }
+    }
+
     /// Both tiles' e8m0 bytes, every value including the two subnormal ones, convert as the
     /// scalar reference (`p`'s in lanes 0..8, `q`'s in 8..16).
     #[test]

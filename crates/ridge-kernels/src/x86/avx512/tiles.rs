@@ -1,5 +1,5 @@
 //! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K and MXFP4 weights: the tile layout,
-//! prefetch and scale arithmetic of [`crate::dot_tiles_avx2`], with every 8-bit product sum
+//! prefetch and scale arithmetic of `crate::x86::avx2::tiles`, with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
 //! Why a second set: on AVX2 each four-element step is `pmaddubsw` (16-bit, saturating, so sums
@@ -11,20 +11,12 @@
 //! Every integer sum here equals the AVX2 kernel's exactly (both are exact), and the float
 //! steps that follow are the same operations in the same order, so the outputs are the AVX2
 //! path's bits: a token's result depends neither on the path nor on the batch around it.
-#![cfg(target_arch = "x86_64")]
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use crate::act::{Act16Block, ActBlock, ActSplit16};
-use crate::dot_tiles_avx2::{
-    bcast4, bcast4w, nibbles, nibbles_at, offset_in, prefetch_l2, q4k_in, q4k_scales, q5_quants,
-    q6_group, q6_group_u, q6_scales, q8_rows, q8_words, scale_in, TileAct, Q40, Q41, Q4K, Q50, Q51,
-    Q6K, Q80,
-};
-use crate::dot_tiles_avx2::{e8m0_lanes, mx4_table, mx4_values, mx4_words, Mx4};
-use crate::packed::{
-    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE,
-};
+use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
+use crate::tiles::{Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
 /// How far ahead of the tile being read the kernels prefetch into L2, in bytes (rounded up to
@@ -37,34 +29,45 @@ pub(crate) const PREFETCH_BYTES: usize = 3072;
 /// Most tokens one pass over a row group serves (accumulators stay in the 32 registers).
 pub(crate) const MAX_TOKENS: usize = 8;
 
-/// A tiled format's VNNI arithmetic for one tile against `T` activation rows of type `A`
-/// (the counterpart of `dot_tiles_avx2::Tiles`).
-pub(crate) trait TilesVnni<A> {
-    /// Bytes of one tile.
-    const BYTES: usize;
-    /// Activation blocks one tile spans (8 for a 256-element super-block).
-    const SPAN: usize;
-    /// Adds tile `i` (at `p`, against activation blocks `i·SPAN..`) into `acc`.
-    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]);
-}
-
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
 #[inline(always)]
 unsafe fn dp(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(acc, a, b)
 }
 
-/// Eight tiled rows of format `F` (`x[t].len() / F::SPAN` tiles from `tiles`) against `T`
-/// activation rows: `out[t][j]` = row `j` · activation row `t`.
+/// The AVX-512 VNNI tile kernels on 256-bit vectors: eight rows per vector, one row group per
+/// pass, up to [`MAX_TOKENS`] tokens per pass.
+pub(crate) struct Vnni;
+
+impl TileIsa for Vnni {
+    type Src = *const u8;
+    type Acc = __m256;
+    const GROUPS: usize = 1;
+
+    #[inline(always)]
+    fn src(p: *const u8, _group_bytes: usize) -> *const u8 {
+        p
+    }
+
+    #[inline(always)]
+    unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
+        src: *const u8,
+        x: [&[A]; T],
+    ) -> [[f32; 16]; T] {
+        run::<A, F, T>(src, x)
+    }
+}
+
+/// [`TileIsa::run`] for [`Vnni`], compiled with its features.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an AVX-512 [`crate::Isa`]); `tiles`
 /// points at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of `F`'s format.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
+unsafe fn run<A, F: Tiles<Vnni, A>, const T: usize>(
     tiles: *const u8,
     x: [&[A]; T],
-) -> [[f32; 8]; T] {
+) -> [[f32; 16]; T] {
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..x[0].len() / F::SPAN {
         let p = tiles.add(i * F::BYTES);
@@ -74,7 +77,7 @@ pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
         );
         F::tile(p, &x, i, &mut acc);
     }
-    let mut out = [[0f32; 8]; T];
+    let mut out = [[0f32; 16]; T];
     for t in 0..T {
         _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }
@@ -84,9 +87,7 @@ pub(crate) unsafe fn tiles<A, F: TilesVnni<A>, const T: usize>(
 /// Q8_0: the signed weights are offset to unsigned (`w + 128`, one XOR per vector for all
 /// tokens) and the offset taken back through the activation block's quant sum:
 /// `Σ w·a = Σ (w + 128)·a − 128 · Σ a`.
-impl TilesVnni<ActBlock> for Q80 {
-    const BYTES: usize = Q8_0_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Vnni, ActBlock> for Q80 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -174,7 +175,7 @@ unsafe fn small_isum16<const FIVE: bool, const T: usize>(
 }
 
 /// [`small_isum`] or [`small_isum16`] by activation type, so each 4-/5-bit format's kernel is
-/// written once for both (see `dot_tiles_avx2::SmallSums`).
+/// written once for both (see `x86::avx2::tiles`).
 trait SmallSums: TileAct + Sized {
     /// The integer sums of the tile at `p` whose quant part starts at byte `o`.
     unsafe fn sums<const FIVE: bool, const T: usize>(
@@ -210,9 +211,7 @@ impl SmallSums for ActSplit16 {
 }
 
 /// Q4_0: the nibbles' sums (from byte 16), the offset of 8 as on AVX2.
-impl<A: SmallSums> TilesVnni<A> for Q40 {
-    const BYTES: usize = Q4_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Vnni, A> for Q40 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::sums::<false, T>(p, 16, x, i);
@@ -225,9 +224,7 @@ impl<A: SmallSums> TilesVnni<A> for Q40 {
 }
 
 /// Q4_1: the nibbles' sums (from byte 32), then the scales and minimums.
-impl<A: SmallSums> TilesVnni<A> for Q41 {
-    const BYTES: usize = Q4_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Vnni, A> for Q41 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::sums::<false, T>(p, 32, x, i);
@@ -239,9 +236,7 @@ impl<A: SmallSums> TilesVnni<A> for Q41 {
 }
 
 /// Q5_0: the 5-bit sums, the offset of 16 as on AVX2.
-impl<A: SmallSums> TilesVnni<A> for Q50 {
-    const BYTES: usize = Q5_0_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Vnni, A> for Q50 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::sums::<true, T>(p, 16, x, i);
@@ -254,9 +249,7 @@ impl<A: SmallSums> TilesVnni<A> for Q50 {
 }
 
 /// Q5_1: the 5-bit sums (16 bytes later in the tile), then the scales and minimums.
-impl<A: SmallSums> TilesVnni<A> for Q51 {
-    const BYTES: usize = Q5_1_TILE;
-    const SPAN: usize = 1;
+impl<A: SmallSums> Tiles<Vnni, A> for Q51 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
         let s = A::sums::<true, T>(p, 32, x, i);
@@ -269,9 +262,7 @@ impl<A: SmallSums> TilesVnni<A> for Q51 {
 
 /// Q8_0 with 16-bit activations: the quants widened to 16 bits as on AVX2, `vpdpwssd` for
 /// `pmaddwd` + add.
-impl TilesVnni<Act16Block> for Q80 {
-    const BYTES: usize = Q8_0_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Vnni, Act16Block> for Q80 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -302,9 +293,7 @@ impl TilesVnni<Act16Block> for Q80 {
 /// for the odd), unsigned nibbles × signed activation bytes, then the rows' `d · sc` and
 /// `dmin · m` as on AVX2. Sub-blocks are the outer loop so a token needs one integer
 /// accumulator at a time.
-impl TilesVnni<ActBlock> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Vnni, ActBlock> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -336,9 +325,7 @@ impl TilesVnni<ActBlock> for Q4K {
 
 /// Q4_K with 16-bit activations split into bytes, per sub-block as the 8-bit kernel:
 /// `Σ = 256 · Σ w·hi + Σ lo·w`.
-impl TilesVnni<ActSplit16> for Q4K {
-    const BYTES: usize = Q4_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Vnni, ActSplit16> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -445,9 +432,7 @@ unsafe fn q6_quarter_i16<const C: usize, const T: usize>(
 }
 
 /// Q6_K against 8-bit activation blocks.
-impl TilesVnni<ActBlock> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Vnni, ActBlock> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -464,9 +449,7 @@ impl TilesVnni<ActBlock> for Q6K {
 }
 
 /// Q6_K against 16-bit activation blocks split into bytes.
-impl TilesVnni<ActSplit16> for Q6K {
-    const BYTES: usize = Q6_K_TILE;
-    const SPAN: usize = 8;
+impl Tiles<Vnni, ActSplit16> for Q6K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -485,9 +468,7 @@ impl TilesVnni<ActSplit16> for Q6K {
 /// MXFP4: the codes looked up as unsigned `v + 128` (one `vpshufb` per nibble vector for all
 /// tokens; Q8_0's offset, without its XOR) and the offset taken back through the activation
 /// block's quant sum, the exact sum of the AVX2 kernel.
-impl TilesVnni<ActBlock> for Mx4 {
-    const BYTES: usize = MXFP4_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Vnni, ActBlock> for Mx4 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,
@@ -517,9 +498,7 @@ impl TilesVnni<ActBlock> for Mx4 {
 
 /// MXFP4 with 16-bit activations: the values widened as on AVX2, `vpdpwssd` for `pmaddwd` +
 /// add.
-impl TilesVnni<Act16Block> for Mx4 {
-    const BYTES: usize = MXFP4_TILE;
-    const SPAN: usize = 1;
+impl Tiles<Vnni, Act16Block> for Mx4 {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
         p: *const u8,

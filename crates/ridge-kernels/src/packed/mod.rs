@@ -25,51 +25,16 @@
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
 
-use crate::{kquant, DType, WeightMatrix};
+use crate::matrix::{Layout, WeightMatrix};
+use crate::{kquant, DType};
+pub(crate) use layout::tile_bytes;
 
-/// Rows per tile.
-pub const TILE_ROWS: usize = 8;
+pub mod layout;
 
-/// Bytes of one Q4_0 tile (the scales, then four nibble vectors as Q4_1's).
-pub const Q4_0_TILE: usize = 144;
-
-/// Bytes of one Q5_1 tile: the scales, the minimums, then as Q5_0's after its scales.
-pub const Q5_1_TILE: usize = 192;
-
-/// Bytes of one Q4_1 tile.
-pub const Q4_1_TILE: usize = 160;
-
-/// Bytes of one Q8_0 tile.
-pub const Q8_0_TILE: usize = 272;
-
-/// Bytes of one Q5_0 tile.
-pub const Q5_0_TILE: usize = 176;
-
-/// Bytes of one Q4_K tile: the eight rows' `d` and `dmin` (f16), their eight sub-block scales
-/// and minimums unpacked to bytes (`sc[s][j]` at `32 + 8s + j`, `m[s][j]` at `96 + 8s + j`),
-/// then for each pair of sub-blocks `p` eight nibble vectors at `160 + 256p + 32k` whose
-/// lane `j` is row `j`'s quant bytes `32p + 4k..32p + 4k + 4` (low nibbles sub-block `2p`,
-/// high nibbles `2p + 1`). Unpacking the 12-byte scales once here instead of in every
-/// product costs 32 bytes per tile (2.8%).
-pub const Q4_K_TILE: usize = 1184;
-
-/// Bytes of one Q6_K tile: the eight rows' `d` (f16), their sixteen int8 sub-block scales
-/// (`sc[s][j]` at `16 + 8s + j`), then 32 vectors of low nibbles from [`Q6K_LOW`] (vector `m`,
-/// lane `j`: row `j`'s elements `4m..4m+4` in the low nibbles, `128+4m..` in the high ones)
-/// and 16 vectors of top-two-bit pairs from [`Q6K_HIGH`] (vector `n`, lane `j`, byte `i`, bits
-/// `2c..2c+2`: element `4(n + 16c) + i`). The size of the eight blocks it replaces.
-pub const Q6_K_TILE: usize = 1680;
-
-/// Offset of a Q6_K tile's low-nibble vectors.
-pub const Q6K_LOW: usize = 144;
-
-/// Offset of a Q6_K tile's high-bit vectors.
-pub const Q6K_HIGH: usize = 1168;
-
-/// Bytes of one MXFP4 tile: the eight rows' e8m0 scale bytes, then four nibble vectors as
-/// Q4_0's (vector `k`, lane `j`: row `j`'s quant bytes `4k..4k + 4`, low nibbles element
-/// `4k + i`, high nibbles `16 + 4k + i`). The size of the eight blocks it replaces.
-pub const MXFP4_TILE: usize = 136;
+pub use layout::{
+    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
+    Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+};
 
 /// A tiled format's block layout.
 #[derive(Clone, Copy)]
@@ -292,7 +257,7 @@ impl std::fmt::Debug for PackedMatrix {
 
 /// True when `w` can be packed: a format with a tile layout and whole groups of rows.
 pub fn packable(w: &WeightMatrix<'_>) -> bool {
-    w.layout == crate::matmul::Layout::Rows
+    w.layout == Layout::Rows
         && Shape::of(w.dtype).is_some()
         && w.rows > 0
         && w.rows.is_multiple_of(TILE_ROWS)
@@ -364,7 +329,7 @@ impl PackedMatrix {
             rows: self.rows,
             cols: self.cols,
             data,
-            layout: crate::matmul::Layout::Tiles8,
+            layout: Layout::Tiles8,
         }
     }
 
@@ -389,11 +354,6 @@ pub(crate) fn unpack_row(w: &WeightMatrix<'_>, r: usize, out: &mut [u8]) {
     }
 }
 
-/// Bytes of one tile of `dtype` (0 for formats without tiles).
-pub(crate) fn tile_bytes(dtype: DType) -> usize {
-    Shape::of(dtype).map_or(0, Shape::tile)
-}
-
 impl PackedMatrix {
     /// `w` (stored rows or tiles, any format) re-encoded in `to` and packed: each row
     /// dequantized to f32 and quantized again. Lossy by design — for a draft model, whose
@@ -411,8 +371,8 @@ impl PackedMatrix {
             let (mut raw, mut f) = (vec![0u8; src_rb], vec![0f32; w.cols]);
             for r in task * per_task..((task + 1) * per_task).min(w.rows) {
                 let row: &[u8] = match w.layout {
-                    crate::matmul::Layout::Rows => w.row(r),
-                    crate::matmul::Layout::Tiles8 => {
+                    Layout::Rows => w.row(r),
+                    Layout::Tiles8 => {
                         unpack_row(w, r, &mut raw);
                         &raw
                     }
@@ -427,5 +387,22 @@ impl PackedMatrix {
             }
         });
         PackedMatrix::pack(&WeightMatrix::new(to, w.rows, w.cols, &data)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The geometry the kernels address tiles by agrees with the packing code's layouts.
+    #[test]
+    fn tile_bytes_match_the_packed_layouts() {
+        use DType::*;
+        let all = [
+            F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4,
+        ];
+        for d in all {
+            assert_eq!(tile_bytes(d), Shape::of(d).map_or(0, Shape::tile), "{d:?}");
+        }
     }
 }

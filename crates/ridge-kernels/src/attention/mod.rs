@@ -19,106 +19,12 @@
 //! Both compute the same partials and merge them the same way, so a token's output does not
 //! depend on which path, batch or thread computed it.
 
+pub mod layout;
+
+pub use layout::{head_row, AttnShape, KvData, KvLayer, MAX_GROUP, Q8_BLOCK_BYTES};
+
 use crate::{ops, Isa};
-use half::f16;
 use std::cell::RefCell;
-
-/// Cached K and V storage of one layer: `n_slots` rows of `kv_dim` elements each.
-#[derive(Clone, Copy)]
-pub enum KvData<'a> {
-    /// f16 elements.
-    F16 {
-        /// Keys.
-        k: &'a [f16],
-        /// Values.
-        v: &'a [f16],
-    },
-    /// Q8_0 blocks (f16 scale + 32 int8) — half the bytes of f16; needs `head_dim % 32 == 0`.
-    Q8_0 {
-        /// Keys, `kv_dim / 32 · 34` bytes per row.
-        k: &'a [u8],
-        /// Values, same layout.
-        v: &'a [u8],
-    },
-}
-
-/// The cached keys and values of one layer, addressed by slot.
-#[derive(Clone, Copy)]
-pub struct KvLayer<'a> {
-    /// The storage.
-    pub data: KvData<'a>,
-    /// Elements per slot row.
-    pub kv_dim: usize,
-    /// Tokens per block.
-    pub block_size: usize,
-}
-
-/// Bytes of one Q8_0 block of 32 elements.
-pub const Q8_BLOCK_BYTES: usize = 34;
-
-impl<'a> KvLayer<'a> {
-    /// f16 storage.
-    pub fn f16(k: &'a [f16], v: &'a [f16], kv_dim: usize, block_size: usize) -> Self {
-        KvLayer {
-            data: KvData::F16 { k, v },
-            kv_dim,
-            block_size,
-        }
-    }
-
-    /// Q8_0 storage.
-    pub fn q8_0(k: &'a [u8], v: &'a [u8], kv_dim: usize, block_size: usize) -> Self {
-        KvLayer {
-            data: KvData::Q8_0 { k, v },
-            kv_dim,
-            block_size,
-        }
-    }
-
-    /// KV head `group`'s K (`value = false`) or V row at `slot`, as f32 (`out.len()` is the
-    /// head dimension).
-    pub fn load_head(&self, value: bool, slot: usize, group: usize, out: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        let hd = out.len();
-        let row = head_row(slot, group, self.kv_dim / hd, self.block_size);
-        match self.data {
-            KvData::F16 { k, v } => {
-                let r = row * hd;
-                let src = if value { v } else { k };
-                src[r..r + hd].convert_to_f32_slice(out);
-            }
-            KvData::Q8_0 { k, v } => {
-                let r = row * (hd / 32 * Q8_BLOCK_BYTES);
-                let src = if value { v } else { k };
-                crate::blocks::dequantize_row(
-                    crate::DType::Q8_0,
-                    &src[r..r + hd / 32 * Q8_BLOCK_BYTES],
-                    out,
-                );
-            }
-        }
-    }
-}
-
-/// The head row holding KV head `head` of `slot` (see the module doc): rows of `head_dim`
-/// elements (f16) or `head_dim / 32` Q8_0 blocks, one KV head's rows of a block contiguous.
-#[inline]
-pub fn head_row(slot: usize, head: usize, n_kv_heads: usize, block_size: usize) -> usize {
-    (slot / block_size * n_kv_heads + head) * block_size + slot % block_size
-}
-
-/// Attention shape parameters.
-#[derive(Clone, Copy, Debug)]
-pub struct AttnShape {
-    /// Query heads.
-    pub n_heads: usize,
-    /// Key/value heads (divides `n_heads`).
-    pub n_kv_heads: usize,
-    /// Elements per head.
-    pub head_dim: usize,
-    /// Score scale, usually `1/sqrt(head_dim)`.
-    pub scale: f32,
-}
 
 thread_local! {
     /// Per-thread score buffer; grows to the longest context seen, never per call.
@@ -233,13 +139,12 @@ pub fn attend_chunk(
     debug_assert!(gs <= MAX_GROUP && q.len() == gs * shape.head_dim);
     let (p0, p1) = (first.max(k * ATTN_CHUNK), n_ctx.min((k + 1) * ATTN_CHUNK));
     let (out, ml) = partial[..partial_len(gs, shape.head_dim)].split_at_mut(gs * shape.head_dim);
-    #[cfg(target_arch = "x86_64")]
     let simd_ok = match kv.data {
         KvData::F16 { .. } => shape.head_dim.is_multiple_of(8),
         KvData::Q8_0 { .. } => shape.head_dim.is_multiple_of(32),
     };
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() && simd_ok {
+    let kernels = isa.kernels();
+    if let (Some(attend), true) = (kernels.attend_group, simd_ok) {
         if let KvData::F16 { k: kd, v: vd } = kv.data {
             // The next chunk is usually this thread's next task (a decode step's tasks run in
             // consecutive ranges, a prefill task walks its chunks in order): start reading its
@@ -261,8 +166,8 @@ pub fn attend_chunk(
                     // SAFETY: prefetches never fault; the range was checked to lie inside the
                     // K and V storage anyway.
                     unsafe {
-                        crate::dot_tiles_avx2::prefetch_l2(kd.as_ptr().add(r).cast(), bytes);
-                        crate::dot_tiles_avx2::prefetch_l2(vd.as_ptr().add(r).cast(), bytes);
+                        (kernels.prefetch_l2)(kd.as_ptr().add(r).cast(), bytes);
+                        (kernels.prefetch_l2)(vd.as_ptr().add(r).cast(), bytes);
                     }
                 }
                 pos = end;
@@ -278,17 +183,11 @@ pub fn attend_chunk(
                 if slots.len() < len {
                     slots.resize(len, 0);
                 }
-                // SAFETY: an Isa whose avx2() holds is produced only after detecting avx2/fma/f16c
-                // (and an AVX-512 Isa after AVX-512 F/VL as well, for attend_group_zmm); head_dim
-                // is a multiple of 8; the table maps every position below n_ctx into kv
+                // SAFETY: the kernel is `isa`'s table's, which runs on this CPU (cpu.rs);
+                // head_dim suits the storage (simd_ok); the table maps every position below n_ctx into kv
                 // (caller's contract); q/out hold gs heads, ml 2·gs, scores gs·len, slots len.
                 unsafe {
-                    let f = if isa.avx512() {
-                        crate::dot_avx2::attend_group_zmm
-                    } else {
-                        crate::dot_avx2::attend_group
-                    };
-                    f(
+                    attend(
                         kv,
                         table,
                         p0,
@@ -355,9 +254,6 @@ pub fn merge_chunks(
         }
     }
 }
-
-/// Most query heads one [`attend_group`] call handles.
-pub const MAX_GROUP: usize = 16;
 
 /// The portable [`attend_chunk`]: positions `first..n_ctx` (one chunk) into `out` (weighted
 /// value sums) and `ml` (maxima, then exponential sums).

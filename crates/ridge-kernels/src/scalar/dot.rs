@@ -1,7 +1,7 @@
 //! Scalar reference dot products: one weight row (in its stored format) against one activation
 //! row. Every SIMD path is tested against these.
 
-use crate::act::IntActBlock;
+use crate::act::blocks::IntActBlock;
 use crate::blocks::{e8m0_half, f16_at, MXFP4_VALUES};
 use crate::kquant::{self, QK_K};
 use half::{bf16, f16};

@@ -1,0 +1,64 @@
+//! The tile layout's geometry (rows per tile, bytes per tile of each format): what the tile
+//! kernels and the matrix views need to address tiles, without the packing code itself
+//! ([`crate::packed`], which documents each layout).
+
+use crate::DType;
+
+/// Rows per tile.
+pub const TILE_ROWS: usize = 8;
+
+/// Bytes of one Q4_0 tile (the scales, then four nibble vectors as Q4_1's).
+pub const Q4_0_TILE: usize = 144;
+
+/// Bytes of one Q5_1 tile: the scales, the minimums, then as Q5_0's after its scales.
+pub const Q5_1_TILE: usize = 192;
+
+/// Bytes of one Q4_1 tile.
+pub const Q4_1_TILE: usize = 160;
+
+/// Bytes of one Q8_0 tile.
+pub const Q8_0_TILE: usize = 272;
+
+/// Bytes of one Q5_0 tile.
+pub const Q5_0_TILE: usize = 176;
+
+/// Bytes of one Q4_K tile: the eight rows' `d` and `dmin` (f16), their eight sub-block scales
+/// and minimums unpacked to bytes (`sc[s][j]` at `32 + 8s + j`, `m[s][j]` at `96 + 8s + j`),
+/// then for each pair of sub-blocks `p` eight nibble vectors at `160 + 256p + 32k` whose
+/// lane `j` is row `j`'s quant bytes `32p + 4k..32p + 4k + 4` (low nibbles sub-block `2p`,
+/// high nibbles `2p + 1`). Unpacking the 12-byte scales once here instead of in every
+/// product costs 32 bytes per tile (2.8%).
+pub const Q4_K_TILE: usize = 1184;
+
+/// Bytes of one Q6_K tile: the eight rows' `d` (f16), their sixteen int8 sub-block scales
+/// (`sc[s][j]` at `16 + 8s + j`), then 32 vectors of low nibbles from [`Q6K_LOW`] (vector `m`,
+/// lane `j`: row `j`'s elements `4m..4m+4` in the low nibbles, `128+4m..` in the high ones)
+/// and 16 vectors of top-two-bit pairs from [`Q6K_HIGH`] (vector `n`, lane `j`, byte `i`, bits
+/// `2c..2c+2`: element `4(n + 16c) + i`). The size of the eight blocks it replaces.
+pub const Q6_K_TILE: usize = 1680;
+
+/// Offset of a Q6_K tile's low-nibble vectors.
+pub const Q6K_LOW: usize = 144;
+
+/// Offset of a Q6_K tile's high-bit vectors.
+pub const Q6K_HIGH: usize = 1168;
+
+/// Bytes of one MXFP4 tile: the eight rows' e8m0 scale bytes, then four nibble vectors as
+/// Q4_0's (vector `k`, lane `j`: row `j`'s quant bytes `4k..4k + 4`, low nibbles element
+/// `4k + i`, high nibbles `16 + 4k + i`). The size of the eight blocks it replaces.
+pub const MXFP4_TILE: usize = 136;
+
+/// Bytes of one tile of `dtype` (0 for formats without tiles).
+pub(crate) fn tile_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::Q4_0 => Q4_0_TILE,
+        DType::Q4_1 => Q4_1_TILE,
+        DType::Q5_0 => Q5_0_TILE,
+        DType::Q5_1 => Q5_1_TILE,
+        DType::Q8_0 => Q8_0_TILE,
+        DType::Q4_K => Q4_K_TILE,
+        DType::Q6_K => Q6_K_TILE,
+        DType::MXFP4 => MXFP4_TILE,
+        _ => 0,
+    }
+}

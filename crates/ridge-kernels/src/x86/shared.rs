@@ -1,0 +1,282 @@
+//! x86 helpers that more than one instruction set's kernels use: horizontal sums, f16
+//! loads, prefetches, and the 256-bit pieces of tile arithmetic (nibble unpacking, scale
+//! vectors, the k-quant and MXFP4 decoders) that both the AVX2 and the AVX-512 VNNI tile
+//! kernels build on. They live here rather than in one ISA's folder so that no kernel file
+//! borrows from another's: every folder imports this module and nothing beside it.
+#![allow(clippy::needless_range_loop)]
+
+use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
+use std::arch::x86_64::*;
+
+/// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// The f16 at `p` (little-endian) as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f16_ptr(p: *const u8) -> f32 {
+    let bits = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Prefetches the cache lines of `bytes` bytes from `p` (never faults, so `p` may run past the
+/// matrix). Consecutive spans cover every line between them, whatever the block size.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_l1(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
+// The 256-bit pieces of tile arithmetic (see `crate::packed` for the tile layouts).
+
+/// Prefetches the cache lines of `bytes` bytes from `p` into L2 (never faults: a prefetch
+/// past the end of the weights is harmless).
+#[inline(always)]
+pub(crate) unsafe fn prefetch_l2(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o) as *const i8);
+        o += 64;
+    }
+}
+
+/// Four activation bytes (a 32-bit little-endian word at `p`) in every lane.
+#[inline(always)]
+pub(crate) unsafe fn bcast4(p: *const u8) -> __m256i {
+    _mm256_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// The quant nibbles of vector `k` of the tile at `p`: (elements `4k..4k+4`, elements
+/// `16+4k..16+4k+4`) of each row, unsigned bytes.
+#[inline(always)]
+pub(crate) unsafe fn nibbles(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    nibbles_at(p.add(32 + 32 * k))
+}
+
+/// The low and high nibbles of the 32 bytes at `v`, as unsigned bytes.
+#[inline(always)]
+pub(crate) unsafe fn nibbles_at(v: *const u8) -> (__m256i, __m256i) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let v = _mm256_loadu_si256(v as *const __m256i);
+    (
+        _mm256_and_si256(v, mask),
+        _mm256_and_si256(_mm256_srli_epi16(v, 4), mask),
+    )
+}
+
+/// A block's integer sums into the accumulator for a format whose quants carry a constant
+/// offset (Q4_0: 8, Q5_0: 16): `acc + isum · (d · da) − off · d · (da · Σq)`.
+#[inline(always)]
+pub(crate) unsafe fn offset_in(
+    acc: __m256,
+    isum: __m256i,
+    d8: __m256,
+    da: f32,
+    qsum: i32,
+    off: f32,
+) -> __m256 {
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(d8, _mm256_set1_ps(-off * (da * qsum as f32)), acc)
+}
+
+/// A block's integer sums and the rows' scales into the accumulator:
+/// `acc + isum · (d · da) + m · (da · Σq)`.
+#[inline(always)]
+pub(crate) unsafe fn scale_in(
+    acc: __m256,
+    isum: __m256i,
+    p: *const u8,
+    da: f32,
+    qsum: i32,
+) -> __m256 {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(d8, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(m8, _mm256_set1_ps(da * qsum as f32), acc)
+}
+
+/// The quants (0..32) of vector pair `k` of the Q5_0 tile at `p`: (elements `4k..4k+4`,
+/// `16+4k..16+4k+4`) of each row, the nibbles with the fifth bits ORed in.
+#[inline(always)]
+pub(crate) unsafe fn q5_quants(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    let bit4 = _mm256_set1_epi8(0x10);
+    let h = _mm256_loadu_si256(p.add(16) as *const __m256i);
+    let (lo, hi) = nibbles(p.add(16), k);
+    (
+        _mm256_or_si256(lo, _mm256_and_si256(shl16(h, 4 - k), bit4)),
+        _mm256_or_si256(hi, _mm256_and_si256(shr16(h, k), bit4)),
+    )
+}
+
+/// Per row of a Q8_0 tile's vector `k` (at `p`): its four signed quants widened to 16 bits,
+/// rows 0..4 in the first vector and 4..8 in the second (row `r`'s in 32-bit lanes `2r % 8`,
+/// `2r % 8 + 1`).
+#[inline(always)]
+pub(crate) unsafe fn q8_words(p: *const u8, k: usize) -> (__m256i, __m256i) {
+    let w = _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i);
+    (
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+    )
+}
+
+/// Four 16-bit activation quants (at `a`) in every 64-bit lane.
+#[inline(always)]
+pub(crate) unsafe fn bcast4w(a: *const i16) -> __m256i {
+    _mm256_set1_epi64x((a as *const i64).read_unaligned())
+}
+
+/// Per-row sums from [`q8_words`] products (`lo`: rows 0..4, `hi`: rows 4..8, two partial sums
+/// per row in adjacent lanes) as one lane per row, in row order.
+#[inline(always)]
+pub(crate) unsafe fn q8_rows(lo: __m256i, hi: __m256i) -> __m256i {
+    // hadd: [r0, r1, r4, r5 | r2, r3, r6, r7].
+    _mm256_permutevar8x32_epi32(
+        _mm256_hadd_epi32(lo, hi),
+        _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7),
+    )
+}
+
+/// 16-bit lanes of `v` shifted left by `n` (0..=4) bits.
+#[inline(always)]
+pub(crate) unsafe fn shl16(v: __m256i, n: usize) -> __m256i {
+    _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// 16-bit lanes of `v` shifted right (logically) by `n` (0..=3) bits.
+#[inline(always)]
+pub(crate) unsafe fn shr16(v: __m256i, n: usize) -> __m256i {
+    _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// Sub-block `s`'s scales of the eight rows of the Q4_K tile at `p`: (`d · sc`, `dmin · m`).
+#[inline(always)]
+pub(crate) unsafe fn q4k_scales(
+    p: *const u8,
+    d8: __m256,
+    dmin8: __m256,
+    s: usize,
+) -> (__m256, __m256) {
+    let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * s) as *const __m128i));
+    let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96 + 8 * s) as *const __m128i));
+    (
+        _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc)),
+        _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m)),
+    )
+}
+
+/// A Q4_K sub-block's integer sums into the accumulator: `acc + isum · (d·sc · da) − dmin·m ·
+/// (da · Σq)`.
+#[inline(always)]
+pub(crate) unsafe fn q4k_in(
+    acc: __m256,
+    isum: __m256i,
+    sc: (__m256, __m256),
+    da: f32,
+    qsum: i32,
+) -> __m256 {
+    let (dsc, dm) = sc;
+    let acc = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(isum),
+        _mm256_mul_ps(dsc, _mm256_set1_ps(da)),
+        acc,
+    );
+    _mm256_fmadd_ps(dm, _mm256_set1_ps(-(da * qsum as f32)), acc)
+}
+
+/// The signed 6-bit quants (`q − 32`) of element group `g` (0..64, elements `4g..4g+4`) of
+/// every row of the Q6_K tile at `p`, for `g` in quarter `C = g / 16` of the super-block: low
+/// nibbles from vector `g % 32` (its low nibbles in the first half, high in the second), the
+/// top two bits from vector `g % 16` of the high-bit plane (bits `2C..2C+2`). `C` is a
+/// compile-time constant so every shift is an immediate (with `g / 16` computed at run time
+/// the group loop carried a branch and a shift-count move per group, and ran ~1.5× slower).
+#[inline(always)]
+pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, g: usize) -> __m256i {
+    _mm256_sub_epi8(q6_group_u::<C>(p, g), _mm256_set1_epi8(32))
+}
+
+/// [`q6_group`] before the −32: the unsigned 6-bit quants `0..=63`.
+#[inline(always)]
+pub(crate) unsafe fn q6_group_u<const C: usize>(p: *const u8, g: usize) -> __m256i {
+    let n = _mm256_loadu_si256(p.add(Q6K_LOW + 32 * (g % 32)) as *const __m256i);
+    let h = _mm256_loadu_si256(p.add(Q6K_HIGH + 32 * (g % 16)) as *const __m256i);
+    let n = if C >= 2 { _mm256_srli_epi16::<4>(n) } else { n };
+    let lo = _mm256_and_si256(n, _mm256_set1_epi8(0x0F));
+    // Bits 2C..2C+2 of each byte to bits 4..6: shift by 4 − 2C (either way), then mask.
+    let hs = match C {
+        0 => _mm256_slli_epi16::<4>(h),
+        1 => _mm256_slli_epi16::<2>(h),
+        2 => h,
+        _ => _mm256_srli_epi16::<2>(h),
+    };
+    let hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
+    _mm256_or_si256(lo, hi)
+}
+
+/// The eight rows' scales of sub-block `s` times their `d`, as f32 lanes.
+#[inline(always)]
+pub(crate) unsafe fn q6_scales(p: *const u8, d8: __m256, s: usize) -> __m256 {
+    let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16 + 8 * s) as *const __m128i));
+    _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc))
+}
+
+/// The eight rows' MXFP4 scales (the e8m0 bytes at `p`) as f32 lanes, `2^(e − 128)` exactly
+/// as [`crate::blocks::e8m0_half`] gives them: the exponent field `e − 1`, or for `e < 2` the
+/// subnormal `2^21 << e` bit pattern.
+#[inline(always)]
+pub(crate) unsafe fn e8m0_lanes(p: *const u8) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+}
+
+/// The 16 MXFP4 values as bytes in both 128-bit halves (for `vpshufb`), each plus `off`.
+#[inline(always)]
+pub(crate) unsafe fn mx4_table(off: i8) -> __m256i {
+    let k = crate::blocks::MXFP4_VALUES.map(|v| v.wrapping_add(off));
+    let t = _mm_setr_epi8(
+        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
+        k[14], k[15],
+    );
+    _mm256_set_m128i(t, t)
+}
+
+/// Vector `k` of an MXFP4 tile looked up in `table`: (elements `4k..4k+4`, elements
+/// `16+4k..16+4k+4`) of each row — the Q8_0 tile's vectors `k` and `k + 4`.
+#[inline(always)]
+pub(crate) unsafe fn mx4_values(p: *const u8, k: usize, table: __m256i) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles_at(p.add(8 + 32 * k));
+    (
+        _mm256_shuffle_epi8(table, lo),
+        _mm256_shuffle_epi8(table, hi),
+    )
+}
+
+/// A looked-up MXFP4 vector widened to 16 bits: rows 0..4 and rows 4..8 (as [`q8_words`]).
+#[inline(always)]
+pub(crate) unsafe fn mx4_words(w: __m256i) -> (__m256i, __m256i) {
+    (
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+    )
+}
