@@ -17,9 +17,9 @@
 //! that needs f32, while the FFN down input does not measurably (Gemma's post-FFN norm
 //! re-normalises that projection's output), and its Q6_K weights are ~3× slower with f32
 //! activations. So `Mixed` means "f32 where it measurably helps": both projections for llama,
-//! the attention output for gemma3 (the architecture decides, in `model.rs`). With 8-bit
-//! activations the result moves by ~0.1% under perturbations as small as a 1e-7 change in the
-//! GELU, so single measurements closer than that are noise.
+//! the attention output for gemma3 (the architecture decides, in `layer.rs`'s `ActPlan`).
+//! With 8-bit activations the result moves by ~0.1% under perturbations as small as a 1e-7
+//! change in the GELU, so single measurements closer than that are noise.
 //!
 //! Since 2026-11-30 (later) `Mixed` gives those matrices 16-bit activation blocks instead of f32
 //! where the weight format has a 16-bit integer path (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K; Q6_K

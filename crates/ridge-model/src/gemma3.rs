@@ -1,7 +1,8 @@
 //! The Gemma 3 architecture (text), as llama.cpp runs it.
 //!
 //! Differences from llama, each visible in [`layers`]:
-//! - embeddings are scaled by `√d_model` (done in `Model::embed` from `cfg.embd_scale`);
+//! - embeddings are scaled by `√d_model` (done in `model.rs`'s embedding from
+//!   `cfg.embd_scale`);
 //! - queries and keys get a per-head RMSNorm (`attn_q_norm`, `attn_k_norm`, one head wide)
 //!   before RoPE, which is applied in the NEOX (halves) layout;
 //! - "sandwich" norms: the attention output and the FFN output are each RMSNorm'ed
@@ -16,6 +17,10 @@
 //! so the weights are used as they are (the float64 reference confirms it: adding another 1
 //! makes the model produce noise).
 //!
+//! The layer steps are the shared ones of `layer.rs`; what Gemma 3 has beyond them, its
+//! post-attention and post-FFN norms, is bound and kept here ([`LayerNorms`]), and `model.rs`
+//! hands both to [`layers`].
+//!
 //! KV cache: the sliding layers have block tables of their own (see `kv_cache.rs`), whose
 //! blocks go back to the pool once no future token can see them, so past the window a Gemma 3
 //! sequence grows only by its global layers' K/V (3 of 18 layers on the 270M model).
@@ -24,7 +29,7 @@ use ridge_gguf::GgufFile;
 use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
-use crate::model::{GateAct, Model};
+use crate::layer::{GateAct, Layer, LayerCtx};
 use crate::weights::vector;
 use crate::{Batch, KvCache, ModelError, Workspace};
 
@@ -51,36 +56,39 @@ impl LayerNorms {
     }
 }
 
-/// Runs every layer over the embedded batch in `ws.x`, leaving the residual stream there.
+/// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
+/// residual stream there; `norms[i]` are layer `i`'s extra norms.
 pub(crate) fn layers(
-    m: &Model,
+    cx: &LayerCtx<'_>,
+    stack: &[Layer],
+    norms: &[LayerNorms],
     batch: &Batch,
     kv: &mut KvCache,
     ws: &mut Workspace,
     skip: Option<&[bool]>,
 ) {
-    let (cfg, n) = (&m.cfg, batch.len());
+    let (cfg, n) = (cx.cfg, batch.len());
     let eps = cfg.norm_eps;
-    for (li, (l, g)) in m.layers.iter().zip(&m.gemma).enumerate() {
+    for (li, (l, g)) in stack.iter().zip(norms).enumerate() {
         if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
             continue;
         }
-        let (table, window) = m.window_of(li);
+        let (table, window) = cx.window_of(li);
 
         // Attention block.
-        ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
-        m.qkv(l, n, ws);
-        m.qk_norm(l, n, ws);
-        m.rope_and_store(li, batch, kv, ws, table, true);
-        m.attention(li, batch, kv, ws, window);
-        m.attn_out(l, n, ws);
-        ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_attn, eps);
+        ops::rms_norm_rows(cx.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
+        cx.qkv(l, n, ws);
+        cx.qk_norm(l, n, ws);
+        cx.rope_and_store(li, batch, kv, ws, table, true);
+        cx.attention(li, l, batch, kv, ws, window);
+        cx.attn_out(l, n, ws);
+        ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn, &g.post_attn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
-        ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        m.ffn(l, n, ws, GateAct::GeluTanh);
-        ops::rms_norm_rows_inplace(m.isa, &mut ws.xn, &g.post_ffn, eps);
+        ops::rms_norm_rows(cx.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
+        cx.ffn(l, n, ws, GateAct::GeluTanh);
+        ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn, &g.post_ffn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
     }
 }

@@ -10,9 +10,13 @@
 //! - [`Model::forward_outputs`] is the same pass that also returns the final hidden states
 //!   (after the output norm) of the rows that ask, for embeddings; [`Pooling`] names how the
 //!   file says they are pooled.
-//! - The arithmetic lives in `ridge-kernels`; this crate reads like the math (see `llama.rs`,
-//!   which also runs qwen2, qwen3 and Llama 3's RoPE scaling, and `gemma3.rs`; the parts they
-//!   share are in `model.rs`).
+//! - The arithmetic lives in `ridge-kernels`; this crate reads like the math, in three layers
+//!   whose imports run one way: `model.rs` (load, bind, the two ends of a forward pass, the
+//!   choice of architecture) on top; one file per architecture's layer loop (`llama.rs`,
+//!   which also runs qwen2, qwen3, the mixtures of experts, gpt-oss and Llama 3's RoPE
+//!   scaling; `gemma3.rs`) and the routed feed-forward (`moe.rs`), each owning the weights
+//!   only it has; and `layer.rs`, the weights and steps every layer shares, which names
+//!   neither the model nor an architecture (it reads a small context the model lends).
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;
@@ -23,6 +27,7 @@ mod config;
 mod error;
 mod gemma3;
 mod kv_cache;
+mod layer;
 mod llama;
 mod model;
 mod moe;

@@ -5,56 +5,58 @@
 //!
 //! Qwen2 (Qwen2, Qwen2.5 and their fine-tunes and distills) is this same layer with two
 //! differences, both data rather than code: its Q/K/V projections carry biases (bound in
-//! `model.rs` and added by `Model::qkv`), and its RoPE pairs each element with the one half a
+//! `layer.rs` and added by `LayerCtx::qkv`), and its RoPE pairs each element with the one half a
 //! head away (`cfg.rope_neox`, the layout its converter leaves Q and K in).
 //!
 //! Qwen3 (dense) drops the biases and adds a per-head RMSNorm on queries and keys before RoPE
-//! (`attn_q_norm`, `attn_k_norm`, bound in `model.rs` as Gemma 3's are and applied by
-//! `Model::qk_norm`); its head dimension may differ from `d_model / n_heads`.
+//! (`attn_q_norm`, `attn_k_norm`, bound in `layer.rs` as Gemma 3's are and applied by
+//! `LayerCtx::qk_norm`); its head dimension may differ from `d_model / n_heads`.
 //!
 //! gpt-oss runs this stack too: biases on Q/K/V and the output projection, a learnt sink logit
-//! per head in the attention softmax (`Model::attention`), a sliding window on every other
-//! layer (`Model::window_of`), YaRN RoPE (`rope.rs`), and its routed feed-forward (`moe.rs`);
+//! per head in the attention softmax (`LayerCtx::attention`), a sliding window on every other
+//! layer (`LayerCtx::window_of`), YaRN RoPE (`rope.rs`), and its routed feed-forward (`moe.rs`);
 //! its pre-FFN norm is stored as `post_attention_norm`, bound as `ffn_norm`.
 //!
 //! Llama 3.1's RoPE scaling is data too: `rope_freqs.weight` divides each pair's frequency,
 //! folded into the RoPE tables once per batch (`Model::embed`).
 //!
-//! The layer stack reads top to bottom like the math; embeddings, the output head and every
-//! heavy loop are shared with the other architectures (`model.rs`, the kernels).
+//! The layer stack reads top to bottom like the math; its steps are the shared ones of
+//! `layer.rs` (which this file imports, and which imports nothing of it), and embeddings and
+//! the output head are `model.rs`'s, which calls [`layers`] for these architectures.
 
 use ridge_kernels::ops;
 
-use crate::model::{GateAct, Model};
+use crate::layer::{GateAct, Layer, LayerCtx};
 use crate::{Batch, KvCache, Workspace};
 
 /// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
 /// residual stream there.
 pub(crate) fn layers(
-    m: &Model,
+    cx: &LayerCtx<'_>,
+    stack: &[Layer],
     batch: &Batch,
     kv: &mut KvCache,
     ws: &mut Workspace,
     skip: Option<&[bool]>,
 ) {
-    let (eps, n) = (m.cfg.norm_eps, batch.len());
-    for (li, l) in m.layers.iter().enumerate() {
+    let (eps, n) = (cx.cfg.norm_eps, batch.len());
+    for (li, l) in stack.iter().enumerate() {
         if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
             continue;
         }
         // Attention block (windowed on gpt-oss's even layers).
-        let (table, window) = m.window_of(li);
-        ops::rms_norm_rows(m.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
-        m.qkv(l, n, ws);
-        m.qk_norm(l, n, ws); // qwen3 only
-        m.rope_and_store(li, batch, kv, ws, table, m.cfg.rope_neox);
-        m.attention(li, batch, kv, ws, window); // with gpt-oss's sinks
-        m.attn_out(l, n, ws); // + gpt-oss's bias
+        let (table, window) = cx.window_of(li);
+        ops::rms_norm_rows(cx.isa, &ws.x, &l.attn_norm, eps, &mut ws.xn);
+        cx.qkv(l, n, ws);
+        cx.qk_norm(l, n, ws); // qwen3 only
+        cx.rope_and_store(li, batch, kv, ws, table, cx.cfg.rope_neox);
+        cx.attention(li, l, batch, kv, ws, window); // with gpt-oss's sinks
+        cx.attn_out(l, n, ws); // + gpt-oss's bias
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
-        ops::rms_norm_rows(m.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        m.ffn(l, n, ws, GateAct::Silu); // dense, or routed over experts
+        ops::rms_norm_rows(cx.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
+        cx.ffn(l, n, ws, GateAct::Silu); // dense, or routed over experts
         ops::add_inplace(&mut ws.x, &ws.xn);
     }
 }

@@ -1,166 +1,53 @@
-//! The loaded model and the pieces of a forward pass every architecture shares.
+//! The loaded model: binding its weights, and the two ends of a forward pass.
 //!
 //! [`Model`] binds the weights once (types and shapes checked, kept as offsets into the map),
 //! and [`Model::forward`] is the same for every architecture at its two ends: validate the
 //! batch and reserve KV blocks, embed the tokens, … , write back the sequence lengths, norm the
 //! rows that want logits and run the output head. Only the layer stack differs, and it lives in
-//! one file per architecture (`llama.rs`, which qwen2 and qwen3 share, and `gemma3.rs`) built
-//! from the helpers here — the Q/K/V products (with their biases where a model has them), the
-//! per-head Q/K norms (gemma3, qwen3), RoPE plus the KV write, paged attention (optionally
-//! windowed), the gate/up products — so each architecture's file reads top to bottom like its
-//! math.
+//! one file per architecture (`llama.rs`, which qwen2, qwen3, the mixtures of experts and
+//! gpt-oss share, and `gemma3.rs`), which this module picks by `cfg.arch`.
+//!
+//! The layering, imports one way, top down:
+//! - this module: load and bind, `forward`'s two ends, the choice of architecture;
+//! - the architectures' layer loops (`llama.rs`, `gemma3.rs`) and the routed feed-forward
+//!   (`moe.rs`), each binding and keeping the weights only it has (Gemma 3's extra norms, the
+//!   experts);
+//! - `layer.rs`: the weights every layer has and the steps every architecture is built from
+//!   (the Q/K/V products with their biases, the per-head Q/K norms, RoPE plus the KV write,
+//!   paged attention, the feed-forward), each reading a `LayerCtx` this module lends for one
+//!   pass instead of the `Model`.
+//!
+//! Why: with the shared steps here, as they were, every architecture imported this module and
+//! this module imported every architecture, so no file could be read or changed without the
+//! others; now an architecture sees only the steps, and only this module sees the `Model`.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use ridge_gguf::GgufFile;
-use ridge_kernels::attention::AttnShape;
-use ridge_kernels::pool;
-use ridge_kernels::{
-    blocks, matmul, matmul_many, ops, ActPrecision, Isa, PackedMatrix, WeightMatrix,
-};
+use ridge_kernels::{blocks, matmul, ops, Isa, PackedMatrix, WeightMatrix};
 
-use crate::attend::LayerAttention;
 use crate::config::{Architecture, ModelConfig};
+use crate::layer::{tile_matrices, ActPlan, Ffn, Layer, LayerCtx, QkNorm, QkvBias, RoutedFfn};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{gemma3, llama, moe, rope, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
-/// The weights every architecture's layer has.
-pub(crate) struct Layer {
-    pub attn_norm: Vec<f32>,
-    pub wq: MatRef,
-    pub wk: MatRef,
-    pub wv: MatRef,
-    pub wo: MatRef,
-    pub ffn_norm: Vec<f32>,
-    /// The feed-forward: dense, or routed over experts.
-    pub ffn: Ffn,
-    /// Biases added to the Q, K and V projections (qwen2; `None` where the file has none).
-    pub qkv_bias: Option<QkvBias>,
-    /// Per-head RMSNorm weights for queries and keys, applied before RoPE (gemma3, qwen3).
-    pub qk_norm: Option<QkNorm>,
-    /// Bias added to the attention output projection (gpt-oss; `None` where the file has
-    /// none).
-    pub o_bias: Option<Vec<f32>>,
-    /// One learnt sink logit per query head (gpt-oss's `attn_sinks`).
-    pub sinks: Option<Vec<f32>>,
-}
-
-/// A layer's feed-forward, chosen at bind time: every architecture's loop calls
-/// [`Model::ffn`], which runs either kind.
-pub(crate) enum Ffn {
-    /// `down(act(gate · x) ⊙ (up · x))`.
-    Dense {
-        gate: MatRef,
-        up: MatRef,
-        down: MatRef,
-    },
-    /// A mixture of experts (`moe.rs`).
-    Routed(Box<moe::Experts>),
-}
-
-/// The activation of a dense feed-forward's gate.
-#[derive(Clone, Copy)]
-pub(crate) enum GateAct {
-    /// SwiGLU (llama, qwen, every routed expert).
-    Silu,
-    /// GeGLU with the tanh approximation (gemma3).
-    GeluTanh,
-}
-
-/// The per-head RMSNorm weights of a layer's queries and keys (one head wide each; the whole
-/// query / key width for OLMoE).
-pub(crate) struct QkNorm {
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-}
-
-impl QkNorm {
-    /// Binds layer `i`'s `attn_q_norm` and `attn_k_norm` where the architecture has them.
-    fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
-        if !cfg.arch.has_qk_norm() {
-            return Ok(None);
-        }
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        let (q, k) = if cfg.arch.qk_norm_full_width() {
-            (cfg.q_dim(), cfg.kv_dim())
-        } else {
-            (cfg.head_dim, cfg.head_dim)
-        };
-        Ok(Some(QkNorm {
-            q: vector(f, &n("attn_q_norm"), q)?,
-            k: vector(f, &n("attn_k_norm"), k)?,
-        }))
-    }
-
-    /// Bytes read per decode step (f32).
-    fn bytes(&self) -> usize {
-        4 * (self.q.len() + self.k.len())
-    }
-}
-
-/// The biases of a layer's Q, K and V projections.
-pub(crate) struct QkvBias {
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-}
-
-impl QkvBias {
-    /// Binds layer `i`'s Q/K/V biases: all three or none (qwen2 requires them; other
-    /// architectures take them where a file has them, as llama.cpp does).
-    fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
-        let n = |s: &str| format!("blk.{i}.{s}.bias");
-        let names = [n("attn_q"), n("attn_k"), n("attn_v")];
-        if !cfg.arch.requires_qkv_bias() && !names.iter().any(|t| f.has_tensor(t)) {
-            return Ok(None);
-        }
-        Ok(Some(QkvBias {
-            q: vector(f, &names[0], cfg.q_dim())?,
-            k: vector(f, &names[1], cfg.kv_dim())?,
-            v: vector(f, &names[2], cfg.kv_dim())?,
-        }))
-    }
-
-    /// Bytes read per decode step (f32).
-    fn bytes(&self) -> usize {
-        4 * (self.q.len() + self.k.len() + self.v.len())
-    }
-}
-
-impl Layer {
-    /// The layer's matrices that may be packed into tiles or re-encoded (see
-    /// [`moe::Experts::matrices_mut`] for a routed feed-forward's).
-    fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
-        let mut v = vec![&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo];
-        match &mut self.ffn {
-            Ffn::Dense { gate, up, down } => v.extend([gate, up, down]),
-            Ffn::Routed(e) => {
-                if let Some(moe) = &cfg.moe {
-                    v.extend(e.matrices_mut(moe, cfg.d_model));
-                }
-            }
-        }
-        v
-    }
-}
-
 /// A loaded model: configuration plus weights bound in place in the memory-mapped file.
 pub struct Model {
     file: Arc<GgufFile>,
-    pub(crate) cfg: ModelConfig,
-    pub(crate) isa: Isa,
+    cfg: ModelConfig,
+    isa: Isa,
     embd: MatRef,
     output: MatRef,
     output_norm: Vec<f32>,
-    pub(crate) layers: Vec<Layer>,
+    layers: Vec<Layer>,
     /// Gemma 3's extra per-layer norms (empty for llama).
-    pub(crate) gemma: Vec<gemma3::LayerNorms>,
+    gemma: Vec<gemma3::LayerNorms>,
     /// Llama 3's per-dimension RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2`
     /// of them), where the file has them.
     rope_freqs: Option<Vec<f32>>,
-    pub(crate) act: ActPlan,
+    act: ActPlan,
     /// Token ids the head computes logits for: `0..head_rows` (the whole vocabulary unless
     /// [`Model::restrict_head`] narrowed it).
     head_rows: usize,
@@ -169,50 +56,6 @@ pub struct Model {
     tiles: Vec<PackedMatrix>,
     /// The reranker's classifier head, bound when the file declares rank pooling.
     rank: Option<Arc<crate::RankHead>>,
-}
-
-/// Per-matrix activation precision resolved from an [`ActPolicy`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ActPlan {
-    pub qkv: ActPrecision,
-    pub o: ActPrecision,
-    pub gate_up: ActPrecision,
-    pub down: ActPrecision,
-    pub head: ActPrecision,
-}
-
-impl ActPlan {
-    fn new(policy: ActPolicy, arch: Architecture) -> Self {
-        use ActPrecision::{Int16, Int8, F32};
-        let all = |p| ActPlan {
-            qkv: p,
-            o: p,
-            gate_up: p,
-            down: p,
-            head: p,
-        };
-        match policy {
-            ActPolicy::F32 => all(F32),
-            ActPolicy::Int8 => all(Int8),
-            // Measured in act_policy.rs: on both Qwen2.5 models 8-bit blocks everywhere are as
-            // close to the exact perplexity as 16-bit ones, and prefill is ~25% faster.
-            ActPolicy::Mixed if arch == Architecture::Qwen2 => all(Int8),
-            // Measured in act_policy.rs: both projections whose inputs 8-bit blocks round worst,
-            // 16-bit blocks where the format has a 16-bit path, f32 otherwise (gemma3's Q6_K).
-            ActPolicy::Mixed => ActPlan {
-                o: Int16,
-                down: Int16,
-                ..all(Int8)
-            },
-        }
-    }
-}
-
-/// Which RoPE table a layer uses: the global base, or the sliding-window layers' base.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RopeTable {
-    Global,
-    Swa,
 }
 
 impl std::fmt::Debug for Model {
@@ -235,7 +78,7 @@ impl Model {
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
         let cfg = ModelConfig::from_gguf(&file)?;
         let f = &*file;
-        let (d, q, kv, ffn) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let d = cfg.d_model;
         let embd = matrix(f, "token_embd.weight", cfg.vocab, d)?;
         let output = if f.has_tensor("output.weight") {
             matrix(f, "output.weight", cfg.vocab, d)?
@@ -244,44 +87,13 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         let mut gemma = Vec::new();
-        let gpt_oss = cfg.arch == Architecture::GptOss;
-        // gpt-oss names its pre-FFN norm after the attention it follows.
-        let ffn_norm = if gpt_oss {
-            "post_attention_norm"
-        } else {
-            "ffn_norm"
-        };
         for i in 0..cfg.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let o_bias = format!("blk.{i}.attn_output.bias");
-            layers.push(Layer {
-                attn_norm: vector(f, &n("attn_norm"), d)?,
-                wq: matrix(f, &n("attn_q"), q, d)?,
-                wk: matrix(f, &n("attn_k"), kv, d)?,
-                wv: matrix(f, &n("attn_v"), kv, d)?,
-                wo: matrix(f, &n("attn_output"), d, q)?,
-                ffn_norm: vector(f, &n(ffn_norm), d)?,
-                ffn: match &cfg.moe {
-                    Some(moe) => Ffn::Routed(Box::new(moe::Experts::bind(f, &cfg, moe, i)?)),
-                    None => Ffn::Dense {
-                        gate: matrix(f, &n("ffn_gate"), ffn, d)?,
-                        up: matrix(f, &n("ffn_up"), ffn, d)?,
-                        down: matrix(f, &n("ffn_down"), d, ffn)?,
-                    },
-                },
-                qkv_bias: QkvBias::bind(f, &cfg, i)?,
-                qk_norm: QkNorm::bind(f, &cfg, i)?,
-                o_bias: if gpt_oss || f.has_tensor(&o_bias) {
-                    Some(vector(f, &o_bias, d)?)
-                } else {
-                    None
-                },
-                sinks: if gpt_oss {
-                    Some(vector(f, &n("attn_sinks"), cfg.n_heads)?)
-                } else {
-                    None
-                },
-            });
+            // The shared weights, with the experts of a routed feed-forward bound by the file
+            // that owns them.
+            layers.push(Layer::bind(f, &cfg, i, |moe| {
+                let e: Box<dyn RoutedFfn> = Box::new(moe::Experts::bind(f, &cfg, moe, i)?);
+                Ok(e)
+            })?);
             if cfg.arch == Architecture::Gemma3 {
                 gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
             }
@@ -331,14 +143,24 @@ impl Model {
         })
     }
 
+    /// What the layer steps read beside each layer's weights (see `layer.rs`), lent for
+    /// one pass.
+    #[inline]
+    fn ctx(&self) -> LayerCtx<'_> {
+        LayerCtx {
+            isa: self.isa,
+            cfg: &self.cfg,
+            act: self.act,
+            bytes: self.bytes(),
+            tiles: &self.tiles,
+        }
+    }
+
     /// A bound matrix as the products take it: its tiled copy if it has one, else its bytes in
     /// the file.
     #[inline]
-    pub(crate) fn mat(&self, m: &MatRef) -> WeightMatrix<'_> {
-        match m.tiles {
-            Some(i) => self.tiles[i].view(),
-            None => m.view(self.bytes()),
-        }
+    fn mat(&self, m: &MatRef) -> WeightMatrix<'_> {
+        self.ctx().mat(m)
     }
 
     /// The configuration.
@@ -455,13 +277,12 @@ impl Model {
             .layers
             .iter()
             .map(|l| {
-                let ffn = match (&l.ffn, &self.cfg.moe) {
-                    (Ffn::Dense { gate, up, down }, _) => [gate, up, down]
+                let ffn = match &l.ffn {
+                    Ffn::Dense { gate, up, down } => [gate, up, down]
                         .iter()
                         .map(|m| self.mat(m).data.len())
                         .sum::<usize>(),
-                    (Ffn::Routed(e), Some(moe)) => e.bytes_per_token(self, moe),
-                    (Ffn::Routed(_), None) => 0,
+                    Ffn::Routed(e) => e.bytes_per_token(&self.ctx()),
                 };
                 ffn + [l.wq, l.wk, l.wv, l.wo]
                     .iter()
@@ -482,24 +303,14 @@ impl Model {
     /// Bytes of one routed expert in every layer together (its gate, up and down slices, as
     /// the products read them, and its biases where the file has them); 0 for a dense model.
     pub fn expert_bytes(&self) -> usize {
-        let Some(moe) = &self.cfg.moe else {
+        if self.cfg.moe.is_none() {
             return 0;
-        };
+        }
+        let cx = self.ctx();
         self.layers
             .iter()
             .map(|l| match &l.ffn {
-                Ffn::Routed(e) => {
-                    let biases = e
-                        .biases
-                        .as_ref()
-                        .map_or(0, |b| 4 * (b.gate.len() + b.up.len() + b.down.len()));
-                    ([e.gate, e.up, e.down]
-                        .iter()
-                        .map(|m| self.mat(m).data.len())
-                        .sum::<usize>()
-                        + biases)
-                        / moe.n_expert
-                }
+                Ffn::Routed(e) => e.expert_bytes(&cx),
                 Ffn::Dense { .. } => 0,
             })
             .sum()
@@ -507,7 +318,7 @@ impl Model {
 
     /// The matrix bytes of the mapped file.
     #[inline]
-    pub(crate) fn bytes(&self) -> &[u8] {
+    fn bytes(&self) -> &[u8] {
         self.file.bytes()
     }
 
@@ -658,6 +469,7 @@ impl Model {
     ) -> Result<(), ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
+        let (cx, stack) = (self.ctx(), &self.layers[..]);
         match self.cfg.arch {
             Architecture::Llama
             | Architecture::Qwen2
@@ -665,8 +477,8 @@ impl Model {
             | Architecture::Qwen2Moe
             | Architecture::Qwen3Moe
             | Architecture::Olmoe
-            | Architecture::GptOss => llama::layers(self, batch, kv, ws, skip),
-            Architecture::Gemma3 => gemma3::layers(self, batch, kv, ws, skip),
+            | Architecture::GptOss => llama::layers(&cx, stack, batch, kv, ws, skip),
+            Architecture::Gemma3 => gemma3::layers(&cx, stack, &self.gemma, batch, kv, ws, skip),
         }
         for &(seq, len) in &ws.seq_of {
             kv.set_len(seq, len);
@@ -733,180 +545,6 @@ impl Model {
         }
     }
 
-    /// `y = x · Wᵀ` for the `n` rows of `x`.
-    #[inline]
-    pub(crate) fn mm(
-        &self,
-        precision: ActPrecision,
-        w: &MatRef,
-        x: &[f32],
-        n: usize,
-        y: &mut [f32],
-        scratch: &mut ridge_kernels::MatmulScratch,
-    ) {
-        matmul(self.isa, precision, &self.mat(w), x, n, y, scratch);
-    }
-
-    /// `q, k, v = xn · Wq/Wk/Wvᵀ` (+ the layer's biases, if it has them).
-    pub(crate) fn qkv(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        let mut ys = [
-            (self.mat(&l.wq), &mut ws.q[..]),
-            (self.mat(&l.wk), &mut ws.k[..]),
-            (self.mat(&l.wv), &mut ws.v[..]),
-        ];
-        matmul_many(self.isa, self.act.qkv, &mut ys, &ws.xn, n, &mut ws.mm);
-        if let Some(b) = &l.qkv_bias {
-            for (y, bias) in [(&mut ws.q, &b.q), (&mut ws.k, &b.k), (&mut ws.v, &b.v)] {
-                for row in y[..n * bias.len()].chunks_exact_mut(bias.len()) {
-                    ops::add_inplace(row, bias);
-                }
-            }
-        }
-    }
-
-    /// The attention output projection of the `n` rows of `ws.att` into `ws.xn` (+ its bias,
-    /// where the layer has one).
-    pub(crate) fn attn_out(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        self.mm(self.act.o, &l.wo, &ws.att, n, &mut ws.xn, &mut ws.mm);
-        if let Some(b) = &l.o_bias {
-            for row in ws.xn[..n * b.len()].chunks_exact_mut(b.len()) {
-                ops::add_inplace(row, b);
-            }
-        }
-    }
-
-    /// Layer `li`'s RoPE table and attention window: the sliding-window ones where the
-    /// layer is windowed (Gemma 3's local layers, gpt-oss's even ones), else the global.
-    pub(crate) fn window_of(&self, li: usize) -> (RopeTable, Option<usize>) {
-        if self.cfg.is_sliding(li) {
-            (RopeTable::Swa, self.cfg.sliding_window)
-        } else {
-            (RopeTable::Global, None)
-        }
-    }
-
-    /// Per-head RMSNorm of `ws.q` and `ws.k` (the first `n` tokens), where the layer has one.
-    pub(crate) fn qk_norm(&self, l: &Layer, n: usize, ws: &mut Workspace) {
-        if let Some(qk) = &l.qk_norm {
-            let eps = self.cfg.norm_eps;
-            let (qd, kvd) = (self.cfg.q_dim(), self.cfg.kv_dim());
-            ops::rms_norm_rows_inplace(self.isa, &mut ws.q[..n * qd], &qk.q, eps);
-            ops::rms_norm_rows_inplace(self.isa, &mut ws.k[..n * kvd], &qk.k, eps);
-        }
-    }
-
-    /// The layer's feed-forward of the `n` normed rows in `ws.xn`, leaving its output in
-    /// `ws.xn`: dense (`act` on the gate) or routed over experts (SwiGLU experts).
-    pub(crate) fn ffn(&self, l: &Layer, n: usize, ws: &mut Workspace, act: GateAct) {
-        match (&l.ffn, &self.cfg.moe) {
-            (Ffn::Dense { gate, up, down }, _) => {
-                let mut ys = [
-                    (self.mat(gate), &mut ws.gate[..]),
-                    (self.mat(up), &mut ws.up[..]),
-                ];
-                matmul_many(self.isa, self.act.gate_up, &mut ys, &ws.xn, n, &mut ws.mm);
-                match act {
-                    GateAct::Silu => ops::silu_mul(self.isa, &mut ws.gate, &ws.up),
-                    GateAct::GeluTanh => ops::gelu_tanh_mul(self.isa, &mut ws.gate, &ws.up),
-                }
-                matmul(
-                    self.isa,
-                    self.act.down,
-                    &self.mat(down),
-                    &ws.gate,
-                    n,
-                    &mut ws.xn,
-                    &mut ws.mm,
-                );
-            }
-            (Ffn::Routed(e), Some(moe)) => moe::forward(self, e, moe, n, ws),
-            (Ffn::Routed(_), None) => {
-                unreachable!("routed layers are bound only with a MoE config")
-            }
-        }
-    }
-
-    /// Rotates every head of `ws.q` and `ws.k` by its token's position (`neox`: halves
-    /// layout, else adjacent pairs) and writes each token's K and V into its cache slot of
-    /// layer `li`.
-    pub(crate) fn rope_and_store(
-        &self,
-        li: usize,
-        batch: &Batch,
-        kv: &mut KvCache,
-        ws: &mut Workspace,
-        table: RopeTable,
-        neox: bool,
-    ) {
-        let (qd, kvd, hd) = (self.cfg.q_dim(), self.cfg.kv_dim(), self.cfg.head_dim);
-        let half = self.cfg.rope_dim / 2;
-        let (cos, sin) = match table {
-            RopeTable::Global => (&ws.cos, &ws.sin),
-            RopeTable::Swa => (&ws.cos_swa, &ws.sin_swa),
-        };
-        for t in 0..batch.len() {
-            let (c, s) = (
-                &cos[t * half..(t + 1) * half],
-                &sin[t * half..(t + 1) * half],
-            );
-            for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                ops::rope_apply(h, c, s, neox);
-            }
-            for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                ops::rope_apply(h, c, s, neox);
-            }
-            let slot = kv.slot(
-                &ws.tables[kv.group_of(li)][ws.table_of[t]],
-                batch.positions[t],
-            );
-            kv.write(
-                li,
-                slot,
-                &ws.k[t * kvd..(t + 1) * kvd],
-                &ws.v[t * kvd..(t + 1) * kvd],
-            );
-        }
-    }
-
-    /// Causal attention of every token of the batch over its sequence in layer `li`, into
-    /// `ws.att`. With a `window`, a token at position `p` sees only positions
-    /// `p − window + 1 ..= p` (older slots stay in the cache but are not read).
-    pub(crate) fn attention(
-        &self,
-        li: usize,
-        batch: &Batch,
-        kv: &KvCache,
-        ws: &mut Workspace,
-        window: Option<usize>,
-    ) {
-        let layer = LayerAttention {
-            isa: self.isa,
-            cfg: &self.cfg,
-            shape: self.attn_shape(),
-            kv: kv.layer(li),
-            group: kv.group_of(li),
-            window,
-            sinks: self.layers[li].sinks.as_deref(),
-        };
-        // Whole KV groups per task (each K/V row read once per group) when the batch has
-        // enough of them to keep every thread busy (prefill, batched decode).
-        if batch.len() * self.cfg.n_kv_heads >= 2 * pool::threads() {
-            layer.by_groups(batch, ws);
-        } else {
-            layer.by_chunks(batch, ws);
-        }
-    }
-
-    /// The attention shape of every layer.
-    fn attn_shape(&self) -> AttnShape {
-        AttnShape {
-            n_heads: self.cfg.n_heads,
-            n_kv_heads: self.cfg.n_kv_heads,
-            head_dim: self.cfg.head_dim,
-            scale: self.cfg.attn_scale,
-        }
-    }
-
     /// Final norm and output head for the rows that asked for logits, into `ws.logits`;
     /// returns how many values it wrote.
     fn head(&self, batch: &Batch, ws: &mut Workspace) -> usize {
@@ -957,39 +595,4 @@ pub struct Outputs<'w> {
     pub logits: &'w [f32],
     /// `d_model` normed final hidden states per row that asked for them, in batch order.
     pub hidden: &'w [f32],
-}
-
-/// Makes the tiled copies of every layer matrix and of the output head where the format has a
-/// tile layout, pointing each one's [`MatRef::tiles`] at its copy, and releases the file
-/// pages the copies replace, so resident memory stays about the file's size. (A head tied to
-/// the embeddings keeps its file bytes for the embedding lookups, which fault back in only
-/// the rows of the tokens they read.)
-fn tile_matrices(
-    f: &GgufFile,
-    cfg: &ModelConfig,
-    layers: &mut [Layer],
-    output: &mut MatRef,
-) -> Vec<PackedMatrix> {
-    let mut tiles = Vec::new();
-    let mut one = |m: &mut MatRef| {
-        if m.tiles.is_some() {
-            return;
-        }
-        let rb = m.dtype.row_bytes(m.cols);
-        let off = m.offset;
-        let packed = PackedMatrix::pack_with(&m.view(f.bytes()), |r0, r1| {
-            f.release(off + r0 * rb, (r1 - r0) * rb)
-        });
-        if let Some(p) = packed {
-            m.tiles = Some(tiles.len());
-            tiles.push(p);
-        }
-    };
-    one(output);
-    for l in layers.iter_mut() {
-        for m in l.matrices_mut(cfg) {
-            one(m);
-        }
-    }
-    tiles
 }

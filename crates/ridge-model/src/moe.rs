@@ -21,14 +21,19 @@
 //! `expert_weights_scale`. gpt-oss instead takes the `k` largest logits (after the router's
 //! bias) and a softmax over those `k`, adds per-expert biases after each expert product, and
 //! activates with its clamped SwiGLU.
+//!
+//! [`Experts`] reaches the shared layer steps through `layer.rs`'s `RoutedFfn` trait, which a
+//! layer's feed-forward holds it as: `layer.rs` runs a routed feed-forward without importing
+//! this file, and this file imports only the `LayerCtx` its products read (`model.rs` binds
+//! the experts). Its scratch buffers are `Workspace`'s (`workspace.rs`).
 
 use ridge_gguf::GgufFile;
 use ridge_kernels::{matmul, matmul_each, matmul_many, ops, ActPrecision, WeightMatrix};
 
 use crate::config::{Architecture, ExpertAct, Gating, ModelConfig, MoeConfig};
-use crate::model::Model;
+use crate::layer::{LayerCtx, RoutedFfn};
 use crate::weights::{experts, f32_rows, matrix, vector, MatRef};
-use crate::workspace::fit;
+use crate::workspace::{fit, MoeScratch};
 use crate::{ModelError, Workspace};
 
 /// Smallest sum the renormalised router weights are divided by (llama.cpp's clamp: the
@@ -112,18 +117,30 @@ impl Experts {
             shared,
         })
     }
+}
 
-    /// The matrices that may be packed into tiles or re-encoded: the experts only where each
-    /// expert is a whole number of tile groups (so it stays a row range), and the shared
-    /// expert. The router stays as stored (it is f32 in practice, and read in f32).
-    pub(crate) fn matrices_mut(&mut self, moe: &MoeConfig, d: usize) -> Vec<&mut MatRef> {
+impl RoutedFfn for Experts {
+    fn forward(&self, cx: &LayerCtx<'_>, n: usize, ws: &mut Workspace) {
+        match &cx.cfg.moe {
+            Some(moe) => forward(cx, self, moe, n, ws),
+            None => unreachable!("routed layers are bound only with a MoE config"),
+        }
+    }
+
+    /// The experts only where each expert is a whole number of tile groups (so it stays a
+    /// row range), and the shared expert. The router stays as stored (it is f32 in practice,
+    /// and read in f32).
+    fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        let Some(moe) = &cfg.moe else {
+            return Vec::new();
+        };
         let tile = ridge_kernels::packed::TILE_ROWS;
         let mut v = Vec::new();
         if moe.expert_ffn.is_multiple_of(tile) {
             v.push(&mut self.gate);
             v.push(&mut self.up);
         }
-        if d.is_multiple_of(tile) {
+        if cfg.d_model.is_multiple_of(tile) {
             v.push(&mut self.down);
         }
         if let Some(s) = &mut self.shared {
@@ -132,45 +149,45 @@ impl Experts {
         v
     }
 
-    /// Bytes one token's step reads: the router, the shared expert, and `k` of the `E`
-    /// experts.
-    pub(crate) fn bytes_per_token(&self, m: &Model, moe: &MoeConfig) -> usize {
+    /// The router, the shared expert, and `k` of the `E` experts.
+    fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
+        let Some(moe) = &cx.cfg.moe else {
+            return 0;
+        };
         let experts = [self.gate, self.up, self.down]
             .iter()
-            .map(|x| m.mat(x).data.len())
+            .map(|x| cx.mat(x).data.len())
             .sum::<usize>();
         let shared = self.shared.as_ref().map_or(0, |s| {
             [s.gate, s.up, s.down]
                 .iter()
-                .map(|x| m.mat(x).data.len())
+                .map(|x| cx.mat(x).data.len())
                 .sum::<usize>()
                 + 4 * s.gate_inp.len()
         });
         let biases = self.biases.as_ref().map_or(0, |b| {
             4 * (b.gate.len() + b.up.len() + b.down.len()) / moe.n_expert * moe.n_used
         }) + 4 * self.router_bias.as_ref().map_or(0, Vec::len);
-        m.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used + biases
+        cx.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used + biases
     }
-}
 
-/// Scratch of the routed feed-forward, reused across layers and calls.
-#[derive(Default)]
-pub(crate) struct MoeScratch {
-    /// `n × E` router logits, then probabilities.
-    probs: Vec<f32>,
-    /// Per token, its `k` experts and their weights.
-    chosen: Vec<(u32, f32)>,
-    /// `(token, weight)` of every routed pair, grouped by expert: expert `e`'s are
-    /// `pairs[start[e]..start[e + 1]]`, tokens in batch order.
-    pairs: Vec<(u32, f32)>,
-    start: Vec<usize>,
-    /// The gathered inputs of one expert's tokens, its gate/up activations and its output.
-    x: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    y: Vec<f32>,
-    /// The layer's output, accumulated over experts.
-    out: Vec<f32>,
+    /// Its gate, up and down slices, as the products read them, and its biases where the
+    /// file has them.
+    fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
+        let Some(moe) = &cx.cfg.moe else {
+            return 0;
+        };
+        let biases = self
+            .biases
+            .as_ref()
+            .map_or(0, |b| 4 * (b.gate.len() + b.up.len() + b.down.len()));
+        ([self.gate, self.up, self.down]
+            .iter()
+            .map(|m| cx.mat(m).data.len())
+            .sum::<usize>()
+            + biases)
+            / moe.n_expert
+    }
 }
 
 /// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
@@ -179,11 +196,11 @@ pub(crate) struct MoeScratch {
 /// tokens are one block of rows; then one parallel loop runs every chosen expert's gate and
 /// up products, one its down products ([`matmul_each`]: the threads meet twice per layer,
 /// not twice per expert), and the weighted outputs are summed back per token.
-pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
-    let d = m.cfg.d_model;
+fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
+    let d = cx.cfg.d_model;
     let ff = moe.expert_ffn;
     let s = &mut ws.moe;
-    route(m, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
+    route(cx, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
     let pairs = s.pairs.len();
     fit(&mut s.x, pairs * d);
     for (i, &(t, _)) in s.pairs.iter().enumerate() {
@@ -193,7 +210,7 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
     fit(&mut s.gate, pairs * ff);
     fit(&mut s.up, pairs * ff);
     fit(&mut s.y, pairs * d);
-    let (gate_all, up_all, down_all) = (m.mat(&e.gate), m.mat(&e.up), m.mat(&e.down));
+    let (gate_all, up_all, down_all) = (cx.mat(&e.gate), cx.mat(&e.up), cx.mat(&e.down));
     // The experts some token chose: (expert, first pair, pairs).
     let experts: Vec<(usize, usize, usize)> = (0..moe.n_expert)
         .filter(|&x| s.start[x + 1] > s.start[x])
@@ -210,7 +227,7 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
             items.push((expert(&gate_all, x, ff), xs, rows, g));
             items.push((expert(&up_all, x, ff), xs, rows, u));
         }
-        matmul_each(m.isa, m.act.gate_up, &mut items, &mut ws.mm);
+        matmul_each(cx.isa, cx.act.gate_up, &mut items, &mut ws.mm);
     }
     if let Some(b) = &e.biases {
         for &(x, p0, rows) in &experts {
@@ -224,7 +241,7 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
         }
     }
     match moe.act {
-        ExpertAct::Silu => ops::silu_mul(m.isa, &mut s.gate, &s.up),
+        ExpertAct::Silu => ops::silu_mul(cx.isa, &mut s.gate, &s.up),
         ExpertAct::SwigluOai => swiglu_oai(&mut s.gate[..pairs * ff], &s.up[..pairs * ff]),
     }
     {
@@ -236,7 +253,7 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
             let act = &s.gate[p0 * ff..(p0 + rows) * ff];
             items.push((expert(&down_all, x, d), act, rows, yx));
         }
-        matmul_each(m.isa, m.act.down, &mut items, &mut ws.mm);
+        matmul_each(cx.isa, cx.act.down, &mut items, &mut ws.mm);
     }
     if let Some(b) = &e.biases {
         for &(x, p0, rows) in &experts {
@@ -255,7 +272,7 @@ pub(crate) fn forward(m: &Model, e: &Experts, moe: &MoeConfig, n: usize, ws: &mu
         }
     }
     if let Some(sh) = &e.shared {
-        shared_expert(m, sh, n, ws);
+        shared_expert(cx, sh, n, ws);
     }
     let s = &mut ws.moe;
     ws.xn[..n * d].copy_from_slice(&s.out[..n * d]);
@@ -269,7 +286,7 @@ fn expert<'a>(w: &WeightMatrix<'a>, x: usize, rows: usize) -> WeightMatrix<'a> {
 
 /// Router logits → softmax → top-k per token, then the pairs grouped by expert.
 fn route(
-    m: &Model,
+    cx: &LayerCtx<'_>,
     e: &Experts,
     moe: &MoeConfig,
     xn: &[f32],
@@ -279,8 +296,8 @@ fn route(
 ) {
     let (ne, k) = (moe.n_expert, moe.n_used);
     fit(&mut s.probs, n * ne);
-    let router = m.mat(&e.router);
-    matmul(m.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
+    let router = cx.mat(&e.router);
+    matmul(cx.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
     s.chosen.clear();
     for row in s.probs.chunks_exact_mut(ne) {
         if let Some(b) = &e.router_bias {
@@ -342,30 +359,30 @@ fn route(
 }
 
 /// `out += sigmoid(x · gate_inp) · FFN_shared(x)` for every token.
-fn shared_expert(m: &Model, sh: &SharedExpert, n: usize, ws: &mut Workspace) {
-    let d = m.cfg.d_model;
+fn shared_expert(cx: &LayerCtx<'_>, sh: &SharedExpert, n: usize, ws: &mut Workspace) {
+    let d = cx.cfg.d_model;
     let s = &mut ws.moe;
     let sf = sh.gate.rows;
     fit(&mut s.gate, n * sf);
     fit(&mut s.up, n * sf);
     fit(&mut s.y, n * d);
     let mut ys = [
-        (m.mat(&sh.gate), &mut s.gate[..]),
-        (m.mat(&sh.up), &mut s.up[..]),
+        (cx.mat(&sh.gate), &mut s.gate[..]),
+        (cx.mat(&sh.up), &mut s.up[..]),
     ];
     matmul_many(
-        m.isa,
-        m.act.gate_up,
+        cx.isa,
+        cx.act.gate_up,
         &mut ys,
         &ws.xn[..n * d],
         n,
         &mut ws.mm,
     );
-    ops::silu_mul(m.isa, &mut s.gate, &s.up);
+    ops::silu_mul(cx.isa, &mut s.gate, &s.up);
     matmul(
-        m.isa,
-        m.act.down,
-        &m.mat(&sh.down),
+        cx.isa,
+        cx.act.down,
+        &cx.mat(&sh.down),
         &s.gate,
         n,
         &mut s.y,

@@ -13,7 +13,8 @@ pub(crate) struct MatRef {
     pub cols: usize,
     pub offset: usize,
     pub len: usize,
-    /// Index of this matrix's tiled copy in [`crate::Model`]'s packed matrices, if it has one.
+    /// Index of this matrix's tiled copy in the model's packed matrices (`LayerCtx::tiles`),
+    /// if it has one.
     pub tiles: Option<usize>,
 }
 

@@ -1,6 +1,9 @@
 //! Scratch buffers of the forward pass, reused across calls: they grow to the largest batch
 //! seen and are never reallocated for a batch of the same or smaller size, so the decode loop
 //! allocates nothing.
+//!
+//! The buffers of every step live here, the routed feed-forward's included, so that this
+//! module imports nothing of the layers that use it (`layer.rs`, `moe.rs`, `attend.rs`).
 
 use ridge_kernels::MatmulScratch;
 
@@ -36,10 +39,30 @@ pub struct Workspace {
     pub(crate) att_tasks: Vec<AttnTask>,
     pub(crate) att_partials: Vec<f32>,
     /// The routed feed-forward's buffers (mixtures of experts).
-    pub(crate) moe: crate::moe::MoeScratch,
+    pub(crate) moe: MoeScratch,
 }
 
-/// One task of decode attention split by position chunks (see `Model::attention`).
+/// Scratch of the routed feed-forward (`moe.rs`), reused across layers and calls.
+#[derive(Default)]
+pub(crate) struct MoeScratch {
+    /// `n × E` router logits, then probabilities.
+    pub(crate) probs: Vec<f32>,
+    /// Per token, its `k` experts and their weights.
+    pub(crate) chosen: Vec<(u32, f32)>,
+    /// `(token, weight)` of every routed pair, grouped by expert: expert `e`'s are
+    /// `pairs[start[e]..start[e + 1]]`, tokens in batch order.
+    pub(crate) pairs: Vec<(u32, f32)>,
+    pub(crate) start: Vec<usize>,
+    /// The gathered inputs of one expert's tokens, its gate/up activations and its output.
+    pub(crate) x: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
+    pub(crate) y: Vec<f32>,
+    /// The layer's output, accumulated over experts.
+    pub(crate) out: Vec<f32>,
+}
+
+/// One task of decode attention split by position chunks (see `LayerCtx::attention`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AttnTask {
     /// Token of the batch.
