@@ -29,7 +29,10 @@ use crate::matrix::{Layout, WeightMatrix};
 use crate::{kquant, DType};
 pub(crate) use layout::tile_bytes;
 
+mod buffer;
 pub mod layout;
+
+use buffer::TileBuf;
 
 pub use layout::{
     MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
@@ -169,11 +172,6 @@ impl Shape {
     }
 }
 
-/// 32 bytes, 32-byte aligned: the unit of a packed buffer (tiles start on vector boundaries).
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-struct Chunk([u8; 32]);
-
 /// [`Shape::shuttle`] for Q6_K: the quants are regrouped element by element (see
 /// [`Q6_K_TILE`]).
 fn q6k_shuttle(tile: &mut [u8], j: usize, blk: &mut [u8], to_tile: bool) {
@@ -242,7 +240,7 @@ pub struct PackedMatrix {
     dtype: DType,
     rows: usize,
     cols: usize,
-    buf: Vec<Chunk>,
+    buf: TileBuf,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -284,10 +282,8 @@ impl PackedMatrix {
         let (tb, bb) = (shape.tile(), shape.block());
         let groups = w.rows / TILE_ROWS;
         let bytes = groups * nb * tb;
-        let mut buf = vec![Chunk([0; 32]); bytes.div_ceil(32)];
-        // SAFETY: `buf` owns at least `bytes` initialised bytes; Chunk is plain bytes.
-        let out = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, bytes) };
-        let out = crate::pool::SharedMut(out.as_mut_ptr());
+        let mut buf = TileBuf::zeroed(bytes);
+        let out = crate::pool::SharedMut(buf.bytes_mut().as_mut_ptr());
         // Slabs of ~4 MB of tiles, a group per task within each (the output head of a large
         // vocabulary is ~200 MB).
         let slab = (4 << 20) / (nb * tb).max(1) + 1;
@@ -321,9 +317,7 @@ impl PackedMatrix {
 
     /// The matrix as the products take it.
     pub fn view(&self) -> WeightMatrix<'_> {
-        let len = self.bytes();
-        // SAFETY: `buf` holds at least `len` initialised bytes (see `pack`).
-        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, len) };
+        let data = self.buf.bytes();
         WeightMatrix {
             dtype: self.dtype,
             rows: self.rows,
