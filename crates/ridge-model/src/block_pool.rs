@@ -29,7 +29,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
-use crate::KV_BLOCK_SIZE;
+/// Tokens per KV block: the unit the pool hands out, hashes and shares (the cache's storage
+/// is laid out in blocks of this many slots).
+pub const KV_BLOCK_SIZE: usize = 16;
 
 /// Hash of an empty prefix: the parent of every sequence's first block.
 pub(crate) const ROOT_HASH: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -30,15 +30,13 @@
 //! as far as both groups still hold what its next token needs.
 
 pub use crate::block_pool::KvEvent;
+pub use crate::block_pool::KV_BLOCK_SIZE;
 use crate::block_pool::{BlockPool, ROOT_HASH};
 use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use ridge_kernels::attention::{head_row, KvLayer, Q8_BLOCK_BYTES};
-
-/// Tokens per KV block.
-pub const KV_BLOCK_SIZE: usize = 16;
 
 /// Identifies a sequence in a [`KvCache`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

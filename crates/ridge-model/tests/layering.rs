@@ -150,3 +150,16 @@ fn model_architectures_and_layer_steps_import_one_way() {
         assert!(!reaches(&g, "layer", below), "layer.rs reaches {below}.rs");
     }
 }
+
+/// No module of the crate lies on an import cycle (the KV cache and its block pool included:
+/// the pool owns the block size, the cache builds on the pool).
+#[test]
+fn no_module_imports_itself() {
+    let g = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let cyclic: Vec<&String> = g.keys().filter(|m| reaches(&g, m, m)).collect();
+    assert!(cyclic.is_empty(), "modules on an import cycle: {cyclic:?}");
+    assert!(
+        g["kv_cache"].contains("block_pool"),
+        "the graph misses kv_cache -> block_pool"
+    );
+}
