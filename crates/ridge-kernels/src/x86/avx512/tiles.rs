@@ -136,16 +136,19 @@ unsafe fn small_isum<const FIVE: bool, const T: usize>(
     x: &[&[ActBlock]; T],
     i: usize,
 ) -> [__m256i; T] {
+    // Two chains per token (low and high nibbles): with one token a single chain of eight
+    // dependent `vpdpbusd`s per tile would bound the loop by their latency, not by the loads.
     let mut s = [_mm256_setzero_si256(); T];
+    let mut h = [_mm256_setzero_si256(); T];
     for k in 0..4 {
         let (lo, hi) = small_quants::<FIVE>(p, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i).qs.as_ptr() as *const u8;
             s[t] = dp(s[t], lo, bcast4(a.add(4 * k)));
-            s[t] = dp(s[t], hi, bcast4(a.add(16 + 4 * k)));
+            h[t] = dp(h[t], hi, bcast4(a.add(16 + 4 * k)));
         }
     }
-    s
+    std::array::from_fn(|t| _mm256_add_epi32(s[t], h[t]))
 }
 
 /// [`small_isum`] against 16-bit activations split into bytes: unsigned low bytes × quants
@@ -158,20 +161,27 @@ unsafe fn small_isum16<const FIVE: bool, const T: usize>(
     x: &[&[ActSplit16]; T],
     i: usize,
 ) -> [__m256i; T] {
-    let mut low = [_mm256_setzero_si256(); T];
-    let mut high = [_mm256_setzero_si256(); T];
+    // Four chains per token (low/high bytes × low/high nibbles), as in `small_isum`.
+    let z = _mm256_setzero_si256();
+    let (mut low, mut low2, mut high, mut high2) = ([z; T], [z; T], [z; T], [z; T]);
     for k in 0..4 {
         let (wl, wh) = small_quants::<FIVE>(p, o, k);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
             let (lo, hi) = (a.lo.as_ptr(), a.hi.as_ptr() as *const u8);
             low[t] = dp(low[t], bcast4(lo.add(4 * k)), wl);
-            low[t] = dp(low[t], bcast4(lo.add(16 + 4 * k)), wh);
+            low2[t] = dp(low2[t], bcast4(lo.add(16 + 4 * k)), wh);
             high[t] = dp(high[t], wl, bcast4(hi.add(4 * k)));
-            high[t] = dp(high[t], wh, bcast4(hi.add(16 + 4 * k)));
+            high2[t] = dp(high2[t], wh, bcast4(hi.add(16 + 4 * k)));
         }
     }
-    std::array::from_fn(|t| _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]))
+    std::array::from_fn(|t| {
+        let high = _mm256_add_epi32(high[t], high2[t]);
+        _mm256_add_epi32(
+            _mm256_slli_epi32(high, 8),
+            _mm256_add_epi32(low[t], low2[t]),
+        )
+    })
 }
 
 /// [`small_isum`] or [`small_isum16`] by activation type, so each 4-/5-bit format's kernel is
