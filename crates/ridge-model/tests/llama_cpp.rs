@@ -166,7 +166,9 @@ fn llama3_rope_freqs_match_llama_cpp() {
 /// (`qwen3_q4_0_dense`) measures up to 7.1e-4, the Q4_0 mixture up to 1.1e-3 (a rounding
 /// difference that flips an expert choice moves more than one that does not). The mixture's
 /// arithmetic itself is what the f32 files check, to 1e-6; the expert slices' products are
-/// checked bitwise against the whole matrix's in the kernels' tests.
+/// checked bitwise against the whole matrix's in the kernels' tests; and on the quantized
+/// files ridge's f32 activations land within 2.1e-5 of the float64 reference where llama.cpp
+/// lands 6.5e-4 to 1.1e-3 from it (`quantized_files_match_the_float64_reference`).
 const MOE_TOL_F32: f64 = 5e-4;
 const MOE_TOL_QUANTIZED: f64 = 2e-3;
 const MOE_TOL_DEFAULT: f64 = 5e-3;
@@ -301,6 +303,65 @@ fn rope_scaling_by_metadata_matches_llama_cpp() {
         assert!(
             rel > 50.0 * TOL,
             "{name}: the scaling changes nothing measurable"
+        );
+    }
+}
+
+/// ridge's f32 activations on the quantized files against the independent float64 reference
+/// (`tools/reference/moe_ref.py`, fixtures by `tools/reference/make_moe_float64_fixtures.sh`),
+/// every chunk's running perplexity within 5e-5 — and llama.cpp's own distance from the same
+/// reference, which its 8-bit activations set, is what the 5e-4 bar against llama.cpp measures
+/// on these files: it must be the larger by far, or the explanation above would be wrong.
+#[test]
+fn quantized_files_match_the_float64_reference() {
+    const F64_TOL: f64 = 5e-5;
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/moe_float64.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let lcpp = fixture();
+    let models = fx["models"].as_object().unwrap();
+    assert_eq!(models.len(), 3);
+    for (name, want) in models {
+        let s = spec(name);
+        assert!(s.dtype.is_quantized(), "{name}");
+        let bytes = synthetic_model(&s);
+        assert_eq!(
+            want["sha256"].as_str(),
+            Some(format!("{:x}", Sha256::digest(&bytes)).as_str()),
+            "{name}: the synthetic file changed; rerun tools/reference/make_moe_float64_fixtures.sh"
+        );
+        let (_f, m) = load_with(&bytes, ActPolicy::F32);
+        let got = running_perplexity(&m, &prose_tokens());
+        let reference: Vec<f64> = want["perplexity_float64_running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let theirs: Vec<f64> = lcpp["models"][name.as_str()]["perplexity_llama_cpp_running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(
+            (got.len(), reference.len(), theirs.len()),
+            (CHUNKS, CHUNKS, CHUNKS)
+        );
+        let gap = |a: &[f64]| {
+            a.iter()
+                .zip(&reference)
+                .map(|(x, r)| (x - r).abs() / r)
+                .fold(0f64, f64::max)
+        };
+        let (ours, llama) = (gap(&got), gap(&theirs));
+        eprintln!("{name}: largest gap to float64 per chunk: ridge (f32) {ours:.2e}, llama.cpp {llama:.2e}");
+        assert!(
+            ours < F64_TOL,
+            "{name}: ridge {ours:.2e} from the float64 reference"
+        );
+        assert!(
+            llama > 5.0 * ours,
+            "{name}: llama.cpp {llama:.2e} is as close as ridge {ours:.2e}"
         );
     }
 }
