@@ -936,3 +936,69 @@ fn matmul_each_is_bitwise_each_matmul() {
         }
     }
 }
+
+/// Products sharing one activation slice (an expert's gate and up; every expert's at one
+/// token) share its quantized copy in `matmul_each`; stored and tiled layouts mixed in one call
+/// (so a shared 16-bit copy must still carry its split bytes for the tiled ones) give each
+/// product's outputs exactly as a lone `matmul` does.
+#[test]
+fn matmul_each_with_shared_activations_is_bitwise_each_matmul() {
+    let mut rng = StdRng::seed_from_u64(53);
+    let cols = 256;
+    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::F32] {
+        let raw: Vec<Vec<u8>> = [16, 24]
+            .map(|rows| random_rows(&mut rng, dtype, rows, cols))
+            .into();
+        let plain: Vec<WeightMatrix<'_>> = raw
+            .iter()
+            .zip([16, 24])
+            .map(|(w, rows)| WeightMatrix::new(dtype, rows, cols, w).unwrap())
+            .collect();
+        let packed: Vec<Option<PackedMatrix>> = plain.iter().map(PackedMatrix::pack).collect();
+        let tiled: Vec<WeightMatrix<'_>> = plain
+            .iter()
+            .zip(&packed)
+            .map(|(p, t)| t.as_ref().map_or(*p, |t| t.view()))
+            .collect();
+        let (n, m) = (2usize, 5usize);
+        let (a, b) = (randv(&mut rng, n * cols), randv(&mut rng, m * cols));
+        // (matrix, activations, tokens): a stored product first, then tiled ones on the same
+        // slice, another slice between, and the first slice again.
+        let plan: Vec<(WeightMatrix<'_>, &[f32], usize)> = vec![
+            (plain[0], &a, n),
+            (tiled[0], &a, n),
+            (plain[1], &b, m),
+            (tiled[1], &a, n),
+            (plain[1], &a, n),
+        ];
+        for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
+            let mut outs: Vec<Vec<f32>> = plan
+                .iter()
+                .map(|(w, _, k)| vec![0f32; k * w.rows])
+                .collect();
+            let mut items: Vec<_> = plan
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|((w, x, k), y)| (*w, *x, *k, &mut y[..]))
+                .collect();
+            matmul_each(isa, prec, &mut items, &mut MatmulScratch::default());
+            for (i, (w, x, k)) in plan.iter().enumerate() {
+                let mut want = vec![0f32; k * w.rows];
+                matmul(
+                    isa,
+                    prec,
+                    w,
+                    x,
+                    *k,
+                    &mut want,
+                    &mut MatmulScratch::default(),
+                );
+                assert_eq!(
+                    outs[i], want,
+                    "{dtype:?} {:?} {isa:?} {prec:?} item {i}",
+                    w.layout
+                );
+            }
+        }
+    }
+}

@@ -223,7 +223,14 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
             let (g, rest_g) = std::mem::take(&mut gate).split_at_mut(rows * ff);
             let (u, rest_u) = std::mem::take(&mut up).split_at_mut(rows * ff);
             (gate, up) = (rest_g, rest_u);
-            let xs = &s.x[p0 * d..(p0 + rows) * d];
+            // The normed rows themselves where the expert's tokens are consecutive (always at
+            // one token), so experts and products sharing them quantize them once.
+            let t0 = s.pairs[p0].0 as usize;
+            let run = (0..rows).all(|j| s.pairs[p0 + j].0 as usize == t0 + j);
+            let xs = match run {
+                true => &ws.xn[t0 * d..(t0 + rows) * d],
+                false => &s.x[p0 * d..(p0 + rows) * d],
+            };
             items.push((expert(&gate_all, x, ff), xs, rows, g));
             items.push((expert(&up_all, x, ff), xs, rows, u));
         }

@@ -282,10 +282,22 @@ pub fn matmul_each(
         scratch.split16.resize(ns16, ActSplit16::default());
     }
     let (mut o8, mut o16, mut os16) = (0, 0, 0);
-    let mut spans = Vec::with_capacity(items.len());
-    for (w, x, n, _) in items.iter() {
+    let mut spans: Vec<(Path, usize, usize, usize, usize)> = Vec::with_capacity(items.len());
+    for (i, (w, x, n, _)) in items.iter().enumerate() {
         let len = n * (w.cols / 32);
         let path = Path::of(w.dtype, precision, w.layout);
+        let tiled16 = path == Path::Int16 && w.layout == Layout::Tiles8;
+        // Items reading the same activations (an expert's gate and up; at one token every
+        // expert's) share one quantized copy: same slice, same path, and the split bytes
+        // where this one needs them.
+        let same = (0..i).find(|&j| {
+            let (wj, xj) = (&items[j].0, items[j].1);
+            std::ptr::eq(xj, *x) && spans[j].0 == path && (!tiled16 || wj.layout == Layout::Tiles8)
+        });
+        if let Some(j) = same {
+            spans.push(spans[j]);
+            continue;
+        }
         let span = (path, o8, o16, os16, len);
         match path {
             Path::Int8 => {
