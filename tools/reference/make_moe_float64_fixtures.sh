@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate crates/ridge-model/tests/data/moe_float64.json: the float64 reference's running
 # perplexity (tools/reference/moe_ref.py, after every chunk, llama-perplexity's protocol) on the
-# quantized synthetic files of crates/ridge-model/tests/common/llama_cpp.rs, over
+# quantized synthetic files of crates/ridge-model/tests/common/llama_cpp.rs (and three f32 files,
+# where llama.cpp must agree with it: the reference's own check), over
 # tests/data/prose.txt. On quantized files llama.cpp rounds its activations to 8-bit blocks, so
 # it is no yardstick for ridge's exact (f32) activations there; this is. About a minute.
 #
@@ -9,7 +10,7 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 OUT=crates/ridge-model/tests/data/moe_float64.json
-NAMES="qwen3_q4_0_dense qwen3moe_q4_0_e32_k4 qwen2moe_q8_0_e16_k2_shared"
+NAMES="qwen3moe_e8_k2 qwen2moe_e16_k4_shared gpt_oss_e8_k2 qwen3_q4_0_dense qwen3moe_q4_0_e32_k4 qwen2moe_q8_0_e16_k2_shared gpt_oss_mxfp4_e32_k4 gpt_oss_mxfp4_e128_k8"
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
 cargo run --release -q -p ridge-model --example write_synthetic -- "$TMP" > "$TMP/list.txt"

@@ -13,6 +13,14 @@ graphs define these architectures:
     qwen2moe  Q/K/V biases, NEOX RoPE; routed FFN as above but the k weights are not
               renormalised, plus a shared expert (ffn_*_shexp) scaled per token by
               sigmoid(h . ffn_gate_inp_shexp)
+    gpt-oss   biases on Q/K/V/O; one sink logit per head in each softmax's denominator;
+              a causal window of attention.sliding_window keys on the layers of the
+              sliding pattern (every other one from layer 0 unless the file says);
+              NEOX RoPE with YaRN when rope.scaling.type is yarn (llama.cpp's rope_yarn:
+              correction dims from beta 32 / 1, the cos/sin scaled by 1 + 0.1 ln factor);
+              post_attention_norm before the FFN; router with a bias, the k largest
+              logits' softmax; per-expert biases; the clamped SwiGLU
+              min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1)
 
 Ties in the top-k go to the lower expert index. Used to check that ridge's f32
 activations are exact on quantized files, where llama.cpp itself rounds its
@@ -32,7 +40,7 @@ from gguf.quants import dequantize
 
 from llama_ref import LlamaRef, field_value
 
-ARCHES = ("qwen3", "qwen3moe", "qwen2moe")
+ARCHES = ("qwen3", "qwen3moe", "qwen2moe", "gpt-oss")
 
 
 class MoeRef(LlamaRef):
@@ -64,11 +72,28 @@ class MoeRef(LlamaRef):
         self.n_vocab = self.tok_embd.shape[0]
         i = np.arange(self.n_rot // 2, dtype=np.float64)
         self.inv_freq = self.rope_base ** (-2.0 * i / self.n_rot)
+        self.mscale = 1.0
+        if field_value(r, p + "rope.scaling.type") == "yarn":
+            factor = float(field_value(r, p + "rope.scaling.factor"))
+            orig = float(field_value(r, p + "rope.scaling.original_context_length"))
+
+            def corr(rot):
+                return self.n_rot * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(self.rope_base))
+
+            lo, hi = max(0.0, math.floor(corr(32.0))), min(self.n_rot - 1.0, math.ceil(corr(1.0)))
+            ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+            self.inv_freq = self.inv_freq / factor * (1.0 - ramp) + self.inv_freq * ramp
+            self.mscale = 1.0 + 0.1 * math.log(factor)
+        self.window = field_value(r, p + "attention.sliding_window")
+        self.sliding = [self.arch == "gpt-oss" and l % 2 == 0 for l in range(self.n_layer)]
+        if field_value(r, p + "attention.sliding_window_pattern") is not None:
+            raise ValueError("attention.sliding_window_pattern: not in this reference")
 
     def rope(self, x, pos):
         """x: [T, heads, head_dim]; NEOX layout: rotate (i, i + n_rot/2)."""
         ang = np.outer(pos.astype(np.float64), self.inv_freq)
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        cos = np.cos(ang)[:, None, :] * self.mscale
+        sin = np.sin(ang)[:, None, :] * self.mscale
         half = self.n_rot // 2
         out = x.copy()
         x0, x1 = x[..., 0:half], x[..., half:self.n_rot]
@@ -86,8 +111,27 @@ class MoeRef(LlamaRef):
         g, u = h @ gate.T, h @ up.T
         return (g / (1.0 + np.exp(-g)) * u) @ down.T
 
+    def routed_oai(self, h, b):
+        """gpt-oss's routed FFN: the k largest biased logits' softmax, biased experts."""
+        logits = self.proj(h, b + "ffn_gate_inp")
+        gate, up, down = (self.w[b + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        bg, bu, bd = (self.w[b + f"ffn_{n}_exps.bias"] for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-logits[t], kind="stable")[: self.n_used]
+            wts = np.exp(logits[t, top] - logits[t, top].max())
+            wts /= wts.sum()
+            for e, wt in zip(top, wts):
+                g = np.minimum(gate[e] @ h[t] + bg[e], 7.0)
+                u = np.clip(up[e] @ h[t] + bu[e], -7.0, 7.0)
+                act = g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
+                out[t] += wt * (down[e] @ act + bd[e])
+        return out
+
     def routed(self, h, b):
         """The routed FFN (and shared expert) of rows h [T, d]."""
+        if self.arch == "gpt-oss":
+            return self.routed_oai(h, b)
         logits = h @ self.w[b + "ffn_gate_inp.weight"].T  # [T, E]
         p = np.exp(logits - logits.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
@@ -114,6 +158,9 @@ class MoeRef(LlamaRef):
         group = nh // nkv
         scale = 1.0 / math.sqrt(hd)
         causal = np.triu(np.full((T, T), -np.inf), k=1)
+        windowed = causal.copy()
+        if self.window is not None:
+            windowed[pos[:, None] - pos[None, :] >= int(self.window)] = -np.inf
         x = self.tok_embd[ids]
         for l in range(self.n_layer):
             b = f"blk.{l}."
@@ -126,15 +173,22 @@ class MoeRef(LlamaRef):
                 k = self.rmsnorm(k, self.w[b + "attn_k_norm.weight"])
             q, k = self.rope(q, pos), self.rope(k, pos)
             att = np.empty((T, nh, hd))
+            mask = windowed if self.sliding[l] else causal
+            sinks = self.w.get(b + "attn_sinks.weight")
             for hh in range(nh):
                 kv = hh // group
-                s = (q[:, hh, :] @ k[:, kv, :].T) * scale + causal
-                s -= s.max(axis=-1, keepdims=True)
-                pr = np.exp(s)
-                pr /= pr.sum(axis=-1, keepdims=True)
-                att[:, hh, :] = pr @ v[:, kv, :]
-            x = x + att.reshape(T, nh * hd) @ self.w[b + "attn_output.weight"].T
-            h = self.rmsnorm(x, self.w[b + "ffn_norm.weight"])
+                s = (q[:, hh, :] @ k[:, kv, :].T) * scale + mask
+                m = s.max(axis=-1, keepdims=True)
+                if sinks is not None:
+                    m = np.maximum(m, sinks[hh])
+                pr = np.exp(s - m)
+                den = pr.sum(axis=-1, keepdims=True)
+                if sinks is not None:
+                    den = den + np.exp(sinks[hh] - m)
+                att[:, hh, :] = (pr / den) @ v[:, kv, :]
+            x = x + self.proj(att.reshape(T, nh * hd), b + "attn_output")
+            norm = "post_attention_norm" if self.arch == "gpt-oss" else "ffn_norm"
+            h = self.rmsnorm(x, self.w[b + norm + ".weight"])
             if self.n_expert > 0:
                 x = x + self.routed(h, b)
             else:

@@ -167,8 +167,8 @@ fn llama3_rope_freqs_match_llama_cpp() {
 /// difference that flips an expert choice moves more than one that does not). The mixture's
 /// arithmetic itself is what the f32 files check, to 1e-6; the expert slices' products are
 /// checked bitwise against the whole matrix's in the kernels' tests; and on the quantized
-/// files ridge's f32 activations land within 2.1e-5 of the float64 reference where llama.cpp
-/// lands 6.5e-4 to 1.1e-3 from it (`quantized_files_match_the_float64_reference`).
+/// files ridge's f32 activations land within 6.6e-5 of the float64 reference where llama.cpp
+/// lands 6.5e-4 to 1.2e-3 from it (`quantized_files_match_the_float64_reference`).
 const MOE_TOL_F32: f64 = 5e-4;
 const MOE_TOL_QUANTIZED: f64 = 2e-3;
 const MOE_TOL_DEFAULT: f64 = 5e-3;
@@ -309,20 +309,25 @@ fn rope_scaling_by_metadata_matches_llama_cpp() {
 
 /// ridge's f32 activations on the quantized files against the independent float64 reference
 /// (`tools/reference/moe_ref.py`, fixtures by `tools/reference/make_moe_float64_fixtures.sh`),
-/// every chunk's running perplexity within 5e-5 — and llama.cpp's own distance from the same
-/// reference, which its 8-bit activations set, is what the 5e-4 bar against llama.cpp measures
-/// on these files: it must be the larger by far, or the explanation above would be wrong.
+/// every chunk's running perplexity within 1e-4 (measured ≤ 2.4e-5, but 6.6e-5 on the
+/// 128-expert gpt-oss file, where f32 and the f16 KV cache flip one near-tied expert choice
+/// in chunk 6) — and llama.cpp's own distance from the same reference, which its 8-bit
+/// activations set, is what the 5e-4 bar against llama.cpp measures on these files: it must
+/// be the larger by far, or the explanation above would be wrong. On three f32 files the
+/// reference itself must agree with llama.cpp (and ridge) within the same 1e-4 — measured up
+/// to 2.4e-5, the two engines' shared f16 KV cache, while they agree with each other to 1e-6:
+/// its check that it follows llama.cpp's graphs (YaRN, sinks, windows, gating).
 #[test]
 fn quantized_files_match_the_float64_reference() {
-    const F64_TOL: f64 = 5e-5;
+    const F64_TOL: f64 = 1e-4;
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/moe_float64.json");
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
     let lcpp = fixture();
     let models = fx["models"].as_object().unwrap();
-    assert_eq!(models.len(), 3);
+    assert_eq!(models.len(), 8);
+    let mut quantized = 0;
     for (name, want) in models {
         let s = spec(name);
-        assert!(s.dtype.is_quantized(), "{name}");
         let bytes = synthetic_model(&s);
         assert_eq!(
             want["sha256"].as_str(),
@@ -347,6 +352,12 @@ fn quantized_files_match_the_float64_reference() {
             (got.len(), reference.len(), theirs.len()),
             (CHUNKS, CHUNKS, CHUNKS)
         );
+        for (i, ((g, r), l)) in got.iter().zip(&reference).zip(&theirs).enumerate() {
+            eprintln!(
+                "{name} [{}] ridge {g:.5} float64 {r:.5} llama.cpp {l:.5}",
+                i + 1
+            );
+        }
         let gap = |a: &[f64]| {
             a.iter()
                 .zip(&reference)
@@ -355,13 +366,22 @@ fn quantized_files_match_the_float64_reference() {
         };
         let (ours, llama) = (gap(&got), gap(&theirs));
         eprintln!("{name}: largest gap to float64 per chunk: ridge (f32) {ours:.2e}, llama.cpp {llama:.2e}");
-        assert!(
-            ours < F64_TOL,
-            "{name}: ridge {ours:.2e} from the float64 reference"
-        );
-        assert!(
-            llama > 5.0 * ours,
-            "{name}: llama.cpp {llama:.2e} is as close as ridge {ours:.2e}"
-        );
+        if s.dtype.is_quantized() {
+            quantized += 1;
+            assert!(
+                ours < F64_TOL,
+                "{name}: ridge {ours:.2e} from the float64 reference"
+            );
+            assert!(
+                llama > 5.0 * ours,
+                "{name}: llama.cpp {llama:.2e} is as close as ridge {ours:.2e}"
+            );
+        } else {
+            assert!(
+                llama < F64_TOL && ours < F64_TOL,
+                "{name}: f32 file: llama.cpp {llama:.2e}, ridge {ours:.2e} from the reference"
+            );
+        }
     }
+    assert_eq!(quantized, 5);
 }
