@@ -75,6 +75,9 @@ pub(crate) trait TileIsa: Sized {
     type Src: Copy;
     /// One token's accumulator.
     type Acc: Copy;
+    /// One token's outputs of a pass: `TILE_ROWS · GROUPS` floats (an 8- or 16-float array,
+    /// so a 256-bit pass neither zeroes nor copies lanes it never writes).
+    type Out: Copy + AsRef<[f32]>;
     /// Row groups one pass covers (outputs `TILE_ROWS · GROUPS` rows per token).
     const GROUPS: usize;
 
@@ -82,8 +85,7 @@ pub(crate) trait TileIsa: Sized {
     fn src(p: *const u8, group_bytes: usize) -> Self::Src;
 
     /// Format `F`'s tiles at `src` (`x[t].len() / F::SPAN` per group) against `T` activation
-    /// rows: `out[t][j]` = row `j` of the pass's groups · activation row `t` (the first
-    /// `TILE_ROWS · GROUPS` entries are written).
+    /// rows: `out[t][j]` = row `j` of the pass's groups · activation row `t`.
     ///
     /// # Safety
     /// The CPU has this instruction set (the caller holds an [`crate::Isa`] of it); `src`
@@ -91,7 +93,7 @@ pub(crate) trait TileIsa: Sized {
     unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
         src: Self::Src,
         x: [&[A]; T],
-    ) -> [[f32; 16]; T];
+    ) -> [Self::Out; T];
 }
 
 /// A tiled format's arithmetic on instruction set `I` for one tile against `T` activation
@@ -196,7 +198,7 @@ pub(crate) trait TilePass: TileIsa {
         dtype: DType,
         a: &PassActs<'_, T>,
         src: Self::Src,
-    ) -> [[f32; 16]; T];
+    ) -> [Self::Out; T];
 }
 
 impl<I> TilePass for I
@@ -212,11 +214,7 @@ where
     Q6K: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
 {
     #[inline(always)]
-    unsafe fn pass<const T: usize>(
-        dtype: DType,
-        a: &PassActs<'_, T>,
-        src: I::Src,
-    ) -> [[f32; 16]; T] {
+    unsafe fn pass<const T: usize>(dtype: DType, a: &PassActs<'_, T>, src: I::Src) -> [I::Out; T] {
         let i16 = a.i16;
         match dtype {
             DType::Q8_0 if i16 => I::run::<_, Q80, T>(src, a.x16),
@@ -264,6 +262,8 @@ pub(crate) unsafe fn groups<I: TilePass, const T: usize>(
         let o = I::pass::<T>(w.dtype, a, src);
         for (j, oj) in o.iter().enumerate() {
             let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
+            let oj = oj.as_ref();
+            debug_assert_eq!(oj.len(), I::GROUPS * TILE_ROWS);
             std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, I::GROUPS * TILE_ROWS);
         }
         g += I::GROUPS;

@@ -36,6 +36,7 @@ pub(crate) struct Avx2;
 impl TileIsa for Avx2 {
     type Src = *const u8;
     type Acc = __m256;
+    type Out = [f32; 8];
     const GROUPS: usize = 1;
 
     #[inline(always)]
@@ -47,7 +48,7 @@ impl TileIsa for Avx2 {
     unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
         src: *const u8,
         x: [&[A]; T],
-    ) -> [[f32; 16]; T] {
+    ) -> [[f32; 8]; T] {
         run::<A, F, T>(src, x)
     }
 }
@@ -61,7 +62,7 @@ impl TileIsa for Avx2 {
 unsafe fn run<A, F: Tiles<Avx2, A>, const T: usize>(
     tiles: *const u8,
     x: [&[A]; T],
-) -> [[f32; 16]; T] {
+) -> [[f32; 8]; T] {
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..x[0].len() / F::SPAN {
         let p = tiles.add(i * F::BYTES);
@@ -71,7 +72,7 @@ unsafe fn run<A, F: Tiles<Avx2, A>, const T: usize>(
         );
         F::tile(p, &x, i, &mut acc);
     }
-    let mut out = [[0f32; 16]; T];
+    let mut out = [[0f32; 8]; T];
     for t in 0..T {
         _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }

@@ -42,6 +42,7 @@ pub(crate) struct Vnni;
 impl TileIsa for Vnni {
     type Src = *const u8;
     type Acc = __m256;
+    type Out = [f32; 8];
     const GROUPS: usize = 1;
 
     #[inline(always)]
@@ -53,7 +54,7 @@ impl TileIsa for Vnni {
     unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
         src: *const u8,
         x: [&[A]; T],
-    ) -> [[f32; 16]; T] {
+    ) -> [[f32; 8]; T] {
         run::<A, F, T>(src, x)
     }
 }
@@ -67,7 +68,7 @@ impl TileIsa for Vnni {
 unsafe fn run<A, F: Tiles<Vnni, A>, const T: usize>(
     tiles: *const u8,
     x: [&[A]; T],
-) -> [[f32; 16]; T] {
+) -> [[f32; 8]; T] {
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..x[0].len() / F::SPAN {
         let p = tiles.add(i * F::BYTES);
@@ -77,7 +78,7 @@ unsafe fn run<A, F: Tiles<Vnni, A>, const T: usize>(
         );
         F::tile(p, &x, i, &mut acc);
     }
-    let mut out = [[0f32; 16]; T];
+    let mut out = [[0f32; 8]; T];
     for t in 0..T {
         _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }

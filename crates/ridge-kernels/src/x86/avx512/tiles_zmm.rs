@@ -25,6 +25,7 @@ pub(crate) struct Zmm;
 impl TileIsa for Zmm {
     type Src = (*const u8, *const u8);
     type Acc = __m512;
+    type Out = [f32; 16];
     const GROUPS: usize = 2;
 
     #[inline(always)]
