@@ -280,3 +280,59 @@ pub(crate) unsafe fn mx4_words(w: __m256i) -> (__m256i, __m256i) {
         _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
     )
 }
+
+/// Defines a 256-bit tile instruction set `$isa` (one row group per pass, `__m256`
+/// accumulators, eight outputs per token): its [`crate::tiles::TileIsa`] impl and the pass
+/// driver compiled with `$features`, prefetching `$prefetch` bytes ahead into L2. The AVX2
+/// and AVX-512 VNNI kernels share this loop and differ only in their tiles' instructions,
+/// their features and their prefetch distance.
+macro_rules! tile_isa_256 {
+    ($isa:ty, $features:literal, $prefetch:expr) => {
+        impl TileIsa for $isa {
+            type Src = *const u8;
+            type Acc = __m256;
+            type Out = [f32; 8];
+            const GROUPS: usize = 1;
+
+            #[inline(always)]
+            fn src(p: *const u8, _group_bytes: usize) -> *const u8 {
+                p
+            }
+
+            #[inline(always)]
+            unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
+                src: *const u8,
+                x: [&[A]; T],
+            ) -> [[f32; 8]; T] {
+                run::<A, F, T>(src, x)
+            }
+        }
+
+        /// [`TileIsa::run`] for this instruction set, compiled with its features.
+        ///
+        /// # Safety
+        /// The CPU has the features; `tiles` points at `x[t].len() / F::SPAN` (the same for
+        /// every `t`) consecutive tiles of `F`'s format.
+        #[target_feature(enable = $features)]
+        unsafe fn run<A, F: Tiles<$isa, A>, const T: usize>(
+            tiles: *const u8,
+            x: [&[A]; T],
+        ) -> [[f32; 8]; T] {
+            let mut acc = [_mm256_setzero_ps(); T];
+            for i in 0..x[0].len() / F::SPAN {
+                let p = tiles.add(i * F::BYTES);
+                prefetch_l2(
+                    p.wrapping_add(($prefetch as usize).div_ceil(F::BYTES) * F::BYTES),
+                    F::BYTES,
+                );
+                F::tile(p, &x, i, &mut acc);
+            }
+            let mut out = [[0f32; 8]; T];
+            for t in 0..T {
+                _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+            }
+            out
+        }
+    };
+}
+pub(crate) use tile_isa_256;

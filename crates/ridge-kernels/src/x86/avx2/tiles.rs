@@ -33,51 +33,7 @@ pub(crate) const PREFETCH_BYTES: usize = 1280;
 /// The AVX2 tile kernels: eight rows per vector, one row group per pass.
 pub(crate) struct Avx2;
 
-impl TileIsa for Avx2 {
-    type Src = *const u8;
-    type Acc = __m256;
-    type Out = [f32; 8];
-    const GROUPS: usize = 1;
-
-    #[inline(always)]
-    fn src(p: *const u8, _group_bytes: usize) -> *const u8 {
-        p
-    }
-
-    #[inline(always)]
-    unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
-        src: *const u8,
-        x: [&[A]; T],
-    ) -> [[f32; 8]; T] {
-        run::<A, F, T>(src, x)
-    }
-}
-
-/// [`TileIsa::run`] for [`Avx2`], compiled with its features.
-///
-/// # Safety
-/// AVX2/FMA/F16C are available; `tiles` points at `x[t].len() / F::SPAN` (the same for every
-/// `t`) consecutive tiles of `F`'s format.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<A, F: Tiles<Avx2, A>, const T: usize>(
-    tiles: *const u8,
-    x: [&[A]; T],
-) -> [[f32; 8]; T] {
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() / F::SPAN {
-        let p = tiles.add(i * F::BYTES);
-        prefetch_l2(
-            p.wrapping_add(PREFETCH_BYTES.div_ceil(F::BYTES) * F::BYTES),
-            F::BYTES,
-        );
-        F::tile(p, &x, i, &mut acc);
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
-}
+tile_isa_256!(Avx2, "avx2,fma,f16c", PREFETCH_BYTES);
 
 /// Tokens `0..n` against rows `r0..r1` (whole tile groups) of a tiled matrix, up to four
 /// tokens per pass over the chunk's tiles (the accumulators of four tokens fill the sixteen

@@ -39,51 +39,11 @@ unsafe fn dp(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
 /// pass, up to [`MAX_TOKENS`] tokens per pass.
 pub(crate) struct Vnni;
 
-impl TileIsa for Vnni {
-    type Src = *const u8;
-    type Acc = __m256;
-    type Out = [f32; 8];
-    const GROUPS: usize = 1;
-
-    #[inline(always)]
-    fn src(p: *const u8, _group_bytes: usize) -> *const u8 {
-        p
-    }
-
-    #[inline(always)]
-    unsafe fn run<A, F: Tiles<Self, A>, const T: usize>(
-        src: *const u8,
-        x: [&[A]; T],
-    ) -> [[f32; 8]; T] {
-        run::<A, F, T>(src, x)
-    }
-}
-
-/// [`TileIsa::run`] for [`Vnni`], compiled with its features.
-///
-/// # Safety
-/// AVX2/FMA/F16C and AVX-512 F/BW/VL/VNNI are available (an AVX-512 [`crate::Isa`]); `tiles`
-/// points at `x[t].len() / F::SPAN` (the same for every `t`) consecutive tiles of `F`'s format.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn run<A, F: Tiles<Vnni, A>, const T: usize>(
-    tiles: *const u8,
-    x: [&[A]; T],
-) -> [[f32; 8]; T] {
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..x[0].len() / F::SPAN {
-        let p = tiles.add(i * F::BYTES);
-        prefetch_l2(
-            p.wrapping_add(PREFETCH_BYTES.div_ceil(F::BYTES) * F::BYTES),
-            F::BYTES,
-        );
-        F::tile(p, &x, i, &mut acc);
-    }
-    let mut out = [[0f32; 8]; T];
-    for t in 0..T {
-        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
-    }
-    out
-}
+tile_isa_256!(
+    Vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    PREFETCH_BYTES
+);
 
 /// Q8_0: the signed weights are offset to unsigned (`w + 128`, one XOR per vector for all
 /// tokens) and the offset taken back through the activation block's quant sum:
