@@ -880,6 +880,18 @@ fn row_ranges_give_their_outputs_bitwise() {
 /// Several products with their own activations in one loop (a mixture's experts) give each
 /// product's outputs exactly as a lone `matmul` does: tiled and stored layouts, every path,
 /// different token counts per product (none too).
+/// Each matrix's tiled view where it packs, else the matrix itself.
+fn tiled_views<'a>(
+    plain: &[WeightMatrix<'a>],
+    packed: &'a [Option<PackedMatrix>],
+) -> Vec<WeightMatrix<'a>> {
+    plain
+        .iter()
+        .zip(packed)
+        .map(|(p, t)| t.as_ref().map_or(*p, |t| t.view()))
+        .collect()
+}
+
 #[test]
 fn matmul_each_is_bitwise_each_matmul() {
     let mut rng = StdRng::seed_from_u64(47);
@@ -900,11 +912,7 @@ fn matmul_each_is_bitwise_each_matmul() {
             .map(|(w, rows)| WeightMatrix::new(dtype, *rows, cols, w).unwrap())
             .collect();
         let packed: Vec<Option<PackedMatrix>> = plain.iter().map(PackedMatrix::pack).collect();
-        let tiled: Vec<WeightMatrix<'_>> = plain
-            .iter()
-            .zip(&packed)
-            .map(|(p, t)| t.as_ref().map_or(*p, |t| t.view()))
-            .collect();
+        let tiled = tiled_views(&plain, &packed);
         let ns = [3usize, 0, 9];
         let xs: Vec<Vec<f32>> = ns.iter().map(|&n| randv(&mut rng, n * cols)).collect();
         for (isa, prec) in isas().into_iter().flat_map(|i| PRECS.map(|p| (i, p))) {
@@ -955,11 +963,7 @@ fn matmul_each_with_shared_activations_is_bitwise_each_matmul() {
             .map(|(w, rows)| WeightMatrix::new(dtype, rows, cols, w).unwrap())
             .collect();
         let packed: Vec<Option<PackedMatrix>> = plain.iter().map(PackedMatrix::pack).collect();
-        let tiled: Vec<WeightMatrix<'_>> = plain
-            .iter()
-            .zip(&packed)
-            .map(|(p, t)| t.as_ref().map_or(*p, |t| t.view()))
-            .collect();
+        let tiled = tiled_views(&plain, &packed);
         let (n, m) = (2usize, 5usize);
         let (a, b) = (randv(&mut rng, n * cols), randv(&mut rng, m * cols));
         // (matrix, activations, tokens): a stored product first, then tiled ones on the same

@@ -28,6 +28,15 @@ fn fixture() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
+/// A fixture's array of numbers.
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
 fn prose_tokens() -> Vec<u32> {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/prose.txt");
     // The synthetic vocabulary has one token per byte (the fixture script checks that
@@ -97,12 +106,7 @@ fn check_with(name: &str, spec: &SyntheticSpec, policy: ActPolicy, tol: f64) -> 
     );
     let (_f, m) = load_with(&bytes, policy);
     let got = running_perplexity(&m, &prose_tokens());
-    let lcpp: Vec<f64> = want["perplexity_llama_cpp_running"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
+    let lcpp = floats(&want["perplexity_llama_cpp_running"]);
     assert_eq!(got.len(), lcpp.len());
     for (i, (g, l)) in got.iter().zip(&lcpp).enumerate() {
         let rel = (g - l).abs() / l;
@@ -336,18 +340,8 @@ fn quantized_files_match_the_float64_reference() {
         );
         let (_f, m) = load_with(&bytes, ActPolicy::F32);
         let got = running_perplexity(&m, &prose_tokens());
-        let reference: Vec<f64> = want["perplexity_float64_running"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
-        let theirs: Vec<f64> = lcpp["models"][name.as_str()]["perplexity_llama_cpp_running"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let reference = floats(&want["perplexity_float64_running"]);
+        let theirs = floats(&lcpp["models"][name.as_str()]["perplexity_llama_cpp_running"]);
         assert_eq!(
             (got.len(), reference.len(), theirs.len()),
             (CHUNKS, CHUNKS, CHUNKS)
