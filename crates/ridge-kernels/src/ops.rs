@@ -75,7 +75,36 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32], neox: bool) {
 /// vectorises (the library `expf` was 3% of a batched decode step, on one thread).
 pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     // SAFETY: as in `rms_norm` (the shorter slice bounds every version).
-    unsafe { (isa.kernels().silu_mul)(gate, up) }
+    unsafe { gated_by_pieces(gate, up, isa.kernels().silu_mul) }
+}
+
+/// Elements from which a gated activation is split across the pool (a prefill's FFN rows).
+const PAR_GATED: usize = 1 << 15;
+
+/// `kernel(gate, up)` over pieces of `gate` (and the same range of `up`), in parallel for
+/// large inputs. Each element is computed on its own and pieces start at multiples of 64, so
+/// every element meets the same vector lanes as in one call: the same bits however it is split.
+///
+/// # Safety
+/// `kernel` runs on this CPU (from the dispatch table of a detected [`Isa`]) and touches only
+/// the first `min(gate.len(), up.len())` elements of each slice.
+unsafe fn gated_by_pieces(gate: &mut [f32], up: &[f32], kernel: unsafe fn(&mut [f32], &[f32])) {
+    let n = gate.len().min(up.len());
+    if n < PAR_GATED {
+        // SAFETY: this function's contract.
+        return unsafe { kernel(gate, up) };
+    }
+    let g = crate::pool::SharedMut(gate.as_mut_ptr());
+    crate::pool::for_ranges(n, 64, PAR_GATED, |lo, hi| {
+        // SAFETY: pieces of 0..n are disjoint and inside `gate` (n <= gate.len()), which
+        // outlives the loop; the kernel as this function's contract says.
+        unsafe {
+            kernel(
+                std::slice::from_raw_parts_mut(g.ptr().add(lo), hi - lo),
+                &up[lo..hi],
+            )
+        }
+    });
 }
 
 /// `gate = gelu(gate) · up` (GeGLU) with the tanh approximation of GELU,
@@ -86,7 +115,7 @@ pub fn silu_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
 /// times for Gemma 3 270M, and the library `tanhf` alone took ~8% of prefill.
 pub fn gelu_tanh_mul(isa: Isa, gate: &mut [f32], up: &[f32]) {
     // SAFETY: as in `rms_norm`.
-    unsafe { (isa.kernels().gelu_tanh_mul)(gate, up) }
+    unsafe { gated_by_pieces(gate, up, isa.kernels().gelu_tanh_mul) }
 }
 
 /// `x *= s`, element-wise.

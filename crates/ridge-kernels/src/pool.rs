@@ -294,6 +294,24 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
     }
 }
 
+/// Runs `f(lo, hi)` over consecutive pieces of `0..len` whose bounds are multiples of `unit`
+/// (the last piece ends at `len`): across the pool when `len >= min_len`, else once over the
+/// whole range on this thread. For element-wise work a prefill does between products (the
+/// activations' quantization, gated activations): serial, it leaves the other threads idle
+/// for ~5% of a 512-token prefill.
+pub(crate) fn for_ranges(len: usize, unit: usize, min_len: usize, f: impl Fn(usize, usize) + Sync) {
+    let p = pool();
+    if len < min_len || p.threads == 1 {
+        return f(0, len);
+    }
+    // A few pieces per thread, so one slowed thread's share is taken by the others.
+    let pieces = 4 * p.threads;
+    let piece = len.div_ceil(pieces).next_multiple_of(unit.max(1));
+    parallel_for(len.div_ceil(piece), |i| {
+        f(i * piece, ((i + 1) * piece).min(len))
+    });
+}
+
 /// A raw pointer that tasks of one [`parallel_for`] share to write disjoint elements of one
 /// output buffer. Whoever creates it guarantees the buffer outlives the loop and that no two
 /// tasks write the same element.

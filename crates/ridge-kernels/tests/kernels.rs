@@ -1006,3 +1006,77 @@ fn matmul_each_with_shared_activations_is_bitwise_each_matmul() {
         }
     }
 }
+
+/// A prefill-sized input is quantized and gated across the pool in pieces: the same bits as
+/// the scalar quantizers, and as the same path's gated activation run piece by piece on one
+/// thread (sizes chosen so the pieces do not divide evenly; an input shorter than its output).
+#[test]
+fn pieces_across_the_pool_give_one_calls_bits() {
+    let mut rng = StdRng::seed_from_u64(61);
+    let nb = 3 * 1024 + 37;
+    let x = randv(&mut rng, 32 * nb);
+    for isa in isas() {
+        let (mut a, mut b) = (vec![ActBlock::default(); nb], vec![ActBlock::default(); nb]);
+        quantize_scalar(&x, &mut a);
+        ridge_kernels::act::quantize(isa, &x, &mut b);
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(p, q)| p.d == q.d && p.qs == q.qs && p.isum == q.isum),
+            "{isa:?}"
+        );
+        let (mut a16, mut b16) = (
+            vec![Act16Block::default(); nb],
+            vec![Act16Block::default(); nb],
+        );
+        quantize16_scalar(&x, &mut a16);
+        ridge_kernels::act::quantize16(isa, &x, &mut b16);
+        assert!(
+            a16.iter()
+                .zip(&b16)
+                .all(|(p, q)| p.d == q.d && p.qs == q.qs && p.isum == q.isum),
+            "{isa:?}"
+        );
+        // More output blocks than the input fills: only the filled ones are written.
+        let mut c = vec![ActBlock::default(); nb + 5];
+        ridge_kernels::act::quantize(isa, &x, &mut c);
+        assert!(
+            c[..nb]
+                .iter()
+                .zip(&a)
+                .all(|(p, q)| p.qs == q.qs && p.d == q.d),
+            "{isa:?}"
+        );
+        assert!(c[nb..].iter().all(|p| p.d == 0.0 && p.isum == 0), "{isa:?}");
+
+        let n = 3 * (1 << 15) + 1000;
+        let up = randv(&mut rng, n);
+        let gate0: Vec<f32> = randv(&mut rng, n).iter().map(|v| 4.0 * v).collect();
+        let mut whole = gate0.clone();
+        ridge_kernels::ops::silu_mul(isa, &mut whole, &up);
+        let mut bits = gate0.clone();
+        for (g, u) in bits.chunks_mut(4096).zip(up.chunks(4096)) {
+            ridge_kernels::ops::silu_mul(isa, g, u);
+        }
+        assert!(
+            whole
+                .iter()
+                .zip(&bits)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "silu {isa:?}"
+        );
+        let mut whole = gate0.clone();
+        ridge_kernels::ops::gelu_tanh_mul(isa, &mut whole, &up);
+        let mut bits = gate0;
+        for (g, u) in bits.chunks_mut(4096).zip(up.chunks(4096)) {
+            ridge_kernels::ops::gelu_tanh_mul(isa, g, u);
+        }
+        assert!(
+            whole
+                .iter()
+                .zip(&bits)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "gelu {isa:?}"
+        );
+    }
+}
