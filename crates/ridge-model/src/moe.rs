@@ -192,8 +192,9 @@ impl RoutedFfn for Experts {
 
 /// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
 ///
-/// Every routed (token, expert) pair's input row is gathered in expert order, so expert `e`'s
-/// tokens are one block of rows; then one parallel loop runs every chosen expert's gate and
+/// Each chosen expert's tokens are one block of input rows: the normed rows themselves where
+/// its tokens are consecutive, else its pairs' rows gathered in expert order; then one parallel
+/// loop runs every chosen expert's gate and
 /// up products, one its down products ([`matmul_each`]: the threads meet twice per layer,
 /// not twice per expert), and the weighted outputs are summed back per token.
 fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
@@ -202,31 +203,38 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
     let s = &mut ws.moe;
     route(cx, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
     let pairs = s.pairs.len();
-    fit(&mut s.x, pairs * d);
-    for (i, &(t, _)) in s.pairs.iter().enumerate() {
-        let t = t as usize;
-        s.x[i * d..(i + 1) * d].copy_from_slice(&ws.xn[t * d..(t + 1) * d]);
-    }
     fit(&mut s.gate, pairs * ff);
     fit(&mut s.up, pairs * ff);
     fit(&mut s.y, pairs * d);
     let (gate_all, up_all, down_all) = (cx.mat(&e.gate), cx.mat(&e.up), cx.mat(&e.down));
-    // The experts some token chose: (expert, first pair, pairs).
-    let experts: Vec<(usize, usize, usize)> = (0..moe.n_expert)
+    // The experts some token chose: (expert, first pair, pairs, whether their tokens are
+    // consecutive). Consecutive tokens' products read the normed rows in place (always at one
+    // token), so experts and products sharing them quantize them once; the others' rows are
+    // gathered into expert order.
+    let experts: Vec<(usize, usize, usize, bool)> = (0..moe.n_expert)
         .filter(|&x| s.start[x + 1] > s.start[x])
-        .map(|x| (x, s.start[x], s.start[x + 1] - s.start[x]))
+        .map(|x| {
+            let (p0, rows) = (s.start[x], s.start[x + 1] - s.start[x]);
+            let t0 = s.pairs[p0].0 as usize;
+            let run = (0..rows).all(|j| s.pairs[p0 + j].0 as usize == t0 + j);
+            (x, p0, rows, run)
+        })
         .collect();
+    fit(&mut s.x, pairs * d);
+    for &(_, p0, rows, _) in experts.iter().filter(|&&(.., run)| !run) {
+        for i in p0..p0 + rows {
+            let t = s.pairs[i].0 as usize;
+            s.x[i * d..(i + 1) * d].copy_from_slice(&ws.xn[t * d..(t + 1) * d]);
+        }
+    }
     {
         let mut items = Vec::with_capacity(2 * experts.len());
         let (mut gate, mut up) = (&mut s.gate[..], &mut s.up[..]);
-        for &(x, p0, rows) in &experts {
+        for &(x, p0, rows, run) in &experts {
             let (g, rest_g) = std::mem::take(&mut gate).split_at_mut(rows * ff);
             let (u, rest_u) = std::mem::take(&mut up).split_at_mut(rows * ff);
             (gate, up) = (rest_g, rest_u);
-            // The normed rows themselves where the expert's tokens are consecutive (always at
-            // one token), so experts and products sharing them quantize them once.
             let t0 = s.pairs[p0].0 as usize;
-            let run = (0..rows).all(|j| s.pairs[p0 + j].0 as usize == t0 + j);
             let xs = match run {
                 true => &ws.xn[t0 * d..(t0 + rows) * d],
                 false => &s.x[p0 * d..(p0 + rows) * d],
@@ -237,7 +245,7 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
         matmul_each(cx.isa, cx.act.gate_up, &mut items, &mut ws.mm);
     }
     if let Some(b) = &e.biases {
-        for &(x, p0, rows) in &experts {
+        for &(x, p0, rows, _) in &experts {
             for (g, u) in s.gate[p0 * ff..(p0 + rows) * ff]
                 .chunks_exact_mut(ff)
                 .zip(s.up[p0 * ff..(p0 + rows) * ff].chunks_exact_mut(ff))
@@ -254,7 +262,7 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
     {
         let mut items = Vec::with_capacity(experts.len());
         let mut y = &mut s.y[..];
-        for &(x, p0, rows) in &experts {
+        for &(x, p0, rows, _) in &experts {
             let (yx, rest) = std::mem::take(&mut y).split_at_mut(rows * d);
             y = rest;
             let act = &s.gate[p0 * ff..(p0 + rows) * ff];
@@ -263,7 +271,7 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
         matmul_each(cx.isa, cx.act.down, &mut items, &mut ws.mm);
     }
     if let Some(b) = &e.biases {
-        for &(x, p0, rows) in &experts {
+        for &(x, p0, rows, _) in &experts {
             for y in s.y[p0 * d..(p0 + rows) * d].chunks_exact_mut(d) {
                 ops::add_inplace(y, &b.down[x * d..(x + 1) * d]);
             }
