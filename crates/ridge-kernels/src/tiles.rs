@@ -111,8 +111,8 @@ pub(crate) trait Tiles<I: TileIsa, A>: TileFormat {
 pub(crate) trait TileAct {
     /// Scale.
     fn d(&self) -> f32;
-    /// Sum of the quants.
-    fn qsum(&self) -> i32;
+    /// `d · Σq`, precomputed at quantization.
+    fn dsum(&self) -> f32;
 }
 
 impl TileAct for ActBlock {
@@ -121,8 +121,8 @@ impl TileAct for ActBlock {
         self.d
     }
     #[inline(always)]
-    fn qsum(&self) -> i32 {
-        self.isum
+    fn dsum(&self) -> f32 {
+        self.dsum
     }
 }
 
@@ -132,8 +132,8 @@ impl TileAct for ActSplit16 {
         self.d
     }
     #[inline(always)]
-    fn qsum(&self) -> i32 {
-        self.isum
+    fn dsum(&self) -> f32 {
+        self.dsum
     }
 }
 

@@ -397,6 +397,9 @@ fn activation_quantization_simd_equals_scalar() {
         assert_eq!(p.isum, q.isum);
         assert_eq!(p.qs, q.qs);
         assert_eq!(p.isum, p.qs.iter().map(|&v| v as i32).sum::<i32>());
+        // The tile kernels' precomputed d·Σq: the product they used to round per use.
+        assert_eq!(p.dsum.to_bits(), (p.d * p.isum as f32).to_bits());
+        assert_eq!(p.dsum.to_bits(), q.dsum.to_bits());
     }
 }
 

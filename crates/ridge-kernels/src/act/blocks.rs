@@ -22,12 +22,17 @@ pub struct ActBlock {
     /// `32 · Σq` over each half (elements 0..16, 16..32): the offset that unsigned Q6_K quants
     /// (`q + 32`) add to a 16-element sub-block's integer sum.
     pub off32: [i32; 2],
+    /// `d · Σq` (f32, rounded once): the activation factor of the minimum and offset terms of
+    /// Q4_0/Q4_1/Q5_0/Q5_1/Q4_K, computed once per block here instead of once per product
+    /// (the same rounding, so the same bits; a tile kernel then broadcasts it from memory).
+    pub dsum: f32,
 }
 
 impl ActBlock {
-    /// Sets [`ActBlock::off32`] from `qs`.
+    /// Sets [`ActBlock::off32`] from `qs` and [`ActBlock::dsum`] from `d` and `isum`.
     #[inline]
     pub fn derive_sums(&mut self) {
+        self.dsum = self.d * self.isum as f32;
         let half = |h: usize| {
             self.qs[16 * h..16 * h + 16]
                 .iter()
@@ -144,6 +149,8 @@ pub struct ActSplit16 {
     pub d: f32,
     /// Sum of the 16-bit quants.
     pub isum: i32,
+    /// `d · Σq`, as [`ActBlock::dsum`].
+    pub dsum: f32,
 }
 
 impl Default for ActSplit16 {
@@ -153,6 +160,7 @@ impl Default for ActSplit16 {
             hi: [0; 32],
             d: 0.0,
             isum: 0,
+            dsum: 0.0,
         }
     }
 }
@@ -167,5 +175,6 @@ pub fn split16(x: &[Act16Block], out: &mut [ActSplit16]) {
         }
         o.d = a.d;
         o.isum = a.isum;
+        o.dsum = a.d * a.isum as f32;
     }
 }

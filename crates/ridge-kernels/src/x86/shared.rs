@@ -75,14 +75,15 @@ pub(crate) unsafe fn nibbles_at(v: *const u8) -> (__m256i, __m256i) {
 }
 
 /// A block's integer sums into the accumulator for a format whose quants carry a constant
-/// offset (Q4_0: 8, Q5_0: 16): `acc + isum · (d · da) − off · d · (da · Σq)`.
+/// offset (Q4_0: 8, Q5_0: 16): `acc + isum · (d · da) − off · d · dsum`, `dsum = da · Σq` being
+/// the activation block's precomputed product (the same rounding as computing it here).
 #[inline(always)]
 pub(crate) unsafe fn offset_in(
     acc: __m256,
     isum: __m256i,
     d8: __m256,
     da: f32,
-    qsum: i32,
+    dsum: f32,
     off: f32,
 ) -> __m256 {
     let acc = _mm256_fmadd_ps(
@@ -90,18 +91,18 @@ pub(crate) unsafe fn offset_in(
         _mm256_mul_ps(d8, _mm256_set1_ps(da)),
         acc,
     );
-    _mm256_fmadd_ps(d8, _mm256_set1_ps(-off * (da * qsum as f32)), acc)
+    _mm256_fnmadd_ps(d8, _mm256_set1_ps(off * dsum), acc)
 }
 
 /// A block's integer sums and the rows' scales into the accumulator:
-/// `acc + isum · (d · da) + m · (da · Σq)`.
+/// `acc + isum · (d · da) + m · dsum` (`dsum = da · Σq`, precomputed).
 #[inline(always)]
 pub(crate) unsafe fn scale_in(
     acc: __m256,
     isum: __m256i,
     p: *const u8,
     da: f32,
-    qsum: i32,
+    dsum: f32,
 ) -> __m256 {
     let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
     let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
@@ -110,7 +111,7 @@ pub(crate) unsafe fn scale_in(
         _mm256_mul_ps(d8, _mm256_set1_ps(da)),
         acc,
     );
-    _mm256_fmadd_ps(m8, _mm256_set1_ps(da * qsum as f32), acc)
+    _mm256_fmadd_ps(m8, _mm256_set1_ps(dsum), acc)
 }
 
 /// The quants (0..32) of vector pair `k` of the Q5_0 tile at `p`: (elements `4k..4k+4`,
@@ -184,14 +185,14 @@ pub(crate) unsafe fn q4k_scales(
 }
 
 /// A Q4_K sub-block's integer sums into the accumulator: `acc + isum · (d·sc · da) − dmin·m ·
-/// (da · Σq)`.
+/// dsum` (`dsum = da · Σq`, precomputed; `fnmadd` rounds as `fmadd` with `−dsum` does).
 #[inline(always)]
 pub(crate) unsafe fn q4k_in(
     acc: __m256,
     isum: __m256i,
     sc: (__m256, __m256),
     da: f32,
-    qsum: i32,
+    dsum: f32,
 ) -> __m256 {
     let (dsc, dm) = sc;
     let acc = _mm256_fmadd_ps(
@@ -199,7 +200,7 @@ pub(crate) unsafe fn q4k_in(
         _mm256_mul_ps(dsc, _mm256_set1_ps(da)),
         acc,
     );
-    _mm256_fmadd_ps(dm, _mm256_set1_ps(-(da * qsum as f32)), acc)
+    _mm256_fnmadd_ps(dm, _mm256_set1_ps(dsum), acc)
 }
 
 /// The signed 6-bit quants (`q − 32`) of element group `g` (0..64, elements `4g..4g+4`) of

@@ -190,7 +190,7 @@ impl<A: SmallSums> Tiles<Avx2, A> for Q40 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 8.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.dsum(), 8.0);
         }
     }
 }
@@ -202,7 +202,7 @@ impl<A: SmallSums> Tiles<Avx2, A> for Q41 {
         let s = A::q4(p.add(32), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.dsum());
         }
     }
 }
@@ -217,7 +217,7 @@ impl<A: SmallSums> Tiles<Avx2, A> for Q50 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.dsum(), 16.0);
         }
     }
 }
@@ -230,7 +230,7 @@ impl<A: SmallSums> Tiles<Avx2, A> for Q51 {
         let s = A::q5(p.add(16), x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.dsum());
         }
     }
 }
@@ -365,7 +365,7 @@ impl Tiles<Avx2, ActBlock> for Q4K {
                 for t in 0..T {
                     let a = x[t].get_unchecked(8 * sb + s);
                     let isum = _mm256_madd_epi16(s16[t][h], ones);
-                    acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
+                    acc[t] = q4k_in(acc[t], isum, sc, a.d, a.dsum);
                 }
             }
         }
@@ -418,7 +418,7 @@ impl Tiles<Avx2, ActSplit16> for Q4K {
                 for t in 0..T {
                     let a = x[t].get_unchecked(8 * sb + s);
                     let hs = _mm256_slli_epi32(_mm256_madd_epi16(high[t][h], ones), 8);
-                    acc[t] = q4k_in(acc[t], _mm256_add_epi32(hs, low[t][h]), sc, a.d, a.isum);
+                    acc[t] = q4k_in(acc[t], _mm256_add_epi32(hs, low[t][h]), sc, a.d, a.dsum);
                 }
             }
         }

@@ -189,7 +189,7 @@ impl<A: SmallSums> Tiles<Vnni, A> for Q40 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 8.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.dsum(), 8.0);
         }
     }
 }
@@ -201,7 +201,7 @@ impl<A: SmallSums> Tiles<Vnni, A> for Q41 {
         let s = A::sums::<false, T>(p, 32, x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.dsum());
         }
     }
 }
@@ -214,7 +214,7 @@ impl<A: SmallSums> Tiles<Vnni, A> for Q50 {
         let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.qsum(), 16.0);
+            acc[t] = offset_in(acc[t], s[t], d8, a.d(), a.dsum(), 16.0);
         }
     }
 }
@@ -226,7 +226,7 @@ impl<A: SmallSums> Tiles<Vnni, A> for Q51 {
         let s = A::sums::<true, T>(p, 32, x, i);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], p, a.d(), a.dsum());
         }
     }
 }
@@ -288,7 +288,7 @@ impl Tiles<Vnni, ActBlock> for Q4K {
             let sc = q4k_scales(p, d8, dmin8, s);
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + s);
-                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.isum);
+                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
             }
         }
     }
@@ -324,7 +324,7 @@ impl Tiles<Vnni, ActSplit16> for Q4K {
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + s);
                 let isum = _mm256_add_epi32(_mm256_slli_epi32(high[t], 8), low[t]);
-                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
+                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.dsum);
             }
         }
     }

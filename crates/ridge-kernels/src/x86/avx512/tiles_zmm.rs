@@ -158,26 +158,26 @@ unsafe fn nibbles_at(p: *const u8, q: *const u8, o: usize) -> (__m512i, __m512i)
     )
 }
 
-/// `acc + isum · (d · da) + m · (da · Σq)` with both tiles' `d` and `m` (Q4_1).
+/// `acc + isum · (d · da) + m · dsum` with both tiles' `d` and `m` (Q4_1).
 #[inline(always)]
-unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, qsum: i32) -> __m512 {
+unsafe fn scale_in(acc: __m512, isum: __m512i, d: __m512, m: __m512, da: f32, dsum: f32) -> __m512 {
     let acc = _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(isum),
         _mm512_mul_ps(d, _mm512_set1_ps(da)),
         acc,
     );
-    _mm512_fmadd_ps(m, _mm512_set1_ps(da * qsum as f32), acc)
+    _mm512_fmadd_ps(m, _mm512_set1_ps(dsum), acc)
 }
 
-/// `acc + isum · (d · da) − off · d · (da · Σq)` (see `x86::shared::offset_in`).
+/// `acc + isum · (d · da) − off · d · dsum` (see `x86::shared::offset_in`).
 #[inline(always)]
-unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, qsum: i32, off: f32) -> __m512 {
+unsafe fn offset_in(acc: __m512, isum: __m512i, d: __m512, da: f32, dsum: f32, off: f32) -> __m512 {
     let acc = _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(isum),
         _mm512_mul_ps(d, _mm512_set1_ps(da)),
         acc,
     );
-    _mm512_fmadd_ps(d, _mm512_set1_ps(-off * (da * qsum as f32)), acc)
+    _mm512_fnmadd_ps(d, _mm512_set1_ps(off * dsum), acc)
 }
 
 impl<A: SmallSums> Tiles<Zmm, A> for Q40 {
@@ -192,7 +192,7 @@ impl<A: SmallSums> Tiles<Zmm, A> for Q40 {
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.qsum(), 8.0);
+            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.dsum(), 8.0);
         }
     }
 }
@@ -209,7 +209,7 @@ impl<A: SmallSums> Tiles<Zmm, A> for Q41 {
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.dsum());
         }
     }
 }
@@ -362,7 +362,7 @@ impl<A: SmallSums> Tiles<Zmm, A> for Q50 {
         let d = f16x2(p, q, 0);
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.qsum(), 16.0);
+            acc[t] = offset_in(acc[t], s[t], d, a.d(), a.dsum(), 16.0);
         }
     }
 }
@@ -379,7 +379,7 @@ impl<A: SmallSums> Tiles<Zmm, A> for Q51 {
         let (d, m) = (f16x2(p, q, 0), f16x2(p, q, 16));
         for t in 0..T {
             let a = x[t].get_unchecked(i);
-            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.qsum());
+            acc[t] = scale_in(acc[t], s[t], d, m, a.d(), a.dsum());
         }
     }
 }
@@ -401,16 +401,16 @@ unsafe fn q4k_scales(
     )
 }
 
-/// `acc + isum · (d·sc · da) − dmin·m · (da · Σq)` (see `x86::shared::q4k_in`).
+/// `acc + isum · (d·sc · da) − dmin·m · dsum` (see `x86::shared::q4k_in`).
 #[inline(always)]
-unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, qsum: i32) -> __m512 {
+unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, dsum: f32) -> __m512 {
     let (dsc, dm) = sc;
     let acc = _mm512_fmadd_ps(
         _mm512_cvtepi32_ps(isum),
         _mm512_mul_ps(dsc, _mm512_set1_ps(da)),
         acc,
     );
-    _mm512_fmadd_ps(dm, _mm512_set1_ps(-(da * qsum as f32)), acc)
+    _mm512_fnmadd_ps(dm, _mm512_set1_ps(dsum), acc)
 }
 
 impl Tiles<Zmm, ActBlock> for Q4K {
@@ -437,7 +437,7 @@ impl Tiles<Zmm, ActBlock> for Q4K {
             let sc = q4k_scales(p, q, d, dmin, s);
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + s);
-                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.isum);
+                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
             }
         }
     }
@@ -471,7 +471,7 @@ impl Tiles<Zmm, ActSplit16> for Q4K {
             for t in 0..T {
                 let a = x[t].get_unchecked(8 * sb + s);
                 let isum = _mm512_add_epi32(_mm512_slli_epi32::<8>(high[t]), low[t]);
-                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.isum);
+                acc[t] = q4k_in(acc[t], isum, sc, a.d, a.dsum);
             }
         }
     }
