@@ -385,11 +385,14 @@ fn quantize_round_trip_error_is_bounded() {
 #[test]
 fn activation_quantization_simd_equals_scalar() {
     let mut rng = StdRng::seed_from_u64(5);
-    let mut x = randv(&mut rng, 32 * 40);
+    // 43 blocks: five groups of eight (the SIMD path's batches) and three alone.
+    let mut x = randv(&mut rng, 32 * 43);
     x[0..32].fill(0.0); // an all-zero block
     x[40] = 127.5; // a tie case after scaling
-    let mut a = vec![ActBlock::default(); 40];
-    let mut b = vec![ActBlock::default(); 40];
+    x[32 * 9..32 * 10].iter_mut().for_each(|v| *v *= 1e-30); // tiny scales (reciprocal large)
+    x[32 * 41..32 * 42].fill(-0.0); // a zero block among the last ones
+    let mut a = vec![ActBlock::default(); 43];
+    let mut b = vec![ActBlock::default(); 43];
     quantize_scalar(&x, &mut a);
     ridge_kernels::act::quantize(Isa::detect(), &x, &mut b);
     for (p, q) in a.iter().zip(&b) {
@@ -400,6 +403,7 @@ fn activation_quantization_simd_equals_scalar() {
         // The tile kernels' precomputed d·Σq: the product they used to round per use.
         assert_eq!(p.dsum.to_bits(), (p.d * p.isum as f32).to_bits());
         assert_eq!(p.dsum.to_bits(), q.dsum.to_bits());
+        assert_eq!(p.off32, q.off32);
     }
 }
 

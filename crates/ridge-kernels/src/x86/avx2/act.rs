@@ -40,20 +40,99 @@ unsafe fn quantize_block(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
     (d, q, _mm_cvtsi128_si32(s1))
 }
 
-/// Quantizes activations exactly as `act::quantize_scalar` does (same scale, round half to even).
+/// Eight lanes whose maximum is the largest magnitude of the 32 values at `p` (reduced across
+/// eight blocks at once by [`amax8`]).
+#[inline(always)]
+unsafe fn abs_max_lanes(p: *const f32) -> __m256 {
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_andnot_ps(sign, _mm256_loadu_ps(p));
+    for k in 1..4 {
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * k))));
+    }
+    m
+}
+
+/// Blocks `b`'s largest magnitudes (`m[b]`: eight lanes whose maximum it is) as one vector,
+/// lane `b` block `b`. `max` is exact and order-free, so this is the scalar fold's value.
+#[inline(always)]
+unsafe fn amax8(m: [__m256; 8]) -> __m256 {
+    // Halves: lane group 0..4 of pair k block k, 4..8 block k + 4.
+    let h: [__m256; 4] = std::array::from_fn(|k| {
+        _mm256_max_ps(
+            _mm256_permute2f128_ps::<0x20>(m[k], m[k + 4]),
+            _mm256_permute2f128_ps::<0x31>(m[k], m[k + 4]),
+        )
+    });
+    // Pairs of blocks (k, k + 1) in each half: two lanes each.
+    let pair = |a: __m256, b: __m256| {
+        _mm256_max_ps(
+            _mm256_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm256_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (ab, cd) = (pair(h[0], h[1]), pair(h[2], h[3]));
+    _mm256_max_ps(
+        _mm256_shuffle_ps::<0b10_00_10_00>(ab, cd),
+        _mm256_shuffle_ps::<0b11_01_11_01>(ab, cd),
+    )
+}
+
+/// Quantizes activations exactly as `act::quantize_scalar` does (same scale, round half to
+/// even, the same sums). Eight blocks at a time: their scales and reciprocals are two vector
+/// divisions instead of sixteen scalar ones (correctly rounded either way, so the same bits),
+/// and each block's half sums come from its quantized vectors instead of a scalar pass over
+/// its bytes. Activation quantization was 3.9% of the 1.5B's 512-token prefill.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
-    for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
+    let full = x.len() / 256;
+    for (b8, o8) in x.chunks_exact(256).zip(out.chunks_exact_mut(8)) {
+        let p = b8.as_ptr();
+        let amax = amax8(std::array::from_fn(|b| abs_max_lanes(p.add(32 * b))));
+        let d = _mm256_div_ps(amax, _mm256_set1_ps(127.0));
+        let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(d, _mm256_setzero_ps());
+        let id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0), d), positive);
+        let mut ds = [0f32; 8];
+        _mm256_storeu_ps(ds.as_mut_ptr(), d);
+        for (b, o) in o8.iter_mut().enumerate() {
+            let idv = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(b as i32));
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let v = _mm256_loadu_ps(p.add(32 * b + 8 * k));
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(v, idv)))
+            });
+            store_quants(o, q);
+            // [Σ elements 0..16, Σ 16..32] in lanes 0 and 1.
+            let h = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let h = _mm256_hadd_epi32(h, h);
+            let h = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let (h0, h1) = (_mm_cvtsi128_si32(h), _mm_extract_epi32::<1>(h));
+            o.d = ds[b];
+            o.isum = h0 + h1;
+            o.off32 = [32 * h0, 32 * h1];
+            o.dsum = o.d * o.isum as f32;
+        }
+    }
+    for (b, o) in x[256 * full..]
+        .chunks_exact(32)
+        .zip(out[8 * full..].iter_mut())
+    {
         let (d, q, isum) = quantize_block(b.as_ptr(), 127.0);
-        let p16a = _mm256_packs_epi32(q[0], q[1]);
-        let p16b = _mm256_packs_epi32(q[2], q[3]);
-        let p8 = _mm256_packs_epi16(p16a, p16b);
-        let fixed = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, fixed);
+        store_quants(o, q);
         o.d = d;
         o.isum = isum;
         o.derive_sums();
     }
+}
+
+/// The four vectors of eight quants (each within ±127) into `o.qs` in element order.
+#[inline(always)]
+unsafe fn store_quants(o: &mut ActBlock, q: [__m256i; 4]) {
+    let p16a = _mm256_packs_epi32(q[0], q[1]);
+    let p16b = _mm256_packs_epi32(q[2], q[3]);
+    let p8 = _mm256_packs_epi16(p16a, p16b);
+    let fixed = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(o.qs.as_mut_ptr() as *mut __m256i, fixed);
 }
 
 /// Quantizes activations into 16-bit blocks exactly as `act::quantize16_scalar` does.
