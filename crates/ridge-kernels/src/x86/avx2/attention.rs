@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 /// Defines the grouped attention loop compiled with `$features` (`$regs32`: 32 vector
 /// registers), once per instruction set, from one body.
 macro_rules! attend_entry {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $regs32:literal) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $regs32:literal, $f16:ident) => {
         $(#[$doc])*
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
@@ -66,14 +66,14 @@ macro_rules! attend_entry {
             }
             let (rows, sc) = ($crate::x86::avx2::attention::Rows16 { kp, vp, row: slots }, shape.scale);
             match gs {
-                1 => return $crate::x86::avx2::attention::attend_f16::<1, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                2 => return $crate::x86::avx2::attention::attend_f16::<2, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                3 => return $crate::x86::avx2::attention::attend_f16::<3, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                4 => return $crate::x86::avx2::attention::attend_f16::<4, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                5 => return $crate::x86::avx2::attention::attend_f16::<5, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                6 => return $crate::x86::avx2::attention::attend_f16::<6, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                7 => return $crate::x86::avx2::attention::attend_f16::<7, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                8 => return $crate::x86::avx2::attention::attend_f16::<8, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                1 => return $f16::<1, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                2 => return $f16::<2, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                3 => return $f16::<3, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                4 => return $f16::<4, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                5 => return $f16::<5, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                6 => return $f16::<6, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                7 => return $f16::<7, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                8 => return $f16::<8, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
                 _ => {}
             }
             for j in 0..len {
@@ -121,14 +121,15 @@ attend_entry!(
     /// `scores` has room for `gs · (n_ctx − first)` values and `slots` for `n_ctx − first`.
     attend_group,
     "avx2,fma,f16c",
-    false
+    false,
+    attend_f16
 );
 
 /// Positions ahead that the attention loops prefetch K/V rows: a sequence's rows are spread
 /// over its blocks (and a head's part of a row is a fraction of it), which the hardware
 /// prefetchers follow poorly; with batched decode the cache no longer fits in the caches and
 /// the loops waited on memory for most of their time (measured: 27% of a 16-sequence step).
-const ATTN_PREFETCH: usize = 16;
+pub(crate) const ATTN_PREFETCH: usize = 16;
 
 /// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
 /// element `row[j]` of `kp` (keys) and `vp` (values).
@@ -188,7 +189,7 @@ pub(crate) unsafe fn attend_f16<const GS: usize, const REGS32: bool>(
 /// position not done. Each score is the same FMAs from zero and the same reduction as
 /// [`hsum`] whatever `U`, so a position's score does not depend on the group it fell in.
 #[inline(always)]
-unsafe fn attend_scores<const GS: usize, const U: usize>(
+pub(crate) unsafe fn attend_scores<const GS: usize, const U: usize>(
     rows: &Rows16<'_>,
     j0: usize,
     len: usize,
@@ -240,7 +241,7 @@ unsafe fn attend_scores<const GS: usize, const U: usize>(
 /// [`hsum`] of four vectors at once, lane `i` of the result the sum of `v[i]`, added in
 /// exactly [`hsum`]'s order (so the results are bitwise [`hsum`]'s).
 #[inline(always)]
-unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
+pub(crate) unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
     // [a.lo + a.hi | c.lo + c.hi] and [b.lo + b.hi | d.lo + d.hi]: lane i = x_i + x_{i+4}.
     let ac = _mm256_add_ps(
         _mm256_permute2f128_ps(v[0], v[2], 0x20),
@@ -262,7 +263,7 @@ unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
 
 /// `out[h] = Σ_j p[h][j] · V[j]` in chunks of `CW` vectors (8·CW dimensions) per head.
 #[inline(always)]
-unsafe fn attend_values<const GS: usize, const CW: usize>(
+pub(crate) unsafe fn attend_values<const GS: usize, const CW: usize>(
     rows: &Rows16<'_>,
     len: usize,
     hd: usize,
