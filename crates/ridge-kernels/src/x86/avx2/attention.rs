@@ -129,7 +129,7 @@ attend_entry!(
 /// over its blocks (and a head's part of a row is a fraction of it), which the hardware
 /// prefetchers follow poorly; with batched decode the cache no longer fits in the caches and
 /// the loops waited on memory for most of their time (measured: 27% of a 16-sequence step).
-pub(crate) const ATTN_PREFETCH: usize = 16;
+const ATTN_PREFETCH: usize = 16;
 
 /// Where one KV head's f16 rows live: position `first + j` of the sequence is the row at
 /// element `row[j]` of `kp` (keys) and `vp` (values).
@@ -137,6 +137,39 @@ pub(crate) struct Rows16<'t> {
     pub(crate) kp: *const u8,
     pub(crate) vp: *const u8,
     pub(crate) row: &'t [usize],
+}
+
+/// Prefetches the K rows of positions `j + ATTN_PREFETCH + k`, `k < u`, that exist: what a
+/// scores pass over `u` positions at a time reads [`ATTN_PREFETCH`] positions later.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_keys(rows: &Rows16<'_>, j: usize, u: usize, len: usize, hd: usize) {
+    for k in 0..u {
+        if j + k + ATTN_PREFETCH < len {
+            let r = *rows.row.get_unchecked(j + k + ATTN_PREFETCH);
+            prefetch_l1(rows.kp.add(2 * r), 2 * hd);
+        }
+    }
+}
+
+/// Prefetches position `j + ATTN_PREFETCH`'s V row for a values pass over dimensions `c..`:
+/// the whole row on the first chunk (`c == 0`), the chunk's `bytes` after it.
+#[inline(always)]
+pub(crate) unsafe fn prefetch_values(
+    rows: &Rows16<'_>,
+    j: usize,
+    len: usize,
+    hd: usize,
+    c: usize,
+    bytes: usize,
+) {
+    if j + ATTN_PREFETCH < len {
+        let r = *rows.row.get_unchecked(j + ATTN_PREFETCH);
+        if c == 0 {
+            prefetch_l1(rows.vp.add(2 * r), 2 * hd);
+        } else {
+            prefetch_l1(rows.vp.add(2 * (r + c)), bytes);
+        }
+    }
 }
 
 /// [`attend_group`] for `GS` heads known at compile time, so every accumulator lives in a
@@ -201,12 +234,7 @@ pub(crate) unsafe fn attend_scores<const GS: usize, const U: usize>(
     let qp = q.as_ptr();
     let mut j = j0;
     while j + U <= len {
-        for u in 0..U {
-            if j + u + ATTN_PREFETCH < len {
-                let r = *rows.row.get_unchecked(j + u + ATTN_PREFETCH);
-                prefetch_l1(rows.kp.add(2 * r), 2 * hd);
-            }
-        }
+        prefetch_keys(rows, j, U, len, hd);
         let r: [usize; U] = std::array::from_fn(|u| *rows.row.get_unchecked(j + u));
         let mut acc = [[_mm256_setzero_ps(); U]; GS];
         for c in (0..hd).step_by(8) {
@@ -275,14 +303,7 @@ pub(crate) unsafe fn attend_values<const GS: usize, const CW: usize>(
         let mut acc = [[_mm256_setzero_ps(); CW]; GS];
         for j in 0..len {
             let vr = rows.vp.add(2 * (*rows.row.get_unchecked(j) + c));
-            if j + ATTN_PREFETCH < len {
-                let r = *rows.row.get_unchecked(j + ATTN_PREFETCH);
-                if c == 0 {
-                    prefetch_l1(rows.vp.add(2 * r), 2 * hd);
-                } else {
-                    prefetch_l1(rows.vp.add(2 * (r + c)), 16 * CW);
-                }
-            }
+            prefetch_values(rows, j, len, hd, c, 16 * CW);
             let mut v8 = [_mm256_setzero_ps(); CW];
             for w in 0..CW {
                 v8[w] = _mm256_cvtph_ps(_mm_loadu_si128(vr.add(16 * w) as *const __m128i));

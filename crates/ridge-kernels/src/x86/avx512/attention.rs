@@ -11,8 +11,9 @@
 //! of values is per dimension, so 16 dimensions per register change nothing in any lane.
 #![allow(clippy::needless_range_loop)]
 
-use crate::x86::avx2::attention::{attend_scores, attend_values, hsum4, Rows16, ATTN_PREFETCH};
-use crate::x86::shared::prefetch_l1;
+use crate::x86::avx2::attention::{
+    attend_scores, attend_values, hsum4, prefetch_keys, prefetch_values, Rows16,
+};
 use std::arch::x86_64::*;
 
 crate::x86::avx2::attention::attend_entry!(
@@ -99,12 +100,7 @@ unsafe fn scores4<const GS: usize>(
     let qp = q.as_ptr();
     let mut j = 0;
     while j + 4 <= len {
-        for u in 0..4 {
-            if j + u + ATTN_PREFETCH < len {
-                let r = *rows.row.get_unchecked(j + u + ATTN_PREFETCH);
-                prefetch_l1(rows.kp.add(2 * r), 2 * hd);
-            }
-        }
+        prefetch_keys(rows, j, 4, len, hd);
         let r: [usize; 4] = std::array::from_fn(|u| *rows.row.get_unchecked(j + u));
         let mut acc = [[_mm512_setzero_ps(); 2]; GS];
         for c in (0..hd).step_by(8) {
@@ -145,14 +141,7 @@ unsafe fn values<const GS: usize, const CW: usize>(
         let mut acc = [[_mm512_setzero_ps(); CW]; GS];
         for j in 0..len {
             let vr = rows.vp.add(2 * (*rows.row.get_unchecked(j) + c));
-            if j + ATTN_PREFETCH < len {
-                let r = *rows.row.get_unchecked(j + ATTN_PREFETCH);
-                if c == 0 {
-                    prefetch_l1(rows.vp.add(2 * r), 2 * hd);
-                } else {
-                    prefetch_l1(rows.vp.add(2 * (r + c)), 32 * CW);
-                }
-            }
+            prefetch_values(rows, j, len, hd, c, 32 * CW);
             let v16: [__m512; CW] = std::array::from_fn(|w| {
                 _mm512_cvtph_ps(_mm256_loadu_si256(vr.add(32 * w) as *const __m256i))
             });
