@@ -29,18 +29,31 @@ pub struct ActBlock {
 }
 
 impl ActBlock {
-    /// Sets [`ActBlock::off32`] from `qs` and [`ActBlock::dsum`] from `d` and `isum`.
+    /// Sets [`ActBlock::isum`], [`ActBlock::off32`] and [`ActBlock::dsum`] from `qs` and `d`.
     #[inline]
     pub fn derive_sums(&mut self) {
-        self.dsum = self.d * self.isum as f32;
         let half = |h: usize| {
             self.qs[16 * h..16 * h + 16]
                 .iter()
                 .map(|&q| q as i32)
                 .sum::<i32>()
         };
-        self.off32 = [32 * half(0), 32 * half(1)];
+        self.set_sums([half(0), half(1)]);
     }
+
+    /// Sets the sums from `halves` (Σ `qs[0..16]`, Σ `qs[16..32]`) and `d`.
+    #[inline]
+    pub fn set_sums(&mut self, halves: [i32; 2]) {
+        self.isum = halves[0] + halves[1];
+        self.off32 = halves.map(|h| 32 * h);
+        self.dsum = dsum(self.d, self.isum);
+    }
+}
+
+/// `d · Σq` as every block type stores it (one rounding; the tile kernels' constant terms).
+#[inline]
+fn dsum(d: f32, isum: i32) -> f32 {
+    d * isum as f32
 }
 
 /// One block of 32 values to integers of at most `qmax` in magnitude: `put(i, q_i)` for each,
@@ -175,6 +188,6 @@ pub fn split16(x: &[Act16Block], out: &mut [ActSplit16]) {
         }
         o.d = a.d;
         o.isum = a.isum;
-        o.dsum = a.d * a.isum as f32;
+        o.dsum = dsum(a.d, a.isum);
     }
 }

@@ -108,19 +108,16 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
             let h = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
             let (h0, h1) = (_mm_cvtsi128_si32(h), _mm_extract_epi32::<1>(h));
             o.d = ds[b];
-            o.isum = h0 + h1;
-            o.off32 = [32 * h0, 32 * h1];
-            o.dsum = o.d * o.isum as f32;
+            o.set_sums([h0, h1]);
         }
     }
     for (b, o) in x[256 * full..]
         .chunks_exact(32)
         .zip(out[8 * full..].iter_mut())
     {
-        let (d, q, isum) = quantize_block(b.as_ptr(), 127.0);
+        let (d, q, _) = quantize_block(b.as_ptr(), 127.0);
         store_quants(o, q);
         o.d = d;
-        o.isum = isum;
         o.derive_sums();
     }
 }

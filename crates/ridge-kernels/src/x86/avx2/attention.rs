@@ -2,18 +2,19 @@
 //! converting rows in registers and applying each to all heads of a KV group.
 //!
 //! The entry point's body is a macro, [`attend_entry`], so that the AVX-512 folder compiles
-//! the very same loop with 32 vector registers (`x86::avx512::attention`): one body, two
-//! instruction sets, the same operations in the same order and so the same bits.
+//! the very same loop (`x86::avx512::attention`), with its own 512-bit loops for 1–8 heads
+//! whose lanes perform these loops' operations: the same operations in the same order on
+//! both instruction sets, and so the same bits (the kernel tests compare them).
 #![allow(clippy::needless_range_loop)]
 
 use crate::attention::layout::{AttnShape, KvLayer};
 use crate::x86::shared::{hsum, prefetch_l1};
 use std::arch::x86_64::*;
 
-/// Defines the grouped attention loop compiled with `$features` (`$regs32`: 32 vector
-/// registers), once per instruction set, from one body.
+/// Defines the grouped attention loop compiled with `$features`, once per instruction set,
+/// from one body; `$f16` is that instruction set's loop for 1–8 heads over f16 rows.
 macro_rules! attend_entry {
-    ($(#[$doc:meta])* $name:ident, $features:literal, $regs32:literal, $f16:ident) => {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $f16:ident) => {
         $(#[$doc])*
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
@@ -31,8 +32,6 @@ macro_rules! attend_entry {
             scores: &mut [f32],
             slots: &mut [usize],
         ) {
-            // `REGS32`: the build has 32 vector registers.
-            const REGS32: bool = $regs32;
             use std::arch::x86_64::*;
             const MAXG: usize = crate::attention::layout::MAX_GROUP;
             let hd = shape.head_dim;
@@ -66,14 +65,14 @@ macro_rules! attend_entry {
             }
             let (rows, sc) = ($crate::x86::avx2::attention::Rows16 { kp, vp, row: slots }, shape.scale);
             match gs {
-                1 => return $f16::<1, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                2 => return $f16::<2, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                3 => return $f16::<3, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                4 => return $f16::<4, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                5 => return $f16::<5, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                6 => return $f16::<6, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                7 => return $f16::<7, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
-                8 => return $f16::<8, REGS32>(&rows, len, hd, sc, q, out, ml, scores),
+                1 => return $f16::<1>(&rows, len, hd, sc, q, out, ml, scores),
+                2 => return $f16::<2>(&rows, len, hd, sc, q, out, ml, scores),
+                3 => return $f16::<3>(&rows, len, hd, sc, q, out, ml, scores),
+                4 => return $f16::<4>(&rows, len, hd, sc, q, out, ml, scores),
+                5 => return $f16::<5>(&rows, len, hd, sc, q, out, ml, scores),
+                6 => return $f16::<6>(&rows, len, hd, sc, q, out, ml, scores),
+                7 => return $f16::<7>(&rows, len, hd, sc, q, out, ml, scores),
+                8 => return $f16::<8>(&rows, len, hd, sc, q, out, ml, scores),
                 _ => {}
             }
             for j in 0..len {
@@ -121,7 +120,6 @@ attend_entry!(
     /// `scores` has room for `gs · (n_ctx − first)` values and `slots` for `n_ctx − first`.
     attend_group,
     "avx2,fma,f16c",
-    false,
     attend_f16
 );
 
@@ -181,7 +179,7 @@ pub(crate) unsafe fn prefetch_values(
 /// depend on `GS` (a head computed alone or with its group gives identical bits).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn attend_f16<const GS: usize, const REGS32: bool>(
+pub(crate) unsafe fn attend_f16<const GS: usize>(
     rows: &Rows16<'_>,
     len: usize,
     hd: usize,
@@ -191,29 +189,40 @@ pub(crate) unsafe fn attend_f16<const GS: usize, const REGS32: bool>(
     ml: &mut [f32],
     scores: &mut [f32],
 ) {
-    // Four positions at a time while 4·GS accumulators fit in registers (at most 12 of 16, or
-    // 24 of 32), else two while 2·GS do, else one. The last few one at a time.
-    let j = if GS <= 3 || (REGS32 && GS <= 6) {
+    // Four positions at a time while 4·GS accumulators fit in the 16 registers (at most 12),
+    // else two while 2·GS do, else one. The last few one at a time.
+    let j = if GS <= 3 {
         attend_scores::<GS, 4>(rows, 0, len, hd, scale, q, scores)
-    } else if GS <= 4 || REGS32 {
+    } else if GS <= 4 {
         attend_scores::<GS, 2>(rows, 0, len, hd, scale, q, scores)
     } else {
         0
     };
     attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
+    softmax_heads::<GS>(len, ml, scores);
+    // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4, else 1: ≤ 12
+    // accumulators.
+    if hd.is_multiple_of(32) && GS <= 3 {
+        attend_values::<GS, 4>(rows, len, hd, out, scores);
+    } else if hd.is_multiple_of(16) && GS <= 4 {
+        attend_values::<GS, 2>(rows, len, hd, out, scores);
+    } else {
+        attend_values::<GS, 1>(rows, len, hd, out, scores);
+    }
+}
+
+/// Each head's scores (`scores[h · len..]`) to its chunk partial: `e^(s − m)` in place,
+/// `ml[h] = m`, `ml[GS + h] = Σ e^(s − m)`.
+#[inline(always)]
+pub(crate) unsafe fn softmax_heads<const GS: usize>(
+    len: usize,
+    ml: &mut [f32],
+    scores: &mut [f32],
+) {
     for h in 0..GS {
         let (m, l) =
             crate::x86::avx2::elementwise::softmax_partial(&mut scores[h * len..(h + 1) * len]);
         (ml[h], ml[GS + h]) = (m, l);
-    }
-    // 4 vectors (32 dimensions) per head for up to 3 heads, 2 for 4, else 1: ≤ 12
-    // accumulators; with 32 registers 4 for up to 6 heads and 2 for up to 8 (≤ 24).
-    if hd.is_multiple_of(32) && (GS <= 3 || (REGS32 && GS <= 6)) {
-        attend_values::<GS, 4>(rows, len, hd, out, scores);
-    } else if hd.is_multiple_of(16) && (GS <= 4 || REGS32) {
-        attend_values::<GS, 2>(rows, len, hd, out, scores);
-    } else {
-        attend_values::<GS, 1>(rows, len, hd, out, scores);
     }
 }
 

@@ -12,7 +12,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::x86::avx2::attention::{
-    attend_scores, attend_values, hsum4, prefetch_keys, prefetch_values, Rows16,
+    attend_scores, attend_values, hsum4, prefetch_keys, prefetch_values, softmax_heads, Rows16,
 };
 use std::arch::x86_64::*;
 
@@ -25,7 +25,6 @@ crate::x86::avx2::attention::attend_entry!(
     /// As `x86::avx2::attention::attend_group`, with AVX-512 F/VL detected (an AVX-512 [`crate::Isa`]).
     attend_group_zmm,
     "avx2,fma,f16c,avx512f,avx512vl",
-    true,
     attend_f16_zmm
 );
 
@@ -39,7 +38,7 @@ crate::x86::avx2::attention::attend_entry!(
 /// (a multiple of 8) and buffers.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn attend_f16_zmm<const GS: usize, const REGS32: bool>(
+pub(crate) unsafe fn attend_f16_zmm<const GS: usize>(
     rows: &Rows16<'_>,
     len: usize,
     hd: usize,
@@ -51,11 +50,7 @@ pub(crate) unsafe fn attend_f16_zmm<const GS: usize, const REGS32: bool>(
 ) {
     let j = scores4::<GS>(rows, len, hd, scale, q, scores);
     attend_scores::<GS, 1>(rows, j, len, hd, scale, q, scores);
-    for h in 0..GS {
-        let (m, l) =
-            crate::x86::avx2::elementwise::softmax_partial(&mut scores[h * len..(h + 1) * len]);
-        (ml[h], ml[GS + h]) = (m, l);
-    }
+    softmax_heads::<GS>(len, ml, scores);
     // ≤ 24 accumulators of 32 registers.
     if hd.is_multiple_of(64) && GS <= 6 {
         values::<GS, 4>(rows, len, hd, out, scores);
