@@ -26,6 +26,9 @@ pub enum IsaKind {
     /// [`IsaKind::Avx2`] plus AVX-512 F/BW/VL and VNNI: 32 vector registers and `vpdpbusd`,
     /// the 8-bit dot product that replaces `pmaddubsw` + `pmaddwd` + add.
     Avx512,
+    /// [`IsaKind::Avx512`] plus AMX-TILE and AMX-INT8 with the tile state granted by the
+    /// kernel: 16 × 16 × 64 8-bit products per instruction for blocks of 16 tokens.
+    Amx,
 }
 
 /// The instruction-set path a kernel call takes: one this CPU supports (see the module docs),
@@ -71,6 +74,8 @@ fn supported(kind: IsaKind) -> bool {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vnni")
         }
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Amx => supported(IsaKind::Avx512) && crate::x86::amx::tile::permitted(),
         #[cfg(not(target_arch = "x86_64"))]
         _ => false,
     }
@@ -81,15 +86,17 @@ impl Isa {
     pub const SCALAR: Isa = Isa(IsaKind::Scalar, table(IsaKind::Scalar));
 
     /// The best path this CPU supports. `RIDGE_ISA=scalar` forces the reference path,
-    /// `RIDGE_ISA=avx2` the AVX2 kernels on an AVX-512 CPU.
+    /// `RIDGE_ISA=avx2` the AVX2 kernels on an AVX-512 CPU, `RIDGE_ISA=avx512` the VNNI
+    /// kernels on an AMX CPU.
     pub fn detect() -> Isa {
         let forced = std::env::var("RIDGE_ISA").ok();
         let best = match forced.as_deref() {
             Some("scalar") => IsaKind::Scalar,
             Some("avx2") => IsaKind::Avx2,
-            _ => IsaKind::Avx512,
+            Some("avx512") => IsaKind::Avx512,
+            _ => IsaKind::Amx,
         };
-        [IsaKind::Avx512, IsaKind::Avx2]
+        [IsaKind::Amx, IsaKind::Avx512, IsaKind::Avx2]
             .into_iter()
             .filter(|&k| k as u8 <= best as u8)
             .find_map(Isa::of)
@@ -105,11 +112,16 @@ impl Isa {
     /// scalar reference).
     pub fn available() -> Vec<Isa> {
         let best = Isa::detect();
-        [IsaKind::Scalar, IsaKind::Avx2, IsaKind::Avx512]
-            .into_iter()
-            .filter(|&k| k as u8 <= best.0 as u8)
-            .filter_map(Isa::of)
-            .collect()
+        [
+            IsaKind::Scalar,
+            IsaKind::Avx2,
+            IsaKind::Avx512,
+            IsaKind::Amx,
+        ]
+        .into_iter()
+        .filter(|&k| k as u8 <= best.0 as u8)
+        .filter_map(Isa::of)
+        .collect()
     }
 
     /// This path's kernels.
@@ -123,14 +135,19 @@ impl Isa {
         self.0
     }
 
-    /// Whether the AVX2/FMA/F16C kernels may run (true for [`IsaKind::Avx512`] too).
+    /// Whether the AVX2/FMA/F16C kernels may run (true for the wider paths too).
     pub fn avx2(self) -> bool {
-        matches!(self.0, IsaKind::Avx2 | IsaKind::Avx512)
+        matches!(self.0, IsaKind::Avx2 | IsaKind::Avx512 | IsaKind::Amx)
     }
 
-    /// Whether the AVX-512 F/BW/VL/VNNI kernels may run.
+    /// Whether the AVX-512 F/BW/VL/VNNI kernels may run (true for [`IsaKind::Amx`] too).
     pub fn avx512(self) -> bool {
-        self.0 == IsaKind::Avx512
+        matches!(self.0, IsaKind::Avx512 | IsaKind::Amx)
+    }
+
+    /// Whether the AMX tile products may run.
+    pub fn amx(self) -> bool {
+        self.0 == IsaKind::Amx
     }
 
     /// Human-readable name.
@@ -139,6 +156,7 @@ impl Isa {
             IsaKind::Scalar => "scalar",
             IsaKind::Avx2 => "avx2+fma+f16c",
             IsaKind::Avx512 => "avx512+vnni",
+            IsaKind::Amx => "avx512+vnni+amx",
         }
     }
 }
@@ -152,6 +170,8 @@ const fn table(kind: IsaKind) -> &'static Kernels {
         IsaKind::Avx2 => &dispatch::AVX2,
         #[cfg(target_arch = "x86_64")]
         IsaKind::Avx512 => &dispatch::AVX512,
+        #[cfg(target_arch = "x86_64")]
+        IsaKind::Amx => &dispatch::AMX,
         #[cfg(not(target_arch = "x86_64"))]
         _ => &dispatch::SCALAR,
     }

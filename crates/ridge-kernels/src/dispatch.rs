@@ -133,3 +133,11 @@ pub(crate) const AVX512: Kernels = {
         ..AVX2
     }
 };
+
+/// AMX-TILE/INT8: AVX-512's table with the tile-register products of `x86::amx` (16-token
+/// blocks; the rest through AVX-512's).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AMX: Kernels = Kernels {
+    tiled_chunk: Some(crate::x86::amx::tiled_chunk),
+    ..AVX512
+};

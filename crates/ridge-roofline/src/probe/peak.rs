@@ -38,7 +38,7 @@ pub fn int8_peak(isa: Isa, threads: usize, iters: u64, passes: usize) -> Option<
     let threads = threads.max(1);
     let iters = iters.max(1);
     let (path, macs_per_iter) = match isa.kind() {
-        IsaKind::Avx512 => ("avx512-vnni", ACCS * 64),
+        IsaKind::Avx512 | IsaKind::Amx => ("avx512-vnni", ACCS * 64),
         IsaKind::Avx2 => ("avx2", ACCS * 32),
         IsaKind::Scalar => return None,
     };
@@ -59,7 +59,7 @@ fn int8_loop(isa: Isa, iters: u64) -> i32 {
     #[cfg(target_arch = "x86_64")]
     match isa.kind() {
         // SAFETY: an Isa of this kind exists only once detection saw AVX-512 F/BW/VL/VNNI.
-        IsaKind::Avx512 => return unsafe { vnni_loop(iters) },
+        IsaKind::Avx512 | IsaKind::Amx => return unsafe { vnni_loop(iters) },
         // SAFETY: an Isa of this kind exists only once detection saw AVX2/FMA/F16C.
         IsaKind::Avx2 => return unsafe { avx2_int8_loop(iters) },
         IsaKind::Scalar => {}
@@ -201,7 +201,7 @@ mod tests {
         for isa in Isa::available() {
             let got = int8_loop(isa, 100);
             let want = match isa.kind() {
-                IsaKind::Avx512 => {
+                IsaKind::Avx512 | IsaKind::Amx => {
                     (0..ACCS as i32).map(|i| 16 * i).sum::<i32>() - 16 * ACCS as i32 * 400
                 }
                 IsaKind::Avx2 => (0..ACCS)

@@ -35,7 +35,26 @@ pub(crate) unsafe fn tiled_chunk(
     y: SharedMut<f32>,
     rows: usize,
 ) {
-    let mut t = 0;
+    tiled_tokens(w, a, 0, n, r0, r1, y, rows)
+}
+
+/// [`tiled_chunk`] for tokens `t0..n` only (the AMX path's remainder below a whole tile of
+/// tokens).
+///
+/// # Safety
+/// As [`tiled_chunk`], with `t0 <= n`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tiled_tokens(
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    t0: usize,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+    rows: usize,
+) {
+    let mut t = t0;
     while t < n {
         let step = (n - t).min(MAX_TOKENS);
         // SAFETY (each arm): this function's contract, with t + step <= n.

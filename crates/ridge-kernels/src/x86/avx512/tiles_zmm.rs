@@ -112,7 +112,7 @@ unsafe fn dp(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 
 /// The 32 bytes at offset `o` of both tiles, `p`'s in the low half.
 #[inline(always)]
-unsafe fn ld2(p: *const u8, q: *const u8, o: usize) -> __m512i {
+pub(crate) unsafe fn ld2(p: *const u8, q: *const u8, o: usize) -> __m512i {
     let lo = _mm256_loadu_si256(p.add(o) as *const __m256i);
     let hi = _mm256_loadu_si256(q.add(o) as *const __m256i);
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
@@ -120,7 +120,7 @@ unsafe fn ld2(p: *const u8, q: *const u8, o: usize) -> __m512i {
 
 /// The eight f16 values at offset `o` of both tiles as sixteen f32 lanes.
 #[inline(always)]
-unsafe fn f16x2(p: *const u8, q: *const u8, o: usize) -> __m512 {
+pub(crate) unsafe fn f16x2(p: *const u8, q: *const u8, o: usize) -> __m512 {
     let lo = _mm_loadu_si128(p.add(o) as *const __m128i);
     let hi = _mm_loadu_si128(q.add(o) as *const __m128i);
     _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
@@ -128,7 +128,7 @@ unsafe fn f16x2(p: *const u8, q: *const u8, o: usize) -> __m512 {
 
 /// The eight bytes at offset `o` of both tiles, as sixteen bytes (`p`'s first).
 #[inline(always)]
-unsafe fn bytes2(p: *const u8, q: *const u8, o: usize) -> __m128i {
+pub(crate) unsafe fn bytes2(p: *const u8, q: *const u8, o: usize) -> __m128i {
     _mm_unpacklo_epi64(
         _mm_loadl_epi64(p.add(o) as *const __m128i),
         _mm_loadl_epi64(q.add(o) as *const __m128i),
@@ -143,7 +143,7 @@ unsafe fn bcast4(a: *const u8) -> __m512i {
 
 /// The quant nibbles of vector `k` of both tiles (see `x86::shared::nibbles`).
 #[inline(always)]
-unsafe fn nibbles(p: *const u8, q: *const u8, k: usize) -> (__m512i, __m512i) {
+pub(crate) unsafe fn nibbles(p: *const u8, q: *const u8, k: usize) -> (__m512i, __m512i) {
     nibbles_at(p, q, 32 + 32 * k)
 }
 
@@ -245,7 +245,7 @@ impl Tiles<Zmm, ActBlock> for Q80 {
 /// nibbles (Q4_0, Q4_1), or with `FIVE` the fifth-bit vector and then the nibbles with those
 /// bits ORed in (Q5_0, Q5_1; see `x86::shared::q5_quants`), as unsigned bytes.
 #[inline(always)]
-unsafe fn small_quants<const FIVE: bool>(
+pub(crate) unsafe fn small_quants<const FIVE: bool>(
     p: *const u8,
     q: *const u8,
     o: usize,
@@ -386,7 +386,7 @@ impl<A: SmallSums> Tiles<Zmm, A> for Q51 {
 
 /// Both tiles' sub-block `s` scales: (`d · sc`, `dmin · m`) (see `x86::shared::q4k_scales`).
 #[inline(always)]
-unsafe fn q4k_scales(
+pub(crate) unsafe fn q4k_scales(
     p: *const u8,
     q: *const u8,
     d: __m512,
@@ -480,7 +480,7 @@ impl Tiles<Zmm, ActSplit16> for Q4K {
 /// Both tiles' signed 6-bit quants of element group `g` in quarter `C` (see
 /// `x86::shared::q6_group`).
 #[inline(always)]
-unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
+pub(crate) unsafe fn q6_group<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __m512i {
     _mm512_sub_epi8(q6_group_u::<C>(p, q, g), _mm512_set1_epi8(32))
 }
 
@@ -503,7 +503,7 @@ unsafe fn q6_group_u<const C: usize>(p: *const u8, q: *const u8, g: usize) -> __
 
 /// Both tiles' scales of sub-block `s` times their `d`.
 #[inline(always)]
-unsafe fn q6_scales(p: *const u8, q: *const u8, d: __m512, s: usize) -> __m512 {
+pub(crate) unsafe fn q6_scales(p: *const u8, q: *const u8, d: __m512, s: usize) -> __m512 {
     let sc = _mm512_cvtepi8_epi32(bytes2(p, q, 16 + 8 * s));
     _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc))
 }
