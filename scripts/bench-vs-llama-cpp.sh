@@ -34,11 +34,16 @@ done
 python3 - "$OUT" "$ROUNDS" "$BW" "$THREADS" "$ACTIVATIONS" <<'PY'
 import json, statistics, sys
 out, rounds, bw, threads, act = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
-lp, lt, rp, rt, eff, floor = [], [], [], [], [], []
+lp, lt, rp, rt, eff, floor, pfloor = [], [], [], [], [], [], []
 for r in range(1, rounds + 1):
     for t in json.load(open(f"{out}/llama.{r}.json")):
         (lp if t["n_prompt"] > 0 else lt).append(t["avg_ts"])
-    rp.append(json.loads(open(f"{out}/ridge_pp.{r}.json").readline())["prefill_tok_s"])
+    pp = json.loads(open(f"{out}/ridge_pp.{r}.json").readline())
+    rp.append(pp["prefill_tok_s"])
+    # The prefill's floor (the larger of memory and compute, ridge's probe of this round);
+    # absent on the scalar path, which has no compute roof.
+    if pp.get("prefill_floor_ms") is not None:
+        pfloor.append(pp["prefill_floor_ms"])
     j = json.loads(open(f"{out}/ridge_tg.{r}.json").readline())
     rt.append(j["decode_tok_s"])
     eff.append(j["roofline_efficiency"]); floor.append(j["roofline_tpot_ms"])
@@ -50,9 +55,16 @@ res = {
     "roofline_tpot_ms": m(floor), "ridge_roofline_efficiency": m(eff),
     "llama_cpp_roofline_efficiency": m(floor) * m(lt) / 1000.0,
 }
+if pfloor:
+    # Both engines against the same floor: 512 tokens in floor ms at their median rates.
+    res["prefill_floor_ms"] = m(pfloor)
+    res["ridge_prefill_floor_fraction"] = m(pfloor) * m(rp) / 512000.0
+    res["llama_cpp_prefill_floor_fraction"] = m(pfloor) * m(lp) / 512000.0
 print(f"{'':24}{'llama.cpp':>12}{'ridge':>12}{'ratio':>8}")
 print(f"{'prefill 512 (tok/s)':24}{m(lp):12.1f}{m(rp):12.1f}{m(rp)/m(lp):8.2f}")
 print(f"{'decode 128 (tok/s)':24}{m(lt):12.1f}{m(rt):12.1f}{m(rt)/m(lt):8.2f}")
 print(f"roofline floor {m(floor):.2f} ms/token at {bw:.1f} GB/s: ridge {100*m(eff):.0f}%, llama.cpp {100*res['llama_cpp_roofline_efficiency']:.0f}%")
+if pfloor:
+    print(f"prefill floor {m(pfloor):.0f} ms for 512 tokens: ridge {100*res['ridge_prefill_floor_fraction']:.0f}%, llama.cpp {100*res['llama_cpp_prefill_floor_fraction']:.0f}%")
 print(json.dumps(res))
 PY

@@ -30,6 +30,17 @@ pub struct ComputeRoof {
 }
 
 impl ComputeRoof {
+    /// The faster of two readings of the same roofs, field by field: a roof is the machine's
+    /// limit, so interference can only make a reading slower.
+    pub fn best(self, other: ComputeRoof) -> ComputeRoof {
+        ComputeRoof {
+            int8_gmacs: self.int8_gmacs.max(other.int8_gmacs),
+            f32_gmacs: self.f32_gmacs.max(other.f32_gmacs),
+        }
+    }
+}
+
+impl ComputeRoof {
     /// Milliseconds a step takes at the peaks when its tokens together attend over
     /// `attended` layer-positions (see [`ModelSpec::attended`]).
     /// `macs` is the linear layers' multiply-adds (`tokens · params` for decode,
@@ -75,6 +86,24 @@ pub fn bound(memory_ms: f64, compute_ms: f64) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_keeps_the_faster_reading_of_each_roof() {
+        let a = ComputeRoof {
+            int8_gmacs: 236.4,
+            f32_gmacs: 117.0,
+        };
+        let b = ComputeRoof {
+            int8_gmacs: 469.6,
+            f32_gmacs: 58.2,
+        };
+        let want = ComputeRoof {
+            int8_gmacs: 469.6,
+            f32_gmacs: 117.0,
+        };
+        assert_eq!(a.best(b), want);
+        assert_eq!(b.best(a), want);
+    }
 
     fn spec() -> ModelSpec {
         ModelSpec {

@@ -17,6 +17,11 @@
 //! On the 2-core AMD EPYC Zen 5 VM (family 26 model 2) of 2026-12-04: `vmulps`, `vfmadd231ps`,
 //! `vpmulld`, `vpmaddwd` 0.96–0.99 (the dot products' ports), `vaddps`, `vpaddd`, `vpsrlw`,
 //! `vcvtdq2ps`, `vpandd` −0.05–0.01 (other ports); one `vpdpbusd` slot 0.133 ns (two per cycle).
+//! On the Zen 4 VM (family 25 model 17) of the same day: one slot 0.280 ns (one 512-bit
+//! `vpdpbusd` per cycle), the same four ops 0.94–0.98; `vpaddd`, `vpsrlw`, `vcvtdq2ps`,
+//! `vpandd` and a broadcast load ~0; `vinserti64x4`, `vshufi64x2` and a masked 256-bit load
+//! ~0.2; two 256-bit loads joined by `vinserti64x4` (the pair kernels' `ld2`) ~0.5 — yet a
+//! masked load in its place measured no faster in the kernels (`mv_bw`, 3 rounds).
 
 #[cfg(target_arch = "x86_64")]
 mod run {
@@ -38,6 +43,8 @@ mod run {
         let mut a: [__m512i; 12] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32));
         let mut f: [__m512; 8] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
         let mut b: [__m512i; 8] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32 + 1));
+        let buf = [7u8; 256];
+        let p = black_box(buf.as_ptr());
         let start = Instant::now();
         for _ in 0..ITERS {
             for v in a.iter_mut() {
@@ -55,6 +62,28 @@ mod run {
                     .iter_mut()
                     .for_each(|v| *v = _mm512_castps_si512(_mm512_cvtepi32_ps(*v))),
                 9 => b.iter_mut().for_each(|v| *v = _mm512_and_si512(*v, w)),
+                10 => b
+                    .iter_mut()
+                    .for_each(|v| *v = _mm512_inserti64x4::<1>(*v, _mm512_castsi512_si256(w))),
+                11 => b.iter_mut().enumerate().for_each(|(i, v)| {
+                    // Two 256-bit loads joined (the pair kernels' `ld2`), then a free-port xor.
+                    let lo = _mm256_loadu_si256(p.add(8 * i) as *const __m256i);
+                    let hi = _mm256_loadu_si256(p.add(128 + 8 * i) as *const __m256i);
+                    let j = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                    *v = _mm512_xor_si512(*v, j)
+                }),
+                12 => b.iter_mut().enumerate().for_each(|(i, v)| {
+                    // The upper half merged from memory by a masked load.
+                    *v = _mm512_mask_loadu_epi64(*v, 0xF0, p.add(8 * i) as *const i64)
+                }),
+                13 => b
+                    .iter_mut()
+                    .for_each(|v| *v = _mm512_shuffle_i64x2::<0x4E>(*v, *v)),
+                14 => b.iter_mut().enumerate().for_each(|(i, v)| {
+                    // A 32-bit broadcast from memory (the activations' `bcast4`), then an xor.
+                    let j = _mm512_set1_epi32((p.add(4 * i) as *const i32).read_unaligned());
+                    *v = _mm512_xor_si512(*v, j)
+                }),
                 _ => {}
             }
         }
@@ -85,6 +114,11 @@ mod run {
             (7, "vpsrlw"),
             (8, "vcvtdq2ps"),
             (9, "vpandd"),
+            (10, "vinserti64x4 (reg)"),
+            (11, "2 loads + vinserti64x4"),
+            (12, "masked 256-bit load"),
+            (13, "vshufi64x2"),
+            (14, "vpbroadcastd (mem)"),
         ];
         for (k, name) in ops {
             // SAFETY: as above.
