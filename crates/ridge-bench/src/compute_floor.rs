@@ -38,9 +38,7 @@ impl ComputeRoof {
             f32_gmacs: self.f32_gmacs.max(other.f32_gmacs),
         }
     }
-}
 
-impl ComputeRoof {
     /// Milliseconds a step takes at the peaks when its tokens together attend over
     /// `attended` layer-positions (see [`ModelSpec::attended`]).
     /// `macs` is the linear layers' multiply-adds (`tokens · params` for decode,
