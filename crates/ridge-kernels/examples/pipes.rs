@@ -86,6 +86,21 @@ mod run {
                     let j = _mm512_set1_epi32((p.add(4 * i) as *const i32).read_unaligned());
                     *v = _mm512_xor_si512(*v, j)
                 }),
+                15 => b
+                    .iter_mut()
+                    .for_each(|v| *v = _mm512_sllv_epi32(*v, _mm512_set1_epi32(1))),
+                16 => b.iter_mut().enumerate().for_each(|(i, v)| {
+                    // A merge-masked add of a broadcast from memory (an exponent add).
+                    let j = _mm512_set1_epi32((p.add(4 * i) as *const i32).read_unaligned());
+                    *v = _mm512_mask_add_epi32(*v, 0x7FFF, *v, j)
+                }),
+                17 => b.iter_mut().enumerate().for_each(|(i, v)| {
+                    let j = _mm512_set1_epi32((p.add(4 * i) as *const i32).read_unaligned());
+                    *v = _mm512_ternarylogic_epi32::<0xCA>(j, *v, w)
+                }),
+                18 => b
+                    .iter_mut()
+                    .for_each(|v| *v = _mm512_dpwssd_epi32(*v, w, x)),
                 _ => {}
             }
         }
@@ -121,6 +136,10 @@ mod run {
             (12, "masked 256-bit load"),
             (13, "vshufi64x2"),
             (14, "vpbroadcastd (mem)"),
+            (15, "vpsllvd"),
+            (16, "masked vpaddd (mem)"),
+            (17, "vpternlogd (mem)"),
+            (18, "vpdpwssd"),
         ];
         for (k, name) in ops {
             // SAFETY: as above.

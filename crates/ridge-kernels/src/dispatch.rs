@@ -9,7 +9,9 @@
 //! that a path lacks are `None` (the caller then takes the portable code). Scalar entries are
 //! the reference implementations themselves.
 
-use crate::act::blocks::{quantize16_scalar, quantize_scalar, Act16Block, ActBlock};
+use crate::act::blocks::{
+    quantize16_scalar, quantize_pow2_scalar, quantize_scalar, Act16Block, ActBlock,
+};
 use crate::attention::layout::{AttnShape, KvLayer};
 use crate::matmul::acts::CallActs;
 use crate::matrix::WeightMatrix;
@@ -45,6 +47,8 @@ pub(crate) type AttendFn = unsafe fn(
 pub(crate) struct Kernels {
     /// Activations to 8-bit blocks (`act::quantize`).
     pub(crate) quantize_act: unsafe fn(&[f32], &mut [ActBlock]),
+    /// Activations to 8-bit blocks with power-of-two scales (`act::quantize_pow2`).
+    pub(crate) quantize_act_pow2: unsafe fn(&[f32], &mut [ActBlock]),
     /// Activations to 16-bit blocks (`act::quantize16`).
     pub(crate) quantize_act16: unsafe fn(&[f32], &mut [Act16Block]),
     /// `Σ x²` in eight partial sums (RMSNorm).
@@ -83,6 +87,7 @@ fn no_prefetch(_: *const u8, _: usize) {}
 /// The portable reference path.
 pub(crate) const SCALAR: Kernels = Kernels {
     quantize_act: quantize_scalar,
+    quantize_act_pow2: quantize_pow2_scalar,
     quantize_act16: quantize16_scalar,
     sum_squares: sel::sum_squares,
     scale_mul: sel::scale_mul,
@@ -105,6 +110,7 @@ pub(crate) const AVX2: Kernels = {
     use crate::x86::avx2::{act, attention, dot, elementwise as el, rows, tiles};
     Kernels {
         quantize_act: act::quantize_act,
+        quantize_act_pow2: act::quantize_act_pow2,
         quantize_act16: act::quantize_act16,
         sum_squares: el::sum_squares,
         scale_mul: el::scale_mul,

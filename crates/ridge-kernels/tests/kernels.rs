@@ -3,7 +3,10 @@
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use ridge_kernels::act::{quantize16_scalar, quantize_scalar, Act16Block, ActBlock};
+use ridge_kernels::act::{
+    pow2_scale, quantize16_scalar, quantize_pow2_scalar, quantize_scalar, Act16Block, ActBlock,
+    POW2_MAX, POW2_MIN,
+};
 use ridge_kernels::attention::{attend_group, attend_head, AttnShape, KvLayer};
 use ridge_kernels::blocks::{dequantize_row, quantize_row};
 use ridge_kernels::{
@@ -83,7 +86,12 @@ fn reference(
         let xt = &x[t * cols..(t + 1) * cols];
         let xe: Vec<f32> = match prec {
             ActPrecision::Int8 if dtype.is_quantized() => {
-                quantize_scalar(xt, &mut xa);
+                // Q4_K's activations take power-of-two scales (`matmul::pow2_acts`).
+                if dtype == DType::Q4_K {
+                    quantize_pow2_scalar(xt, &mut xa);
+                } else {
+                    quantize_scalar(xt, &mut xa);
+                }
                 xa.iter()
                     .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
                     .collect()
@@ -404,6 +412,116 @@ fn activation_quantization_simd_equals_scalar() {
         assert_eq!(p.dsum.to_bits(), (p.d * p.isum as f32).to_bits());
         assert_eq!(p.dsum.to_bits(), q.dsum.to_bits());
         assert_eq!(p.off32, q.off32);
+    }
+}
+
+/// Power-of-two activation scales (Q4_K's): every path gives the scalar quantizer's bits; each
+/// scale is the smallest power of two at or above the block's own (clamped to
+/// `POW2_MIN..=POW2_MAX`), so its quants stay within ±127 and every value is reconstructed
+/// within half a step; the exponent field the tile kernels add is the scale's.
+#[test]
+fn power_of_two_activation_scales_are_tight_and_the_same_on_every_path() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut x = randv(&mut rng, 32 * 43);
+    x[0..32].fill(0.0); // an all-zero block
+    x[40] = 127.5; // a tie case after scaling
+    x[32 * 9..32 * 10].iter_mut().for_each(|v| *v *= 1e-30); // below the smallest scale
+    x[32 * 11..32 * 12].iter_mut().for_each(|v| *v *= 1e33); // above the largest
+    x[32 * 12..32 * 13].fill(0.0);
+    x[32 * 12] = 127.0 * 0.25; // an ideal scale that is a power of two already
+    x[32 * 41..32 * 42].fill(-0.0);
+    let mut want = vec![ActBlock::default(); 43];
+    quantize_pow2_scalar(&x, &mut want);
+    for isa in isas() {
+        let mut got = vec![ActBlock::default(); 43];
+        ridge_kernels::act::quantize_pow2(isa, &x, &mut got);
+        for (i, (p, q)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                (p.d.to_bits(), p.qs, p.isum, p.off32, p.dsum.to_bits(), p.se),
+                (q.d.to_bits(), q.qs, q.isum, q.off32, q.dsum.to_bits(), q.se),
+                "{isa:?} block {i}"
+            );
+        }
+    }
+    for (i, (b, xb)) in want.iter().zip(x.chunks(32)).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        if amax == 0.0 {
+            assert_eq!((b.d, b.qs, b.se), (0.0, [0; 32], 0), "block {i}");
+            continue;
+        }
+        let ideal = amax / 127.0;
+        assert_eq!(b.d, pow2_scale(ideal));
+        assert_eq!(b.d.to_bits() & 0x7F_FFFF, 0, "block {i}: a power of two");
+        assert!((POW2_MIN..=POW2_MAX).contains(&b.d), "block {i}");
+        if (POW2_MIN..POW2_MAX).contains(&ideal) {
+            assert!(
+                b.d >= ideal && b.d < 2.0 * ideal,
+                "block {i}: {} for {ideal}",
+                b.d
+            );
+        }
+        assert_eq!(
+            b.se,
+            (((b.d.to_bits() >> 23) as i32) - 127) << 23,
+            "block {i}"
+        );
+        for (v, &q) in xb.iter().zip(&b.qs) {
+            assert!((-127..=127).contains(&q));
+            if b.d >= ideal {
+                let err = (*v as f64 - b.d as f64 * q as f64).abs();
+                assert!(
+                    err <= 0.5 * b.d as f64 * (1.0 + 1e-6),
+                    "block {i}: {v} vs {q}"
+                );
+            }
+        }
+    }
+    assert_eq!(want[12].d, 0.25, "an exact power of two is kept");
+    assert_eq!(want[9].d, POW2_MIN);
+    assert_eq!(want[11].d, POW2_MAX);
+}
+
+/// Q4_K tiles against power-of-two activations at the ends of their range: the 512-bit kernel's
+/// exponent add stays bitwise the multiply of the other paths (results normal floats), with
+/// sub-block scales of zero among the rows (the kernel's other branch).
+#[test]
+fn q4_k_tiles_take_the_extreme_activation_scales_bitwise() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let (rows, cols, n) = (32, 512, 16);
+    let mut w = random_rows(&mut rng, DType::Q4_K, rows, cols);
+    // Zero the 6-bit scales of every super-block of rows 0..4 (bytes 4..16 of each block).
+    for r in 0..4 {
+        for sb in 0..cols / 256 {
+            let o = (r * cols / 256 + sb) * 144;
+            w[o + 4..o + 16].fill(0);
+        }
+    }
+    let plain = WeightMatrix::new(DType::Q4_K, rows, cols, &w).unwrap();
+    let packed = PackedMatrix::pack(&plain).expect("packable");
+    let mut x = randv(&mut rng, n * cols);
+    for (t, row) in x.chunks_mut(cols).enumerate() {
+        let s = [1e-25f32, 1e-12, 1.0, 1e12, 1e30, 3e-17][t % 6];
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+    let mut outs: Vec<(Isa, Vec<f32>)> = Vec::new();
+    for isa in isas() {
+        let mut y = vec![0f32; n * rows];
+        let tiles = packed.view();
+        matmul(
+            isa,
+            ActPrecision::Int8,
+            &tiles,
+            &x,
+            n,
+            &mut y,
+            &mut MatmulScratch::default(),
+        );
+        assert!(y.iter().all(|v| v.is_finite()), "{isa:?}");
+        outs.push((isa, y));
+    }
+    let simd: Vec<&(Isa, Vec<f32>)> = outs.iter().filter(|(i, _)| *i != Isa::SCALAR).collect();
+    for pair in simd.windows(2) {
+        assert_eq!(pair[0].1, pair[1].1, "{:?} vs {:?}", pair[0].0, pair[1].0);
     }
 }
 

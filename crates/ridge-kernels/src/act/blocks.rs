@@ -26,6 +26,9 @@ pub struct ActBlock {
     /// Q4_0/Q4_1/Q5_0/Q5_1/Q4_K, computed once per block here instead of once per product
     /// (the same rounding, so the same bits; a tile kernel then broadcasts it from memory).
     pub dsum: f32,
+    /// `k << 23` where `2^k ≤ d < 2^(k+1)`: for a block whose scale is a power of two
+    /// ([`quantize_pow2_scalar`]), what an integer add to a float's bits multiplies it by `d`.
+    pub se: i32,
 }
 
 impl ActBlock {
@@ -47,7 +50,49 @@ impl ActBlock {
         self.isum = halves[0] + halves[1];
         self.off32 = halves.map(|h| 32 * h);
         self.dsum = dsum(self.d, self.isum);
+        self.se = exponent_bits(self.d);
     }
+}
+
+/// `k << 23` for `2^k ≤ d < 2^(k+1)` (0 for zero, NaN or subnormal `d`).
+#[inline]
+fn exponent_bits(d: f32) -> i32 {
+    let e = ((d.to_bits() >> 23) & 0xFF) as i32;
+    if d > 0.0 && e > 0 {
+        (e - 127) << 23
+    } else {
+        0
+    }
+}
+
+/// The smallest power-of-two activation scale, `2^-60` (blocks whose largest magnitude is
+/// below `127 · 2^-60 ≈ 1.1e-16` round on this coarser grid).
+pub const POW2_MIN: f32 = f32::from_bits((127 - 60) << 23);
+
+/// The largest power-of-two activation scale, `2^100` (a weight scale below `2^24` times it
+/// stays finite; values beyond `127 · 2^100 ≈ 1.6e32` saturate at ±127).
+pub const POW2_MAX: f32 = f32::from_bits((127 + 100) << 23);
+
+/// The power-of-two 8-bit scale of a block whose ideal scale is `s = amax / 127`: `s` clamped
+/// to [`POW2_MIN`]..=[`POW2_MAX`] and rounded up to a power of two; zero and NaN pass through.
+///
+/// Why: a Q4_K tile kernel scales each (sub-block, token) sum by weight scale × activation
+/// scale, a float multiply on the ports its `vpdpbusd` products use. With `d = 2^k` that
+/// product is the weight scale with `k` added to its exponent bits — an integer add on
+/// another port — and bitwise what the plain multiply gives (scaling by a power of two is
+/// exact while the result is a normal float, which the clamps guarantee for f16-scaled
+/// weights), so every path, multiplying or adding, gives the same bits. The cost: a scale up
+/// to 2× coarser than the block's own, about 1.5× its rounding error (measured: perplexity
+/// +0.03 points on the 1.5B, `BENCHMARKS.md`), so only the matrices whose kernels gain take it
+/// (`matmul::pow2_acts`).
+#[inline]
+pub fn pow2_scale(s: f32) -> f32 {
+    // Zero and NaN are not above zero.
+    if s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return s;
+    }
+    let b = s.clamp(POW2_MIN, POW2_MAX).to_bits();
+    f32::from_bits((b + 0x7F_FFFF) & !0x7F_FFFF)
 }
 
 /// `d · Σq` as every block type stores it (one rounding; the tile kernels' constant terms).
@@ -57,10 +102,12 @@ fn dsum(d: f32, isum: i32) -> f32 {
 }
 
 /// One block of 32 values to integers of at most `qmax` in magnitude: `put(i, q_i)` for each,
-/// returning the scale `d = amax / qmax` and `Σ q` (round half to even, as the SIMD paths).
-fn quantize_block(b: &[f32], qmax: f32, mut put: impl FnMut(usize, i32)) -> (f32, i32) {
+/// returning the scale `d = amax / qmax` ([`pow2_scale`] of it if `pow2`) and `Σ q` (round
+/// half to even, as the SIMD paths).
+fn quantize_block(b: &[f32], qmax: f32, pow2: bool, mut put: impl FnMut(usize, i32)) -> (f32, i32) {
     let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = amax / qmax;
+    let d = if pow2 { pow2_scale(d) } else { d };
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     let mut s = 0i32;
     for (i, v) in b.iter().enumerate() {
@@ -73,9 +120,19 @@ fn quantize_block(b: &[f32], qmax: f32, mut put: impl FnMut(usize, i32)) -> (f32
 
 /// Quantizes `x` (length a multiple of 32) into `out` (length `x.len() / 32`). Scalar reference.
 pub fn quantize_scalar(x: &[f32], out: &mut [ActBlock]) {
+    quantize8(x, out, false);
+}
+
+/// As [`quantize_scalar`] with power-of-two scales ([`pow2_scale`]). Scalar reference.
+pub fn quantize_pow2_scalar(x: &[f32], out: &mut [ActBlock]) {
+    quantize8(x, out, true);
+}
+
+/// [`quantize_scalar`] (`pow2` false) or [`quantize_pow2_scalar`].
+fn quantize8(x: &[f32], out: &mut [ActBlock], pow2: bool) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
         // |q| <= 127 (clamped above), so the narrowing is exact.
-        (o.d, o.isum) = quantize_block(b, 127.0, |i, q| o.qs[i] = q as i8);
+        (o.d, o.isum) = quantize_block(b, 127.0, pow2, |i, q| o.qs[i] = q as i8);
         o.derive_sums();
     }
 }
@@ -115,7 +172,7 @@ pub const Q16_MAX: f32 = 32767.0;
 pub fn quantize16_scalar(x: &[f32], out: &mut [Act16Block]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
         // |q| <= 32767 (clamped above), so the narrowing is exact.
-        (o.d, o.isum) = quantize_block(b, Q16_MAX, |i, q| o.qs[i] = q as i16);
+        (o.d, o.isum) = quantize_block(b, Q16_MAX, false, |i, q| o.qs[i] = q as i16);
     }
 }
 

@@ -9,8 +9,8 @@
 pub mod blocks;
 
 pub use blocks::{
-    quantize16_scalar, quantize_scalar, split16, Act16Block, ActBlock, ActSplit16, IntActBlock,
-    Q16_MAX,
+    pow2_scale, quantize16_scalar, quantize_pow2_scalar, quantize_scalar, split16, Act16Block,
+    ActBlock, ActSplit16, IntActBlock, POW2_MAX, POW2_MIN, Q16_MAX,
 };
 
 use crate::pool::{for_ranges, SharedMut};
@@ -49,6 +49,13 @@ pub fn quantize(isa: Isa, x: &[f32], out: &mut [ActBlock]) {
     // SAFETY: the table is `isa`'s, whose kernels run on this CPU (cpu.rs); every path writes
     // at most `out.len()` blocks (it zips the blocks of `x` with `out`).
     unsafe { by_pieces(x, out, isa.kernels().quantize_act) }
+}
+
+/// Quantizes with power-of-two scales with the best path for `isa`; identical to
+/// [`quantize_pow2_scalar`].
+pub fn quantize_pow2(isa: Isa, x: &[f32], out: &mut [ActBlock]) {
+    // SAFETY: as in `quantize`.
+    unsafe { by_pieces(x, out, isa.kernels().quantize_act_pow2) }
 }
 
 /// Quantizes into 16-bit blocks with the best path for `isa`; identical to

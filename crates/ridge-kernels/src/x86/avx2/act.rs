@@ -1,13 +1,13 @@
 //! AVX2 quantization of activations into 8- and 16-bit blocks: the same scale, rounding
 //! (half to even) and sums as the scalar reference in [`crate::act::blocks`].
 
-use crate::act::blocks::{Act16Block, ActBlock, Q16_MAX};
+use crate::act::blocks::{pow2_scale, Act16Block, ActBlock, POW2_MAX, POW2_MIN, Q16_MAX};
 use std::arch::x86_64::*;
 
 /// One block of 32 activations at `p` to integers of at most `qmax` in magnitude, as
 /// `act::quantize_block` computes them: the scale, the four vectors of eight quants, their sum.
 #[inline(always)]
-unsafe fn quantize_block(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
+unsafe fn quantize_block<const POW2: bool>(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
     let sign = _mm256_set1_ps(-0.0);
     let v = [
         _mm256_loadu_ps(p),
@@ -23,6 +23,7 @@ unsafe fn quantize_block(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
     let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
     let d = amax / qmax;
+    let d = if POW2 { pow2_scale(d) } else { d };
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     let idv = _mm256_set1_ps(id);
     // A loop, not a closure: closures do not inherit the target features.
@@ -32,6 +33,9 @@ unsafe fn quantize_block(p: *const f32, qmax: f32) -> (f32, [__m256i; 4], i32) {
             _mm256_mul_ps(v[k], idv),
             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
         ));
+        if POW2 {
+            q[k] = saturate127(q[k]);
+        }
     }
     let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
@@ -84,12 +88,50 @@ unsafe fn amax8(m: [__m256; 8]) -> __m256 {
 /// its bytes. Activation quantization was 3.9% of the 1.5B's 512-token prefill.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
+    quantize8::<false>(x, out)
+}
+
+/// As [`quantize_act`] with power-of-two scales, exactly as `act::quantize_pow2_scalar`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act_pow2(x: &[f32], out: &mut [ActBlock]) {
+    quantize8::<true>(x, out)
+}
+
+/// `q` clamped to ±127, as the scalar quantizer clamps (a power-of-two scale clamped at its
+/// largest leaves larger values above 127; a block's own scale never does).
+#[inline(always)]
+unsafe fn saturate127(q: __m256i) -> __m256i {
+    _mm256_max_epi32(
+        _mm256_min_epi32(q, _mm256_set1_epi32(127)),
+        _mm256_set1_epi32(-127),
+    )
+}
+
+/// `pow2_scale` of eight ideal scales (`positive`: the lanes above zero; the others, zero or
+/// NaN, pass through as there).
+#[inline(always)]
+unsafe fn pow2_scales(d: __m256, positive: __m256) -> __m256 {
+    let c = _mm256_min_ps(
+        _mm256_max_ps(d, _mm256_set1_ps(POW2_MIN)),
+        _mm256_set1_ps(POW2_MAX),
+    );
+    let mantissa = _mm256_set1_epi32(0x7F_FFFF);
+    let up = _mm256_add_epi32(_mm256_castps_si256(c), mantissa);
+    let r = _mm256_castsi256_ps(_mm256_andnot_si256(mantissa, up));
+    _mm256_blendv_ps(d, r, positive)
+}
+
+/// [`quantize_act`] or [`quantize_act_pow2`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn quantize8<const POW2: bool>(x: &[f32], out: &mut [ActBlock]) {
     let full = x.len() / 256;
     for (b8, o8) in x.chunks_exact(256).zip(out.chunks_exact_mut(8)) {
         let p = b8.as_ptr();
         let amax = amax8(std::array::from_fn(|b| abs_max_lanes(p.add(32 * b))));
         let d = _mm256_div_ps(amax, _mm256_set1_ps(127.0));
         let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(d, _mm256_setzero_ps());
+        let d = if POW2 { pow2_scales(d, positive) } else { d };
         let id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0), d), positive);
         let mut ds = [0f32; 8];
         _mm256_storeu_ps(ds.as_mut_ptr(), d);
@@ -97,9 +139,14 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
             let idv = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(b as i32));
             let q: [__m256i; 4] = std::array::from_fn(|k| {
                 let v = _mm256_loadu_ps(p.add(32 * b + 8 * k));
-                _mm256_cvtps_epi32(_mm256_round_ps::<
+                let q = _mm256_cvtps_epi32(_mm256_round_ps::<
                     { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-                >(_mm256_mul_ps(v, idv)))
+                >(_mm256_mul_ps(v, idv)));
+                if POW2 {
+                    saturate127(q)
+                } else {
+                    q
+                }
             });
             store_quants(o, q);
             // [Σ elements 0..16, Σ 16..32] in lanes 0 and 1.
@@ -115,7 +162,7 @@ pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [ActBlock]) {
         .chunks_exact(32)
         .zip(out[8 * full..].iter_mut())
     {
-        let (d, q, _) = quantize_block(b.as_ptr(), 127.0);
+        let (d, q, _) = quantize_block::<POW2>(b.as_ptr(), 127.0);
         store_quants(o, q);
         o.d = d;
         o.derive_sums();
@@ -136,7 +183,7 @@ unsafe fn store_quants(o: &mut ActBlock, q: [__m256i; 4]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act16(x: &[f32], out: &mut [Act16Block]) {
     for (b, o) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let (d, q, isum) = quantize_block(b.as_ptr(), Q16_MAX);
+        let (d, q, isum) = quantize_block::<false>(b.as_ptr(), Q16_MAX);
         // packs works within 128-bit halves; the 64-bit permute restores element order.
         let lo = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0b11_01_10_00);
         let hi = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0b11_01_10_00);

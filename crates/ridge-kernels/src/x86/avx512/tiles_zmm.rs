@@ -413,6 +413,26 @@ unsafe fn q4k_in(acc: __m512, isum: __m512i, sc: (__m512, __m512), da: f32, dsum
     _mm512_fnmadd_ps(dm, _mm512_set1_ps(dsum), acc)
 }
 
+/// Whether no lane of `w` is ±0 (then [`times_pow2`] may skip a zero test).
+#[inline(always)]
+unsafe fn all_nonzero(w: __m512) -> bool {
+    let magnitude = _mm512_set1_epi32(0x7FFF_FFFF);
+    _mm512_test_epi32_mask(_mm512_castps_si512(w), magnitude) == 0xFFFF
+}
+
+/// `w · a.d` for a `w` with no zero lane and a power-of-two `a.d = 2^k`
+/// (`act::quantize_pow2`): `w` with `k` added to its exponent bits, bitwise the product
+/// `_mm512_mul_ps(w, _mm512_set1_ps(a.d))` gives (scaling by a power of two is exact while the
+/// result is a normal float, which the quantizer's clamps keep for f16 weight scales) — but an
+/// integer add, which Zen 4 issues beside `vpdpbusd`, where the multiply takes one of its
+/// slots (`examples/pipes.rs`). A zero lane would not stay zero: [`all_nonzero`] first (a
+/// masked add, select or `and` measured slower than the multiply).
+#[inline(always)]
+unsafe fn times_pow2(w: __m512, a: &ActBlock) -> __m512 {
+    let k = _mm512_set1_epi32(a.se);
+    _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(w), k))
+}
+
 impl Tiles<Zmm, ActBlock> for Q4K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
@@ -435,9 +455,21 @@ impl Tiles<Zmm, ActBlock> for Q4K {
                 }
             }
             let sc = q4k_scales(p, q, d, dmin, s);
-            for t in 0..T {
-                let a = x[t].get_unchecked(8 * sb + s);
-                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
+            // Q4_K's activations have power-of-two scales (`matmul::pow2_acts`); a sub-block
+            // scale of zero (rare in real files) takes the multiply.
+            if all_nonzero(sc.0) {
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    // q4k_in's operations, its `dsc · da` an exponent add (the same bits).
+                    let v = _mm512_cvtepi32_ps(sum[t]);
+                    let v = _mm512_fmadd_ps(v, times_pow2(sc.0, a), acc[t]);
+                    acc[t] = _mm512_fnmadd_ps(sc.1, _mm512_set1_ps(a.dsum), v);
+                }
+            } else {
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
+                }
             }
         }
     }
