@@ -11,6 +11,7 @@ import json
 import sys
 import urllib.request
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -26,18 +27,25 @@ def main():
     base, first, second = sys.argv[1], sys.argv[2], sys.argv[3]
     check(state(base) == {first: "loaded", second: "unloaded"}, f"start state {state(base)}")
     d = browser()
-    wait = WebDriverWait(d, 120, poll_frequency=0.05)
+    # The page re-renders the picker from /state as models load: an element found before a
+    # re-render goes stale, so waits retry on that, and the picker is read in one script.
+    wait = WebDriverWait(
+        d, 120, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)
+    )
     el = lambda css: d.find_element(By.CSS_SELECTOR, css)
     els = lambda css: d.find_elements(By.CSS_SELECTOR, css)
+    options = lambda: d.execute_script(
+        "return [...document.querySelectorAll('#model-pick option')].map(o => o.textContent)"
+    )
+    picked = lambda: d.execute_script("return document.querySelector('#model-pick').value")
     summary = {}
     try:
         d.get(base + "/")
-        wait.until(lambda _: len(els("#model-pick option")) == 2)
-        pick = Select(el("#model-pick"))
-        labels = [o.text for o in pick.options]
+        wait.until(lambda _: len(options()) == 2)
+        labels = options()
         check(labels == [first, f"{second} (unloaded)"], f"picker shows {labels}")
-        check(pick.first_selected_option.get_attribute("value") == first, "default is the first")
-        pick.select_by_value(second)
+        check(picked() == first, "default is the first")
+        wait.until(lambda _: Select(el("#model-pick")).select_by_value(second) or True)
         f = el("#max_tokens")
         f.clear()
         f.send_keys("8")
@@ -48,12 +56,12 @@ def main():
         check(not els(".msg.assistant.error"), el(".msg.assistant").text)
         # The request went to the picked model: it loaded on first use.
         check(state(base)[second] == "loaded", f"after the answer: {state(base)}")
-        wait.until(lambda _: [o.text for o in Select(el("#model-pick")).options] == [first, second])
+        wait.until(lambda _: options() == [first, second])
         summary["answer"] = el(".msg.assistant .text").text
         # The choice survives a reload.
         d.refresh()
-        wait.until(lambda _: len(els("#model-pick option")) == 2)
-        got = Select(el("#model-pick")).first_selected_option.get_attribute("value")
+        wait.until(lambda _: len(options()) == 2)
+        got = picked()
         check(got == second, f"picked model after reload: {got}")
     finally:
         d.quit()

@@ -21,7 +21,10 @@
 //! `vpdpbusd` per cycle), the same four ops 0.94–0.98; `vpaddd`, `vpsrlw`, `vcvtdq2ps`,
 //! `vpandd` and a broadcast load ~0; `vinserti64x4`, `vshufi64x2` and a masked 256-bit load
 //! ~0.2; two 256-bit loads joined by `vinserti64x4` (the pair kernels' `ld2`) ~0.5 — yet a
-//! masked load in its place measured no faster in the kernels (`mv_bw`, 3 rounds).
+//! masked load in its place measured no faster in the kernels (`mv_bw`, 3 rounds). Session 25,
+//! same CPU: `vpsllvd` ~0 and `vpdpwssd` 0.99, while a merge-masked `vpaddd` with a broadcast
+//! operand costs 0.60 and `vpternlogd` 0.48 (three-source forms share the `vpdpbusd` ports) —
+//! why the Q4_K kernel's exponent add is a plain add behind a per-sub-block zero test.
 
 #[cfg(target_arch = "x86_64")]
 mod run {

@@ -44,6 +44,16 @@
 //! bits, reads 12.8963, +0.42%) — while 8-bit prefill of 512 tokens on the 1.5B runs 150 tok/s
 //! against 121 (the 16-bit path does two byte products per weight). So `Mixed` is 8-bit
 //! everywhere for `qwen2`; qwen3 keeps llama's plan until a real model measures it.
+//!
+//! Since session 25 (2026-12-04) the 8-bit blocks of Q4_K matrices have power-of-two scales
+//! (`ridge_kernels::act::pow2_scale`: up to 2× coarser than each block's own), which lets the
+//! AVX-512 Q4_K kernel replace a multiply per (sub-block, token) by an exponent add: the 1.5B's
+//! 512-token prefill 196.5–196.8 → 205.6–211.4 tok/s on a Zen 4. Measured on the 1.5B against
+//! the previous build (same text): ctx 512 × 4 chunks 12.8534 → 12.8865 (+0.09% → +0.35%
+//! against the exact 12.8420; llama.cpp +0.42%), ctx 256 × 12 chunks 14.7294 → 14.7228, ctx
+//! 128 × 25 chunks 17.7774 → 17.7935 (f32 17.7777) — within the wander of 8-bit rounding
+//! described above, and on average slightly worse, as a coarser scale should be. SmolLM2
+//! (Q4_1) and Gemma 3 270M (whose 8-bit matrices are not Q4_K) are unchanged.
 
 use std::str::FromStr;
 

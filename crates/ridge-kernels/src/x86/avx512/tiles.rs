@@ -286,9 +286,22 @@ impl Tiles<Vnni, ActBlock> for Q4K {
                 }
             }
             let sc = q4k_scales(p, d8, dmin8, s);
-            for t in 0..T {
-                let a = x[t].get_unchecked(8 * sb + s);
-                acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
+            // As the 512-bit kernel (`tiles_zmm`): Q4_K's activation scales are powers of
+            // two, so `dsc · da` is an exponent add where no weight scale is zero.
+            let magnitude = _mm256_set1_epi32(0x7FFF_FFFF);
+            if _mm256_test_epi32_mask(_mm256_castps_si256(sc.0), magnitude) == 0xFF {
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    let k = _mm256_set1_epi32(a.se);
+                    let w = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(sc.0), k));
+                    let v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), w, acc[t]);
+                    acc[t] = _mm256_fnmadd_ps(sc.1, _mm256_set1_ps(a.dsum), v);
+                }
+            } else {
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * sb + s);
+                    acc[t] = q4k_in(acc[t], sum[t], sc, a.d, a.dsum);
+                }
             }
         }
     }
