@@ -30,8 +30,9 @@ pub struct MatmulScratch {
 /// Whether a `dtype` matrix's 8-bit activations take power-of-two scales
 /// ([`act::pow2_scale`]): Q4_K's, whose 512-bit tile kernel then scales each (sub-block,
 /// token) sum by an exponent add instead of a multiply on the `vpdpbusd` ports (the 1.5B's
-/// prefill 194–198 → 208–211 tok/s on a Zen 4, perplexity 12.8534 → 12.8574 against 12.8420
-/// exact). Formats whose kernels gain nothing keep each block's own scale.
+/// 512-token prefill 196.5–196.8 → 205.6–211.4 tok/s on a Zen 4; its perplexity and why that
+/// cost is accepted: `ridge_model`'s `act_policy`). Formats whose kernels gain nothing keep
+/// each block's own scale.
 pub(crate) fn pow2_acts(dtype: DType) -> bool {
     dtype == DType::Q4_K
 }
