@@ -1081,6 +1081,57 @@ fn matmul_each_is_bitwise_each_matmul() {
     }
 }
 
+/// Items of different formats reading one slice in `matmul_each` share a quantized copy only
+/// where their activations take the same scales: a Q4_K item (power-of-two scales) beside a
+/// Q4_0 or Q6_K one (each block's own scale), in either order, gives each product's outputs
+/// exactly as a lone `matmul` does.
+#[test]
+fn matmul_each_keeps_power_of_two_scales_apart() {
+    let mut rng = StdRng::seed_from_u64(59);
+    let (cols, n) = (256, 3);
+    let formats = [DType::Q4_0, DType::Q4_K, DType::Q6_K];
+    let raw: Vec<Vec<u8>> = formats
+        .iter()
+        .map(|&d| random_rows(&mut rng, d, 16, cols))
+        .collect();
+    let mats: Vec<WeightMatrix<'_>> = formats
+        .iter()
+        .zip(&raw)
+        .map(|(&d, w)| WeightMatrix::new(d, 16, cols, w).unwrap())
+        .collect();
+    let x = randv(&mut rng, n * cols);
+    for order in [[0, 1, 2], [1, 0, 2], [2, 1, 0]] {
+        for isa in isas() {
+            let mut outs: Vec<Vec<f32>> = order.iter().map(|_| vec![0f32; n * 16]).collect();
+            let mut items: Vec<_> = order
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(&m, y)| (mats[m], &x[..], n, &mut y[..]))
+                .collect();
+            matmul_each(
+                isa,
+                ActPrecision::Int8,
+                &mut items,
+                &mut MatmulScratch::default(),
+            );
+            for (&m, got) in order.iter().zip(&outs) {
+                let mut want = vec![0f32; n * 16];
+                let mut scratch = MatmulScratch::default();
+                matmul(
+                    isa,
+                    ActPrecision::Int8,
+                    &mats[m],
+                    &x,
+                    n,
+                    &mut want,
+                    &mut scratch,
+                );
+                assert_eq!(got, &want, "{:?} {isa:?} order {order:?}", formats[m]);
+            }
+        }
+    }
+}
+
 /// Products sharing one activation slice (an expert's gate and up; every expert's at one
 /// token) share its quantized copy in `matmul_each`; stored and tiled layouts mixed in one call
 /// (so a shared 16-bit copy must still carry its split bytes for the tiled ones) give each
