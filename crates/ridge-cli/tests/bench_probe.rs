@@ -45,7 +45,10 @@ fn probe_json_is_one_line_with_bandwidth() {
     match v["isa"].as_str() {
         Some("scalar") => assert!(v["int8_peak_gmacs"].is_null(), "{v}"),
         Some(isa) => {
-            let want = if isa.starts_with("avx512") {
+            // On an AMX CPU the roof is the tile unit's, with the VNNI peak beside it.
+            let want = if isa.ends_with("+amx") {
+                "amx-int8"
+            } else if isa.starts_with("avx512") {
                 "avx512-vnni"
             } else {
                 "avx2"
@@ -53,6 +56,13 @@ fn probe_json_is_one_line_with_bandwidth() {
             assert_eq!(v["int8_path"], want, "{v}");
             let g = num(&v, "int8_peak_gmacs");
             assert!(g > 0.0 && (num(&v, "int8_peak_gops") - 2.0 * g).abs() < 1e-9 * g);
+            if want == "amx-int8" {
+                assert_eq!(v["int8_vector_path"], "avx512-vnni", "{v}");
+                assert!(num(&v, "int8_vector_peak_gmacs") > 0.0, "{v}");
+            } else {
+                assert!(v["int8_vector_peak_gmacs"].is_null(), "{v}");
+                assert!(v["amx_bf16_peak_gflops"].is_null(), "{v}");
+            }
         }
         None => panic!("{v}"),
     }

@@ -150,6 +150,27 @@ impl Isa {
         self.0 == IsaKind::Amx
     }
 
+    /// Runs the AMX tile unit's peak loop (`iters` iterations of four independent 16 × 16 × 64
+    /// products, every operand in tile registers) for the probe's compute roof; returns the
+    /// multiply-adds done and a checksum (`−64 · iters` for int8, `−32 · iters` for bf16), or
+    /// `None` unless this is the AMX path (and, for `bf16`, the CPU has AMX-BF16).
+    pub fn amx_peak_loop(self, bf16: bool, iters: u64) -> Option<(u64, i32)> {
+        #[cfg(target_arch = "x86_64")]
+        if self.amx() {
+            use crate::x86::amx::tile;
+            let macs = tile::PEAK_MACS_PER_ITER * iters;
+            // SAFETY: an AMX Isa exists only once detection saw AMX-TILE/INT8 and the kernel
+            // granted the tile state; the bf16 loop runs only where the CPU reports AMX-BF16.
+            return match bf16 {
+                false => Some((macs, unsafe { tile::peak_loop::<false>(iters) })),
+                true if tile::has_bf16() => Some((macs, unsafe { tile::peak_loop::<true>(iters) })),
+                true => None,
+            };
+        }
+        let _ = (bf16, iters);
+        None
+    }
+
     /// Human-readable name.
     pub fn name(self) -> &'static str {
         match self.0 {
@@ -193,5 +214,21 @@ mod tests {
         assert!(all
             .windows(2)
             .all(|w| (w[0].kind() as u8) < (w[1].kind() as u8)));
+    }
+
+    #[test]
+    fn the_amx_peak_loop_does_its_products() {
+        for isa in Isa::available() {
+            let got = isa.amx_peak_loop(false, 10);
+            match isa.kind() {
+                // Each result element gains 64 products of 1 · −1 per iteration.
+                IsaKind::Amx => assert_eq!(got, Some((10 * 4 * 16 * 16 * 64, -640))),
+                _ => assert_eq!(got, None, "{isa:?}"),
+            }
+            if let Some((macs, sum)) = isa.amx_peak_loop(true, 10) {
+                // 32 bf16 pairs of 1.0 · −1.0 per element per iteration.
+                assert_eq!((macs, sum), (10 * 4 * 16 * 16 * 64, -320));
+            }
+        }
     }
 }

@@ -357,6 +357,72 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
     assert!(PackedMatrix::pack(&k).is_none(), "Q5_K has no tile layout");
 }
 
+/// Several whole blocks of 16 tokens (the AMX path's unit, where the CPU has it: each block
+/// regrouped into its own activation panels) and a remainder, over chunks of several row pairs:
+/// every SIMD path gives the same bits, and each token's outputs are those it gets alone.
+#[test]
+fn many_token_blocks_give_every_paths_bits() {
+    let mut rng = StdRng::seed_from_u64(41);
+    let (rows, cols, n) = (96, 768, 51);
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
+        let w = random_rows(&mut rng, dtype, rows, cols);
+        let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let packed = PackedMatrix::pack(&plain).expect("packable");
+        let x = randv(&mut rng, n * cols);
+        let want = reference(dtype, ActPrecision::Int8, true, &w, rows, cols, &x, n);
+        let mut first: Option<Vec<f32>> = None;
+        for isa in isas().into_iter().filter(|&i| i != Isa::SCALAR) {
+            let mut y = vec![0f32; n * rows];
+            let mut scratch = MatmulScratch::default();
+            matmul(
+                isa,
+                ActPrecision::Int8,
+                &packed.view(),
+                &x,
+                n,
+                &mut y,
+                &mut scratch,
+            );
+            for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
+                assert!(
+                    (a as f64 - b).abs() < tol,
+                    "{dtype:?} {isa:?} elem {i}: {a} vs {b}"
+                );
+            }
+            // Token 37 (in the third block of 16) alone.
+            let mut one = vec![0f32; rows];
+            let x1 = &x[37 * cols..38 * cols];
+            matmul(
+                isa,
+                ActPrecision::Int8,
+                &packed.view(),
+                x1,
+                1,
+                &mut one,
+                &mut scratch,
+            );
+            assert_eq!(
+                &y[37 * rows..38 * rows],
+                &one[..],
+                "{dtype:?} {isa:?}: token 37 alone"
+            );
+            match &first {
+                None => first = Some(y),
+                Some(f) => assert_eq!(f, &y, "{dtype:?}: {isa:?} vs the first SIMD path"),
+            }
+        }
+    }
+}
+
 #[test]
 fn quantize_round_trip_error_is_bounded() {
     let mut rng = StdRng::seed_from_u64(3);

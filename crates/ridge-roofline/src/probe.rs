@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ridge_kernels::{blocks, matmul, ActPrecision, DType, Isa, MatmulScratch, WeightMatrix};
 
 mod peak;
-pub use peak::{bf16_gflops, int8_peak, Int8Peak, PEAK_ITERS};
+pub use peak::{amx_bf16_gflops, bf16_gflops, int8_peak, Int8Peak, PEAK_ITERS};
 
 /// One cache line of the bandwidth buffer; the alignment makes every 32-byte half an aligned
 /// AVX2 load.
@@ -93,6 +93,11 @@ pub struct ProbeReport {
     pub int8: Option<Int8Peak>,
     /// Peak bf16 dot-product rate, GFLOP/s, where the CPU has AVX-512 BF16 ([`bf16_gflops`]).
     pub bf16_gflops: Option<f64>,
+    /// Where the int8 roof is the AMX tile unit's: the AVX-512 VNNI path's peak beside it
+    /// (what the vector kernels, and every step of fewer than 16 tokens, run at).
+    pub int8_vector: Option<Int8Peak>,
+    /// Peak bf16 rate of the AMX tile unit, GFLOP/s ([`amx_bf16_gflops`]); no kernel uses it.
+    pub amx_bf16_gflops: Option<f64>,
     /// Name of the kernel path ([`Isa::name`]).
     pub isa: &'static str,
     /// Instruction set of the bandwidth and FMA probes: `"avx2"` or `"portable"`.
@@ -261,6 +266,14 @@ pub fn run(cfg: &ProbeConfig) -> ProbeReport {
     } else {
         (None, None, None, None)
     };
+    let (int8_vector, amx_bf16) = match (cfg.compute, Isa::detect().amx()) {
+        (true, true) => (
+            Isa::of(ridge_kernels::IsaKind::Avx512)
+                .and_then(|v| int8_peak(v, cfg.threads, PEAK_ITERS, 5)),
+            amx_bf16_gflops(cfg.threads, PEAK_ITERS, 5),
+        ),
+        _ => (None, None),
+    };
     ProbeReport {
         threads: cfg.threads.max(1),
         buffer_bytes: cfg.buffer_bytes,
@@ -270,6 +283,8 @@ pub fn run(cfg: &ProbeConfig) -> ProbeReport {
         q4_1_matmul_gflops: mm,
         int8,
         bf16_gflops: bf16,
+        int8_vector,
+        amx_bf16_gflops: amx_bf16,
         isa: Isa::detect().name(),
         probe_simd: if has_avx2() { "avx2" } else { "portable" },
         llc: cache_probe(cfg.threads),

@@ -56,6 +56,9 @@ pub fn main(a: Args) -> Result<()> {
                 "int8_peak_gops": r.int8.map(|p| 2.0 * p.gmacs),
                 "int8_path": r.int8.map(|p| p.path),
                 "bf16_peak_gflops": r.bf16_gflops,
+                "int8_vector_peak_gmacs": r.int8_vector.map(|p| p.gmacs),
+                "int8_vector_path": r.int8_vector.map(|p| p.path),
+                "amx_bf16_peak_gflops": r.amx_bf16_gflops,
                 "isa": r.isa,
                 "probe_simd": r.probe_simd,
                 "llc_bytes": r.llc.map(|c| c.bytes),
@@ -90,6 +93,20 @@ pub fn main(a: Args) -> Result<()> {
                 p.gmacs,
                 r.threads,
                 p.path
+            );
+        }
+        if let Some(p) = r.int8_vector {
+            println!(
+                "int8 MAC peak of the vector path: {:.1} GOP/s ({:.1} G multiply-adds/s, {}): steps of fewer than 16 tokens",
+                2.0 * p.gmacs,
+                p.gmacs,
+                p.path
+            );
+        }
+        if let Some(b) = r.amx_bf16_gflops {
+            println!(
+                "AMX bf16 peak:  {b:.1} GFLOP/s ({} threads; no ridge kernel uses it)",
+                r.threads
             );
         }
         if let Some(b) = r.bf16_gflops {

@@ -9,6 +9,12 @@
 //! is the execution units' limit, the same kind of number as the f32 FMA peak. The bf16 probe
 //! (`vdpbf16ps`, AVX-512 BF16) is reported where the CPU has it; ridge's kernels do not use it
 //! yet, so no floor rests on it.
+//!
+//! On a CPU with AMX (and the tile state granted), ridge's steps of 16 tokens or more run on
+//! the tile unit, so the int8 roof is the tile unit's: four independent 16 × 16 × 64
+//! `tdpbssd` products per iteration, operands in tile registers (`Isa::amx_peak_loop`). The
+//! VNNI peak stays in the report beside it, and the AMX bf16 rate (`tdpbf16ps`) is reported
+//! like the AVX-512 one.
 
 use std::hint::black_box;
 
@@ -37,6 +43,12 @@ pub struct Int8Peak {
 pub fn int8_peak(isa: Isa, threads: usize, iters: u64, passes: usize) -> Option<Int8Peak> {
     let threads = threads.max(1);
     let iters = iters.max(1);
+    if isa.amx() {
+        return amx_peak(isa, false, threads, iters, passes).map(|gmacs| Int8Peak {
+            gmacs,
+            path: "amx-int8",
+        });
+    }
     let (path, macs_per_iter) = match isa.kind() {
         IsaKind::Avx512 | IsaKind::Amx => ("avx512-vnni", ACCS * 64),
         IsaKind::Avx2 => ("avx2", ACCS * 32),
@@ -53,6 +65,30 @@ pub fn int8_peak(isa: Isa, threads: usize, iters: u64, passes: usize) -> Option<
             / 1e9,
         path,
     })
+}
+
+/// Iterations of the AMX loop per `iters` of the vector loops: one iteration is four tile
+/// products (65,536 multiply-adds, about 64 cycles), so a pass lasts about as long.
+const AMX_ITERS_DIV: u64 = 16;
+
+/// The AMX tile unit's peak over `threads` threads, best of `passes`, in 10⁹ multiply-adds
+/// per second (int8, or bf16 with `bf16`); `None` off the AMX path or without AMX-BF16.
+fn amx_peak(isa: Isa, bf16: bool, threads: usize, iters: u64, passes: usize) -> Option<f64> {
+    let iters = (iters / AMX_ITERS_DIV).max(1);
+    let (macs, _) = isa.amx_peak_loop(bf16, 1)?;
+    let best = timed_passes(threads.max(1), passes.max(1), |_| {
+        Box::new(move || {
+            black_box(isa.amx_peak_loop(bf16, black_box(iters)));
+        })
+    });
+    Some((macs * iters) as f64 * threads.max(1) as f64 / best.as_secs_f64().max(1e-9) / 1e9)
+}
+
+/// Peak bf16 rate of the AMX tile unit (`tdpbf16ps`, 2 FLOPs per product) over `threads`
+/// threads in GFLOP/s, best of `passes`; `None` where the CPU lacks AMX-BF16 or ridge runs
+/// below the AMX path. No ridge kernel uses it: it is reported beside the int8 roof.
+pub fn amx_bf16_gflops(threads: usize, iters: u64, passes: usize) -> Option<f64> {
+    amx_peak(Isa::detect(), true, threads, iters, passes).map(|g| 2.0 * g)
 }
 
 fn int8_loop(isa: Isa, iters: u64) -> i32 {
@@ -188,6 +224,18 @@ unsafe fn bf16_loop(iters: u64) -> f32 {
 mod tests {
     use super::*;
 
+    /// Whether the CPU reports AMX-BF16 (CPUID leaf 7, EDX bit 22).
+    fn is_x86_feature_detected_amx_bf16() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 22) != 0
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
     #[test]
     fn the_loops_compute_what_they_claim() {
         // VNNI: each lane gains 4 · (1 · −1) per iteration, so the sum is fixed. AVX2: each
@@ -224,14 +272,24 @@ mod tests {
     fn peaks_are_positive_where_a_path_exists() {
         for isa in Isa::available() {
             match int8_peak(isa, 1, 1000, 1) {
-                // Under 6 GHz × 128 products per cycle: a rate above it means the compiler
-                // removed multiplies from the loop.
+                // Under 6 GHz × 1,024 products per cycle (AMX) or × 128 (vectors): a rate
+                // above it means the compiler removed multiplies from the loop.
+                Some(p) if isa.amx() => {
+                    assert!(
+                        p.gmacs > 0.0 && p.gmacs < 6144.0 && p.path == "amx-int8",
+                        "{p:?}"
+                    )
+                }
                 Some(p) => assert!(p.gmacs > 0.0 && p.gmacs < 768.0, "{p:?}"),
                 None => assert_eq!(isa, Isa::SCALAR),
             }
         }
         if let Some(g) = bf16_gflops(1, 1000, 1) {
             assert!(g.is_finite() && g > 0.0);
+        }
+        match amx_bf16_gflops(1, 1000, 1) {
+            Some(g) => assert!(g.is_finite() && g > 0.0 && Isa::detect().amx()),
+            None => assert!(!Isa::detect().amx() || !is_x86_feature_detected_amx_bf16()),
         }
     }
 }

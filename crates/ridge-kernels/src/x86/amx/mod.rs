@@ -11,11 +11,22 @@
 //! sums are exact on both paths, so the outputs are the VNNI (and AVX2) path's bits.
 //!
 //! How a call runs: the chunk's weight tiles are built once into a per-thread buffer (for each
-//! pair of eight-row tile groups, each sub-block's weight tile and its 16 rows' scales), then
-//! every block of 16 tokens walks the pairs, sub-block by sub-block, with two result tiles in
-//! turn so that one sub-block's product runs while the previous one's sums are scaled. Tokens
-//! past the last whole block of 16, a chunk's odd last group, 16-bit activations and MXFP4 take
-//! the VNNI kernels ([`crate::x86::avx512`]), which give the same bits.
+//! pair of eight-row tile groups, each sub-block's weight tile and its 16 rows' scales); each
+//! block of 16 tokens is copied into activation panels (one contiguous 16 × 32-byte tile per
+//! activation block, the 16 scales and constant-term factors in a line each), then walks the
+//! pairs sub-block by sub-block, three sub-blocks in flight: one multiplied, the one before
+//! stored, the one before that scaled into the accumulators, its scaling cut into quarters
+//! between the tile instructions. Tokens past the last whole block of 16, a chunk's odd last
+//! group, 16-bit activations and MXFP4 take the VNNI kernels ([`crate::x86::avx512`]), which
+//! give the same bits.
+//!
+//! What bounds it (measured on an Intel Xeon, family 6 model 207, under KVM): the tile
+//! instructions do not overlap the vector work around them — a sub-block's two tile loads,
+//! product and 1 KiB result store take about as long as its float scaling (16 tokens × four
+//! 512-bit operations), and the two add up. Interleaving by hand recovers some of it. A tile
+//! product of 32-element sub-blocks runs at half the unit's peak (a 64-byte row costs the same
+//! time), but every activation block and weight sub-block has its own scale, so sums wider
+//! than 32 elements would change the bits; the kernel runs at about 1.5× the VNNI one.
 
 pub(crate) mod formats;
 pub(crate) mod tile;
@@ -44,7 +55,8 @@ const ROWS: usize = 2 * TILE_ROWS;
 struct Line([u8; 64]);
 
 thread_local! {
-    /// Two result tiles, then the chunk's built weight tiles and scales; grows, never shrinks.
+    /// Four stored result tiles, the token block's activation panels, then the chunk's built
+    /// weight tiles and scales; grows, never shrinks.
     static BUF: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -88,6 +100,48 @@ pub(crate) unsafe fn tiled_chunk(
     }
 }
 
+/// One 32-element activation block of 16 tokens, laid out for the tile unit and the
+/// epilogue: the tokens' quants one after another (a contiguous 16 × 32-byte activation tile,
+/// where the tokens' own blocks lie a whole row of blocks apart), then their scales and their
+/// constant-term factors (one cache line each, so a sub-block's epilogue broadcasts from two
+/// lines instead of sixteen blocks).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Panel {
+    /// Token `t`'s quants.
+    qs: [[i8; 32]; TOKENS],
+    /// Token `t`'s scale `da`.
+    d: [f32; TOKENS],
+    /// Token `t`'s constant-term factor: `dsum` ([`Constant::Add`]), `off · dsum`
+    /// ([`Constant::Sub`], rounded as the VNNI kernels round it) or unused.
+    dsum: [f32; TOKENS],
+}
+
+/// Lines of one [`Panel`].
+const PANEL_LINES: usize = std::mem::size_of::<Panel>() / 64;
+
+/// Tokens `t0..t0 + 16`'s activation blocks (`nb` per token, token-major in `x`) as `nb`
+/// panels at `out`, with format `F`'s constant-term factor.
+///
+/// # Safety
+/// AVX2; `x` holds tokens `t0..t0 + 16`; `out` points at `nb` writable, 64-aligned panels.
+#[inline(always)]
+unsafe fn panelize<F: AmxTiles>(x: &[ActBlock], t0: usize, nb: usize, out: *mut Panel) {
+    for b in 0..nb {
+        let p = &mut *out.add(b);
+        for t in 0..TOKENS {
+            let a = x.get_unchecked((t0 + t) * nb + b);
+            let q = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+            _mm256_store_si256(p.qs[t].as_mut_ptr() as *mut __m256i, q);
+            p.d[t] = a.d;
+            p.dsum[t] = match F::CONSTANT {
+                Constant::Sub(off) => off * a.dsum,
+                _ => a.dsum,
+            };
+        }
+    }
+}
+
 /// Tokens `0..n` (`n` a multiple of [`TOKENS`]) against rows `r0..r1` (whole pairs of groups)
 /// of a tiled matrix of format `F`, 8-bit activations.
 ///
@@ -114,12 +168,13 @@ unsafe fn products<F: AmxTiles>(
     let pairs = (r1 - r0) / ROWS;
     BUF.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let lines = 32 + pairs * steps * entry / 64;
+        let lines = 64 + nb * PANEL_LINES + pairs * steps * entry / 64;
         if buf.len() < lines {
             buf.resize(lines, Line([0; 64]));
         }
         let results = buf.as_mut_ptr() as *mut u8;
-        let built = results.add(2048);
+        let panels = results.add(4096) as *mut Panel;
+        let built = results.add(4096 + nb * PANEL_LINES * 64);
         for pair in 0..pairs {
             let p = w
                 .data
@@ -134,47 +189,78 @@ unsafe fn products<F: AmxTiles>(
                 _mm512_store_ps(e.add(weight_bytes + 64) as *mut f32, second);
             }
         }
-        tile::configure();
-        let stride = nb * std::mem::size_of::<ActBlock>();
+        tile::configure(F::K);
         // Step `j`'s activation block and the byte where its sub-block starts.
         let block = |j: usize| {
             let (i, s) = (j / subs::<F>(), j % subs::<F>());
             (i * F::SPAN + s * F::K / 32, s * F::K % 32)
         };
         for t0 in (0..n).step_by(TOKENS) {
-            let x = a.q8.as_ptr().add(t0 * nb);
+            panelize::<F>(a.q8, t0, nb, panels);
             for pair in 0..pairs {
                 let mut acc = [_mm512_setzero_ps(); TOKENS];
                 let ws = built.add(pair * steps * entry);
-                for j in 0..steps {
-                    let (b, off) = block(j);
-                    let at = (x.add(b) as *const u8).add(off);
-                    if j % 2 == 0 {
-                        product::<0, F>(at, stride, ws.add(j * entry), results);
+                // Step `j`'s scales and its stored sums (four buffers in turn).
+                let scales = |j: usize| ws.add(j * entry + weight_bytes);
+                let sums = |j: usize| results.add(1024 * (j % 4)) as *const u8;
+                // Three steps in flight: step `j`'s product, step `j − 1`'s result stored (its
+                // product finished while step `j − 2`'s sums were scaled), step `j − 2`'s
+                // sums scaled (stored a whole step earlier, so the loads do not wait on the
+                // tile store).
+                for j in 0..steps + 2 {
+                    // Step `j − 2`'s scaling in four quarters between the tile instructions:
+                    // on the Xeons measured, tile loads and stores do not overlap vector work
+                    // issued after them, so it is interleaved by hand.
+                    let (sum2, sc2, x2) = match j >= 2 {
+                        true => (sums(j - 2), scales(j - 2), panels.add(block(j - 2).0)),
+                        false => (sums(0), scales(0), panels),
+                    };
+                    macro_rules! quarter {
+                        ($acc:expr, $q:expr) => {
+                            if j >= 2 {
+                                scale_into::<F, { 4 * $q }>($acc, sum2, sc2, &*x2);
+                            }
+                        };
+                    }
+                    if j < steps {
+                        let (b, off) = block(j);
+                        let at = ((*panels.add(b)).qs.as_ptr() as *const u8).add(off);
+                        let wt = ws.add(j * entry);
+                        let (even, k) = (j % 2 == 0, j % 4);
+                        if even {
+                            tile::load::<2>(at, 32);
+                        } else {
+                            tile::load::<4>(at, 32);
+                        }
+                        quarter!(&mut acc, 0);
+                        if even {
+                            tile::load::<3>(wt, 64);
+                        } else {
+                            tile::load::<5>(wt, 64);
+                        }
+                        quarter!(&mut acc, 1);
+                        match k {
+                            0 => product::<0, 2, 3, F>(),
+                            1 => product::<1, 4, 5, F>(),
+                            2 => product::<6, 2, 3, F>(),
+                            _ => product::<7, 4, 5, F>(),
+                        }
                     } else {
-                        product::<1, F>(at, stride, ws.add(j * entry), results.add(1024));
+                        quarter!(&mut acc, 0);
+                        quarter!(&mut acc, 1);
                     }
-                    if j > 0 {
-                        let (pb, _) = block(j - 1);
-                        let e = ws.add((j - 1) * entry + weight_bytes);
-                        scale_into::<F>(
-                            &mut acc,
-                            results.add(1024 * ((j - 1) % 2)),
-                            e,
-                            x.add(pb),
-                            nb,
-                        );
+                    quarter!(&mut acc, 2);
+                    if (1..=steps).contains(&j) {
+                        let out = results.add(1024 * ((j - 1) % 4));
+                        match (j - 1) % 4 {
+                            0 => tile::store::<0>(out),
+                            1 => tile::store::<1>(out),
+                            2 => tile::store::<6>(out),
+                            _ => tile::store::<7>(out),
+                        }
                     }
+                    quarter!(&mut acc, 3);
                 }
-                let (pb, _) = block(steps - 1);
-                let e = ws.add((steps - 1) * entry + weight_bytes);
-                scale_into::<F>(
-                    &mut acc,
-                    results.add(1024 * ((steps - 1) % 2)),
-                    e,
-                    x.add(pb),
-                    nb,
-                );
                 for (t, v) in acc.iter().enumerate() {
                     _mm512_storeu_ps(y.ptr().add((t0 + t) * rows + r0 + ROWS * pair), *v);
                 }
@@ -184,68 +270,46 @@ unsafe fn products<F: AmxTiles>(
     });
 }
 
-/// One sub-block's product into result tile `C`, stored at `out`: 16 tokens' activation bytes
-/// from `at` (`stride` bytes apart) against the weight tile at `wt`.
+/// One sub-block's product into result tile `C` from the operands loaded into `A` and `B`.
 ///
 /// # Safety
-/// The tiles are configured on this thread; `at` + 15 strides holds `F::K` readable bytes,
-/// `wt` a built weight tile, `out` 1024 writable bytes.
+/// The tiles are configured on this thread; `A` and `B` hold a sub-block's operands.
 #[inline(always)]
-unsafe fn product<const C: u8, F: AmxTiles>(
-    at: *const u8,
-    stride: usize,
-    wt: *const u8,
-    out: *mut u8,
-) {
-    if F::K == 32 {
-        tile::load::<2>(at, stride);
-        tile::load::<3>(wt, 64);
-        tile::zero::<C>();
-        match F::SIGNED {
-            true => tile::dot::<C, 2, 3, true>(),
-            false => tile::dot::<C, 2, 3, false>(),
-        }
-    } else {
-        tile::load::<4>(at, stride);
-        tile::load::<5>(wt, 64);
-        tile::zero::<C>();
-        match F::SIGNED {
-            true => tile::dot::<C, 4, 5, true>(),
-            false => tile::dot::<C, 4, 5, false>(),
-        }
+unsafe fn product<const C: u8, const A: u8, const B: u8, F: AmxTiles>() {
+    tile::zero::<C>();
+    match F::SIGNED {
+        true => tile::dot::<C, A, B, true>(),
+        false => tile::dot::<C, A, B, false>(),
     }
-    tile::store::<C>(out);
 }
 
 /// A sub-block's stored 16 × 16 sums (`sums`, token-major) into the accumulators with the
-/// scales at `sc` (scale, then the constant-term factor), against each token's activation
-/// block (`x`, tokens `nb` blocks apart): `acc + isum · (scale · da)`, then the constant term,
-/// as the VNNI kernels.
+/// scales at `sc` (scale, then the constant-term factor), against the tokens' activation
+/// panel `x`: `acc + isum · (scale · da)`, then the constant term, as the VNNI kernels.
 ///
 /// # Safety
-/// AVX-512F; `sums` holds 1024 bytes, `sc` 128 (64-aligned), `x` 16 blocks `nb` apart.
+/// AVX-512F; `sums` holds 1024 bytes, `sc` 128 (64-aligned).
 #[inline(always)]
-unsafe fn scale_into<F: AmxTiles>(
+unsafe fn scale_into<F: AmxTiles, const T0: usize>(
     acc: &mut [__m512; TOKENS],
     sums: *const u8,
     sc: *const u8,
-    x: *const ActBlock,
-    nb: usize,
+    x: &Panel,
 ) {
     let scale = _mm512_load_ps(sc as *const f32);
     let second = _mm512_load_ps(sc.add(64) as *const f32);
-    for (t, acc) in acc.iter_mut().enumerate() {
-        let a = &*x.add(t * nb);
+    for t in T0..T0 + 4 {
+        let acc = &mut acc[t];
         let isum = _mm512_load_si512(sums.add(64 * t) as *const __m512i);
         let v = _mm512_fmadd_ps(
             _mm512_cvtepi32_ps(isum),
-            _mm512_mul_ps(scale, _mm512_set1_ps(a.d)),
+            _mm512_mul_ps(scale, _mm512_set1_ps(x.d[t])),
             *acc,
         );
         *acc = match F::CONSTANT {
             Constant::None => v,
-            Constant::Add => _mm512_fmadd_ps(second, _mm512_set1_ps(a.dsum), v),
-            Constant::Sub(off) => _mm512_fnmadd_ps(second, _mm512_set1_ps(off * a.dsum), v),
+            Constant::Add => _mm512_fmadd_ps(second, _mm512_set1_ps(x.dsum[t]), v),
+            Constant::Sub(_) => _mm512_fnmadd_ps(second, _mm512_set1_ps(x.dsum[t]), v),
         };
     }
 }

@@ -3,12 +3,14 @@
 //! intrinsics are not stable Rust; the instructions assemble everywhere and run only behind a
 //! [`crate::Isa`] whose detection found AMX and got the kernel's permission).
 //!
-//! # The configuration
-//! `tmm0`, `tmm1`: 16 × 16 i32 results (16 tokens × 16 weight rows), used in turn so one
-//! sub-block's product runs while the previous one's sums are scaled. `tmm2`/`tmm3`: a
-//! 32-element sub-block (activations 16 rows × 32 bytes; weights 8 rows × 64 bytes, each row
-//! four consecutive quants of 16 weight rows). `tmm4`/`tmm5`: the same for 16-element
-//! sub-blocks (Q6_K).
+//! # The configurations
+//! `tmm0`, `tmm1`, `tmm6`, `tmm7`: 16 × 16 i32 results (16 tokens × 16 weight rows).
+//! `tmm2`/`tmm3` and `tmm4`/`tmm5`: two pairs of operands of one sub-block — activations 16
+//! rows × `K` bytes, weights `K / 4` rows × 64 bytes (each row four consecutive quants of 16
+//! weight rows), `K` 32 or 16 (Q6_K) as the configuration says. The tile registers are not
+//! renamed, so the products rotate through them (see `x86::amx`'s loop): a load into
+//! operands that the previous product still reads, or a store of a result the unit is still
+//! computing, would wait for it.
 
 use std::arch::asm;
 use std::sync::OnceLock;
@@ -38,15 +40,25 @@ pub(crate) fn permitted() -> bool {
     })
 }
 
-/// The 64-byte tile configuration (palette 1) described in the module docs.
+/// A 64-byte tile configuration (palette 1), as `ldtilecfg` reads it.
 #[repr(C, align(64))]
 struct Config([u8; 64]);
 
-const fn config() -> Config {
+/// The configuration for `K`-byte sub-blocks described in the module docs.
+const fn config(k: u16) -> Config {
     let mut c = [0u8; 64];
     c[0] = 1;
-    // (rows, bytes per row) of tmm0..tmm5.
-    let shapes: [(u8, u16); 6] = [(16, 64), (16, 64), (16, 32), (8, 64), (16, 16), (4, 64)];
+    // (rows, bytes per row) of tmm0..tmm7.
+    let shapes: [(u8, u16); 8] = [
+        (16, 64),
+        (16, 64),
+        (16, k),
+        ((k / 4) as u8, 64),
+        (16, k),
+        ((k / 4) as u8, 64),
+        (16, 64),
+        (16, 64),
+    ];
     let mut t = 0;
     while t < shapes.len() {
         let (rows, colsb) = shapes[t];
@@ -58,15 +70,18 @@ const fn config() -> Config {
     Config(c)
 }
 
-static CONFIG: Config = config();
+static CONFIG32: Config = config(32);
+static CONFIG16: Config = config(16);
 
-/// Loads [`CONFIG`] into this thread's tile registers (zeroing them).
+/// Loads the configuration for `k`-byte sub-blocks (32, or 16) into this thread's tile
+/// registers (zeroing them).
 ///
 /// # Safety
 /// [`permitted`] returned true (the CPU has AMX and the kernel granted the tile state).
 #[inline(always)]
-pub(crate) unsafe fn configure() {
-    asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, preserves_flags));
+pub(crate) unsafe fn configure(k: usize) {
+    let c = if k == 16 { &CONFIG16 } else { &CONFIG32 };
+    asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, preserves_flags));
 }
 
 /// Returns the tile registers to their initial state (so a context switch saves none).
@@ -78,7 +93,7 @@ pub(crate) unsafe fn release() {
     asm!("tilerelease", options(nostack, preserves_flags));
 }
 
-/// `tmm{A}` ← 16 rows of `tmm{A}`'s width from `p`, `stride` bytes apart.
+/// `tmm{A}` ← its configured rows of its configured width from `p`, `stride` bytes apart.
 ///
 /// # Safety
 /// [`configure`] ran on this thread; the 16 rows lie in readable memory.
@@ -121,4 +136,83 @@ pub(crate) unsafe fn dot<const C: u8, const A: u8, const B: u8, const SIGNED: bo
 pub(crate) unsafe fn store<const C: u8>(p: *mut u8) {
     asm!("tilestored [{p} + {s}*1], tmm{c}", c = const C, p = in(reg) p, s = in(reg) 64usize,
         options(nostack, preserves_flags));
+}
+
+/// The probe's configuration: every tile at its largest shape (16 rows × 64 bytes).
+static CONFIG_PEAK: Config = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = 16;
+        t += 1;
+    }
+    Config(c)
+};
+
+/// Multiply-adds of one [`peak_loop`] iteration: four 16 × 16 × 64 tile products.
+pub(crate) const PEAK_MACS_PER_ITER: u64 = 4 * 16 * 16 * 64;
+
+/// The tile unit's peak: `iters` iterations of four independent full-size products (two
+/// activation tiles of ones, two weight tiles of −1, `tdpbssd`, or `tdpbf16ps` on the same
+/// shapes with `BF16`: 1.0 · −1.0 pairs). Returns result element (0, 0) of the first
+/// accumulator as an `i32` (for bf16, the f32's value truncated), which is `−64 · iters` for
+/// int8 and `−32 · iters` for bf16, so the work cannot be skipped.
+///
+/// # Safety
+/// [`permitted`] returned true; with `BF16` the CPU also reports AMX-BF16.
+#[inline(never)]
+pub(crate) unsafe fn peak_loop<const BF16: bool>(iters: u64) -> i32 {
+    #[repr(C, align(64))]
+    struct Tiles([u8; 1024], [u8; 1024], [u8; 1024]);
+    // bf16 1.0 = 0x3F80, −1.0 = 0xBF80 (little-endian pairs).
+    let mut m = if BF16 {
+        let mut t = Tiles([0; 1024], [0; 1024], [0; 1024]);
+        for i in (0..1024).step_by(2) {
+            (t.0[i], t.0[i + 1]) = (0x80, 0x3F);
+            (t.1[i], t.1[i + 1]) = (0x80, 0xBF);
+        }
+        t
+    } else {
+        Tiles([1; 1024], [0xFF; 1024], [0; 1024])
+    };
+    asm!("ldtilecfg [{}]", in(reg) CONFIG_PEAK.0.as_ptr(), options(nostack, preserves_flags));
+    load::<4>(m.0.as_ptr(), 64);
+    load::<5>(m.0.as_ptr(), 64);
+    load::<6>(m.1.as_ptr(), 64);
+    load::<7>(m.1.as_ptr(), 64);
+    zero::<0>();
+    zero::<1>();
+    zero::<2>();
+    zero::<3>();
+    for _ in 0..iters {
+        if BF16 {
+            asm!(
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                options(nostack, preserves_flags, nomem)
+            );
+        } else {
+            dot::<0, 4, 6, true>();
+            dot::<1, 4, 7, true>();
+            dot::<2, 5, 6, true>();
+            dot::<3, 5, 7, true>();
+        }
+    }
+    store::<0>(m.2.as_mut_ptr());
+    release();
+    let first = [m.2[0], m.2[1], m.2[2], m.2[3]];
+    if BF16 {
+        f32::from_le_bytes(first) as i32
+    } else {
+        i32::from_le_bytes(first)
+    }
+}
+
+/// Whether the CPU reports AMX-BF16 (CPUID leaf 7, EDX bit 22).
+pub(crate) fn has_bf16() -> bool {
+    std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 22) != 0
 }
