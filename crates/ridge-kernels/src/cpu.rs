@@ -150,24 +150,33 @@ impl Isa {
         self.0 == IsaKind::Amx
     }
 
-    /// Runs the AMX tile unit's peak loop (`iters` iterations of four independent 16 × 16 × 64
-    /// products, every operand in tile registers) for the probe's compute roof; returns the
-    /// multiply-adds done and a checksum (`−64 · iters` for int8, `−32 · iters` for bf16), or
+    /// Runs the AMX tile unit's peak loop (`iters` iterations of four 16 × 16 × 64 products,
+    /// every operand in tile registers; into four independent accumulators, or with `chained`
+    /// all into one) for the probe's compute roof; returns the multiply-adds done and a
+    /// checksum (`−64 · iters` for int8, `−32 · iters` for bf16, four times that chained), or
     /// `None` unless this is the AMX path (and, for `bf16`, the CPU has AMX-BF16).
-    pub fn amx_peak_loop(self, bf16: bool, iters: u64) -> Option<(u64, i32)> {
+    pub fn amx_peak_loop(self, bf16: bool, chained: bool, iters: u64) -> Option<(u64, i32)> {
         #[cfg(target_arch = "x86_64")]
         if self.amx() {
             use crate::x86::amx::tile;
             let macs = tile::PEAK_MACS_PER_ITER * iters;
+            if bf16 && !tile::has_bf16() {
+                return None;
+            }
             // SAFETY: an AMX Isa exists only once detection saw AMX-TILE/INT8 and the kernel
-            // granted the tile state; the bf16 loop runs only where the CPU reports AMX-BF16.
-            return match bf16 {
-                false => Some((macs, unsafe { tile::peak_loop::<false>(iters) })),
-                true if tile::has_bf16() => Some((macs, unsafe { tile::peak_loop::<true>(iters) })),
-                true => None,
+            // granted the tile state; the bf16 loops run only where the CPU reports AMX-BF16
+            // (checked just above).
+            let sum = unsafe {
+                match (bf16, chained) {
+                    (false, false) => tile::peak_loop::<false, false>(iters),
+                    (false, true) => tile::peak_loop::<false, true>(iters),
+                    (true, false) => tile::peak_loop::<true, false>(iters),
+                    (true, true) => tile::peak_loop::<true, true>(iters),
+                }
             };
+            return Some((macs, sum));
         }
-        let _ = (bf16, iters);
+        let _ = (bf16, chained, iters);
         None
     }
 
@@ -219,15 +228,20 @@ mod tests {
     #[test]
     fn the_amx_peak_loop_does_its_products() {
         for isa in Isa::available() {
-            let got = isa.amx_peak_loop(false, 10);
-            match isa.kind() {
-                // Each result element gains 64 products of 1 · −1 per iteration.
-                IsaKind::Amx => assert_eq!(got, Some((10 * 4 * 16 * 16 * 64, -640))),
-                _ => assert_eq!(got, None, "{isa:?}"),
-            }
-            if let Some((macs, sum)) = isa.amx_peak_loop(true, 10) {
-                // 32 bf16 pairs of 1.0 · −1.0 per element per iteration.
-                assert_eq!((macs, sum), (10 * 4 * 16 * 16 * 64, -320));
+            for chained in [false, true] {
+                // Each result element gains 64 products of 1 · −1 per product (int8), 32 bf16
+                // pairs of 1.0 · −1.0 (bf16); the first accumulator takes all four chained.
+                let times = if chained { 4 } else { 1 };
+                let got = isa.amx_peak_loop(false, chained, 10);
+                match isa.kind() {
+                    IsaKind::Amx => {
+                        assert_eq!(got, Some((10 * 4 * 16 * 16 * 64, -640 * times)))
+                    }
+                    _ => assert_eq!(got, None, "{isa:?}"),
+                }
+                if let Some((macs, sum)) = isa.amx_peak_loop(true, chained, 10) {
+                    assert_eq!((macs, sum), (10 * 4 * 16 * 16 * 64, -320 * times));
+                }
             }
         }
     }

@@ -11,10 +11,10 @@
 //! yet, so no floor rests on it.
 //!
 //! On a CPU with AMX (and the tile state granted), ridge's steps of 16 tokens or more run on
-//! the tile unit, so the int8 roof is the tile unit's: four independent 16 × 16 × 64
-//! `tdpbssd` products per iteration, operands in tile registers (`Isa::amx_peak_loop`). The
-//! VNNI peak stays in the report beside it, and the AMX bf16 rate (`tdpbf16ps`) is reported
-//! like the AVX-512 one.
+//! the tile unit, so the int8 roof is the tile unit's: four 16 × 16 × 64 `tdpbssd` products per
+//! iteration, operands in tile registers, into four independent accumulators or chained into
+//! one, whichever runs faster (`Isa::amx_peak_loop`). The VNNI peak stays in the report beside
+//! it, and the AMX bf16 rate (`tdpbf16ps`) is reported like the AVX-512 one.
 
 use std::hint::black_box;
 
@@ -71,16 +71,23 @@ pub fn int8_peak(isa: Isa, threads: usize, iters: u64, passes: usize) -> Option<
 /// products (65,536 multiply-adds, about 64 cycles), so a pass lasts about as long.
 const AMX_ITERS_DIV: u64 = 16;
 
-/// The AMX tile unit's peak over `threads` threads, best of `passes`, in 10⁹ multiply-adds
-/// per second (int8, or bf16 with `bf16`); `None` off the AMX path or without AMX-BF16.
+/// The AMX tile unit's peak over `threads` threads, best of `passes` of each loop form (four
+/// independent accumulators, and one chained: which is faster differs by CPU), in 10⁹
+/// multiply-adds per second (int8, or bf16 with `bf16`); `None` off the AMX path or without
+/// AMX-BF16.
 fn amx_peak(isa: Isa, bf16: bool, threads: usize, iters: u64, passes: usize) -> Option<f64> {
     let iters = (iters / AMX_ITERS_DIV).max(1);
-    let (macs, _) = isa.amx_peak_loop(bf16, 1)?;
-    let best = timed_passes(threads.max(1), passes.max(1), |_| {
-        Box::new(move || {
-            black_box(isa.amx_peak_loop(bf16, black_box(iters)));
+    let (macs, _) = isa.amx_peak_loop(bf16, false, 1)?;
+    let best = [false, true]
+        .into_iter()
+        .map(|chained| {
+            timed_passes(threads.max(1), passes.max(1), |_| {
+                Box::new(move || {
+                    black_box(isa.amx_peak_loop(bf16, chained, black_box(iters)));
+                })
+            })
         })
-    });
+        .min()?;
     Some((macs * iters) as f64 * threads.max(1) as f64 / best.as_secs_f64().max(1e-9) / 1e9)
 }
 

@@ -16,7 +16,9 @@
 //! activation block, the 16 scales and constant-term factors in a line each), then walks the
 //! pairs sub-block by sub-block, three sub-blocks in flight: one multiplied, the one before
 //! stored, the one before that scaled into the accumulators, its scaling cut into quarters
-//! between the tile instructions. Tokens past the last whole block of 16, a chunk's odd last
+//! between the tile instructions. Two result tiles take the products in turn: on the Xeon
+//! measured, products rotating through four result tiles ran slower than through two, and one
+//! accumulator chained ran fastest of all (`tools/amx/costs.c`, history session 26). Tokens past the last whole block of 16, a chunk's odd last
 //! group, 16-bit activations and MXFP4 take the VNNI kernels ([`crate::x86::avx512`]), which
 //! give the same bits.
 //!
@@ -200,7 +202,8 @@ unsafe fn products<F: AmxTiles>(
             for pair in 0..pairs {
                 let mut acc = [_mm512_setzero_ps(); TOKENS];
                 let ws = built.add(pair * steps * entry);
-                // Step `j`'s scales and its stored sums (four buffers in turn).
+                // Step `j`'s scales and its stored sums (four buffers in turn, so a store
+                // never writes the buffer being scaled).
                 let scales = |j: usize| ws.add(j * entry + weight_bytes);
                 let sums = |j: usize| results.add(1024 * (j % 4)) as *const u8;
                 // Three steps in flight: step `j`'s product, step `j − 1`'s result stored (its
@@ -226,7 +229,7 @@ unsafe fn products<F: AmxTiles>(
                         let (b, off) = block(j);
                         let at = ((*panels.add(b)).qs.as_ptr() as *const u8).add(off);
                         let wt = ws.add(j * entry);
-                        let (even, k) = (j % 2 == 0, j % 4);
+                        let even = j % 2 == 0;
                         if even {
                             tile::load::<2>(at, 32);
                         } else {
@@ -239,11 +242,10 @@ unsafe fn products<F: AmxTiles>(
                             tile::load::<5>(wt, 64);
                         }
                         quarter!(&mut acc, 1);
-                        match k {
-                            0 => product::<0, 2, 3, F>(),
-                            1 => product::<1, 4, 5, F>(),
-                            2 => product::<6, 2, 3, F>(),
-                            _ => product::<7, 4, 5, F>(),
+                        if even {
+                            product::<0, 2, 3, F>();
+                        } else {
+                            product::<1, 4, 5, F>();
                         }
                     } else {
                         quarter!(&mut acc, 0);
@@ -251,12 +253,12 @@ unsafe fn products<F: AmxTiles>(
                     }
                     quarter!(&mut acc, 2);
                     if (1..=steps).contains(&j) {
+                        // Step `j − 1`'s result tile (the other one of the two), into the
+                        // buffer step `j − 5` used.
                         let out = results.add(1024 * ((j - 1) % 4));
-                        match (j - 1) % 4 {
+                        match (j - 1) % 2 {
                             0 => tile::store::<0>(out),
-                            1 => tile::store::<1>(out),
-                            2 => tile::store::<6>(out),
-                            _ => tile::store::<7>(out),
+                            _ => tile::store::<1>(out),
                         }
                     }
                     quarter!(&mut acc, 3);

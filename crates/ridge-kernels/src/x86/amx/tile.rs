@@ -4,11 +4,12 @@
 //! [`crate::Isa`] whose detection found AMX and got the kernel's permission).
 //!
 //! # The configurations
-//! `tmm0`, `tmm1`, `tmm6`, `tmm7`: 16 × 16 i32 results (16 tokens × 16 weight rows).
+//! `tmm0`, `tmm1`: 16 × 16 i32 results (16 tokens × 16 weight rows); `tmm6`, `tmm7` the same
+//! shape, unused by the products.
 //! `tmm2`/`tmm3` and `tmm4`/`tmm5`: two pairs of operands of one sub-block — activations 16
 //! rows × `K` bytes, weights `K / 4` rows × 64 bytes (each row four consecutive quants of 16
 //! weight rows), `K` 32 or 16 (Q6_K) as the configuration says. The tile registers are not
-//! renamed, so the products rotate through them (see `x86::amx`'s loop): a load into
+//! renamed, so the products alternate between them (see `x86::amx`'s loop): a load into
 //! operands that the previous product still reads, or a store of a result the unit is still
 //! computing, would wait for it.
 
@@ -154,16 +155,18 @@ static CONFIG_PEAK: Config = {
 /// Multiply-adds of one [`peak_loop`] iteration: four 16 × 16 × 64 tile products.
 pub(crate) const PEAK_MACS_PER_ITER: u64 = 4 * 16 * 16 * 64;
 
-/// The tile unit's peak: `iters` iterations of four independent full-size products (two
-/// activation tiles of ones, two weight tiles of −1, `tdpbssd`, or `tdpbf16ps` on the same
-/// shapes with `BF16`: 1.0 · −1.0 pairs). Returns result element (0, 0) of the first
-/// accumulator as an `i32` (for bf16, the f32's value truncated), which is `−64 · iters` for
-/// int8 and `−32 · iters` for bf16, so the work cannot be skipped.
+/// The tile unit's peak: `iters` iterations of four full-size products (two activation tiles
+/// of ones, two weight tiles of −1, `tdpbssd`, or `tdpbf16ps` on the same shapes with `BF16`:
+/// 1.0 · −1.0 pairs), into four independent accumulators or, with `CHAINED`, all four into one
+/// (on the Xeon measured in session 26, one accumulator ran about twice as fast as four).
+/// Returns result element (0, 0) of the first accumulator as an `i32` (for bf16, the f32's
+/// value truncated): `−64 · iters` for int8 and `−32 · iters` for bf16, four times that when
+/// chained, so the work cannot be skipped.
 ///
 /// # Safety
 /// [`permitted`] returned true; with `BF16` the CPU also reports AMX-BF16.
 #[inline(never)]
-pub(crate) unsafe fn peak_loop<const BF16: bool>(iters: u64) -> i32 {
+pub(crate) unsafe fn peak_loop<const BF16: bool, const CHAINED: bool>(iters: u64) -> i32 {
     #[repr(C, align(64))]
     struct Tiles([u8; 1024], [u8; 1024], [u8; 1024]);
     // bf16 1.0 = 0x3F80, −1.0 = 0xBF80 (little-endian pairs).
@@ -187,19 +190,33 @@ pub(crate) unsafe fn peak_loop<const BF16: bool>(iters: u64) -> i32 {
     zero::<2>();
     zero::<3>();
     for _ in 0..iters {
-        if BF16 {
-            asm!(
+        match (BF16, CHAINED) {
+            (true, false) => asm!(
                 "tdpbf16ps tmm0, tmm4, tmm6",
                 "tdpbf16ps tmm1, tmm4, tmm7",
                 "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm3, tmm5, tmm7",
                 options(nostack, preserves_flags, nomem)
-            );
-        } else {
-            dot::<0, 4, 6, true>();
-            dot::<1, 4, 7, true>();
-            dot::<2, 5, 6, true>();
-            dot::<3, 5, 7, true>();
+            ),
+            (true, true) => asm!(
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm0, tmm4, tmm7",
+                "tdpbf16ps tmm0, tmm5, tmm6",
+                "tdpbf16ps tmm0, tmm5, tmm7",
+                options(nostack, preserves_flags, nomem)
+            ),
+            (false, false) => {
+                dot::<0, 4, 6, true>();
+                dot::<1, 4, 7, true>();
+                dot::<2, 5, 6, true>();
+                dot::<3, 5, 7, true>();
+            }
+            (false, true) => {
+                dot::<0, 4, 6, true>();
+                dot::<0, 4, 7, true>();
+                dot::<0, 5, 6, true>();
+                dot::<0, 5, 7, true>();
+            }
         }
     }
     store::<0>(m.2.as_mut_ptr());
