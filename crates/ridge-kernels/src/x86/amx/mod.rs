@@ -18,9 +18,9 @@
 //! stored, the one before that scaled into the accumulators, its scaling cut into quarters
 //! between the tile instructions. Two result tiles take the products in turn: on the Xeon
 //! measured, products rotating through four result tiles ran slower than through two, and one
-//! accumulator chained ran fastest of all (`tools/amx/costs.c`, history session 26). Tokens past the last whole block of 16, a chunk's odd last
-//! group, 16-bit activations and MXFP4 take the VNNI kernels ([`crate::x86::avx512`]), which
-//! give the same bits.
+//! accumulator chained ran fastest of all (`tools/amx/costs.c`, history session 26). Tokens
+//! past the last whole block of 16, a chunk's odd last group, 16-bit activations and MXFP4
+//! take the VNNI kernels ([`crate::x86::avx512`]), which give the same bits.
 //!
 //! What bounds it (measured on an Intel Xeon, family 6 model 207, under KVM): the tile
 //! instructions do not overlap the vector work around them — a sub-block's two tile loads,
@@ -229,23 +229,20 @@ unsafe fn products<F: AmxTiles>(
                         let (b, off) = block(j);
                         let at = ((*panels.add(b)).qs.as_ptr() as *const u8).add(off);
                         let wt = ws.add(j * entry);
-                        let even = j % 2 == 0;
-                        if even {
-                            tile::load::<2>(at, 32);
-                        } else {
-                            tile::load::<4>(at, 32);
+                        // Even steps take result tile 0 and operands 2/3, odd ones 1 and 4/5.
+                        macro_rules! step {
+                            ($c:literal, $a:literal, $b:literal) => {{
+                                tile::load::<$a>(at, 32);
+                                quarter!(&mut acc, 0);
+                                tile::load::<$b>(wt, 64);
+                                quarter!(&mut acc, 1);
+                                product::<$c, $a, $b, F>();
+                            }};
                         }
-                        quarter!(&mut acc, 0);
-                        if even {
-                            tile::load::<3>(wt, 64);
+                        if j % 2 == 0 {
+                            step!(0, 2, 3);
                         } else {
-                            tile::load::<5>(wt, 64);
-                        }
-                        quarter!(&mut acc, 1);
-                        if even {
-                            product::<0, 2, 3, F>();
-                        } else {
-                            product::<1, 4, 5, F>();
+                            step!(1, 4, 5);
                         }
                     } else {
                         quarter!(&mut acc, 0);
