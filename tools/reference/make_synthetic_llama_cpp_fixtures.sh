@@ -7,13 +7,17 @@
 #
 # Usage (repo root): BIN=/path/to/llama.cpp/build/bin bash tools/reference/make_synthetic_llama_cpp_fixtures.sh
 #   (BIN: the folder `bash shared/peers/llama-cpp.sh` prints)
+# SET=hybrid: the hybrid models (qwen35, llama_cpp::hybrid_specs) into llama_cpp_hybrid.json,
+#   against llama.cpp b11434 (the first that reads them).
 set -euo pipefail
 BIN=${BIN:?set BIN to llama.cpp build/bin}
 export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+SET=${SET:-}
 OUT=crates/ridge-model/tests/data/llama_cpp_synthetic.json
+[[ $SET == hybrid ]] && OUT=crates/ridge-model/tests/data/llama_cpp_hybrid.json
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
-cargo run --release -q -p ridge-model --example write_synthetic -- "$TMP" > "$TMP/list.txt"
+cargo run --release -q -p ridge-model --example write_synthetic -- "$TMP" $SET > "$TMP/list.txt"
 read -r CTX CHUNKS < "$TMP/list.txt"
 tail -n +2 "$TMP/list.txt" | while read -r NAME M; do
   # The synthetic vocabulary is one token per byte: check llama.cpp agrees on this text.

@@ -39,6 +39,7 @@ mod matrix;
 pub mod ops;
 pub mod packed;
 pub mod pool;
+pub mod recurrent;
 pub mod scalar;
 mod tiles;
 #[cfg(target_arch = "x86_64")]

@@ -1,5 +1,6 @@
 //! Hyper-parameters read from GGUF metadata, validated before anything is sized from them.
 
+use crate::hybrid::RecurrentConfig;
 use crate::ModelError;
 use ridge_gguf::GgufFile;
 
@@ -34,6 +35,11 @@ pub enum Architecture {
     /// softmax over those k, experts with a clamped SwiGLU (`x·σ(1.702x)·(y + 1)`), their
     /// weights in MXFP4.
     GptOss,
+    /// Qwen3.5 / Qwen3.6 (dense): a hybrid. Three of four layers are Gated DeltaNet (linear
+    /// attention over a fixed-size state per sequence, see `hybrid.rs`), the fourth is
+    /// attention whose query projection also yields a sigmoid output gate, with per-head Q/K
+    /// norms and partial interleaved M-RoPE; the pre-FFN norm is `post_attention_norm`.
+    Qwen35,
 }
 
 impl Architecture {
@@ -48,11 +54,12 @@ impl Architecture {
             Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Olmoe => "olmoe",
             Architecture::GptOss => "gpt-oss",
+            Architecture::Qwen35 => "qwen35",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 8] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -61,6 +68,7 @@ impl Architecture {
         Architecture::Qwen3Moe,
         Architecture::Olmoe,
         Architecture::GptOss,
+        Architecture::Qwen35,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -72,7 +80,13 @@ impl Architecture {
                 | Architecture::Qwen3
                 | Architecture::Qwen3Moe
                 | Architecture::Olmoe
+                | Architecture::Qwen35
         )
+    }
+
+    /// Whether some layers are recurrent (a hybrid: see [`RecurrentConfig`]).
+    pub fn is_hybrid(self) -> bool {
+        self == Architecture::Qwen35
     }
 
     /// Whether the Q/K norms span the whole query and key vectors (OLMoE) rather than a head.
@@ -250,6 +264,11 @@ pub struct ModelConfig {
     pub logit_softcap: Option<f32>,
     /// The routed feed-forward's shape, for a mixture of experts (`None`: dense).
     pub moe: Option<MoeConfig>,
+    /// A hybrid's recurrent layers (`None`: every layer attends).
+    pub recurrent: Option<RecurrentConfig>,
+    /// Per rotated pair, whether a text token's position rotates it (M-RoPE sections whose
+    /// position is 0 for text leave their pairs as they are); `None`: every pair rotates.
+    pub rope_rotated: Option<Vec<bool>>,
 }
 
 impl ModelConfig {
@@ -261,6 +280,20 @@ impl ModelConfig {
     /// Elements of the concatenated query heads.
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
+    }
+
+    /// Whether layer `layer` is recurrent (it has a fixed-size state and no K/V).
+    pub fn is_recurrent(&self, layer: usize) -> bool {
+        self.recurrent
+            .as_ref()
+            .is_some_and(|r| r.layers.get(layer).copied().unwrap_or(false))
+    }
+
+    /// Layers that keep K/V (all but a hybrid's recurrent ones).
+    pub fn n_kv_layers(&self) -> usize {
+        (0..self.n_layers)
+            .filter(|&l| !self.is_recurrent(l))
+            .count()
     }
 
     /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers,
@@ -377,6 +410,18 @@ impl ModelConfig {
             }
         }
         let moe = moe_config(f, arch, arch_name, ffn_dim).map_err(bad)?;
+        let (recurrent, rope_rotated) = if arch.is_hybrid() {
+            let r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
+            if !r.layers.iter().any(|&l| !l) {
+                return Err(bad(format!(
+                    "every one of the {n_layers} layers is recurrent; {arch_name} needs attention layers too"
+                )));
+            }
+            let rot = crate::hybrid::imrope_rotated_pairs(f, arch_name, rope_dim).map_err(bad)?;
+            (Some(r), rot)
+        } else {
+            (None, None)
+        };
         Ok(ModelConfig {
             arch,
             name: f
@@ -410,6 +455,8 @@ impl ModelConfig {
             rope_scaling,
             logit_softcap,
             moe,
+            recurrent,
+            rope_rotated,
         })
     }
 }

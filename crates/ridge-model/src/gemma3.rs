@@ -18,8 +18,8 @@
 //! makes the model produce noise).
 //!
 //! The layer steps are the shared ones of `layer.rs`; what Gemma 3 has beyond them, its
-//! post-attention and post-FFN norms, is bound and kept here ([`LayerNorms`]), and `model.rs`
-//! hands both to [`layers`].
+//! post-attention and post-FFN norms, is bound and kept here ([`LayerNorms`]) beside the
+//! shared layers, in [`Gemma3Stack`].
 //!
 //! KV cache: the sliding layers have block tables of their own (see `kv_cache.rs`), whose
 //! blocks go back to the pool once no future token can see them, so past the window a Gemma 3
@@ -30,19 +30,72 @@ use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
 use crate::layer::{GateAct, Layer, LayerCtx};
-use crate::weights::vector;
+use crate::stack::{bind_layer, layer_bytes, layer_expert_bytes, skipped, Stack};
+use crate::weights::{vector, MatRef};
 use crate::{Batch, KvCache, ModelError, Workspace};
+
+/// Gemma 3's layers: the shared weights and, per layer, its extra norms.
+pub(crate) struct Gemma3Stack {
+    layers: Vec<Layer>,
+    norms: Vec<LayerNorms>,
+}
+
+impl Gemma3Stack {
+    /// Binds every layer and its extra norms.
+    pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        let (mut layers, mut norms) = (Vec::new(), Vec::new());
+        for i in 0..cfg.n_layers {
+            layers.push(bind_layer(f, cfg, i)?);
+            norms.push(LayerNorms::bind(f, cfg, i)?);
+        }
+        Ok(Gemma3Stack { layers, norms })
+    }
+}
+
+impl Stack for Gemma3Stack {
+    fn run(
+        &self,
+        cx: &LayerCtx<'_>,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        skip: Option<&[bool]>,
+    ) {
+        layers(cx, &self.layers, &self.norms, batch, kv, ws, skip);
+    }
+
+    fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        self.layers
+            .iter_mut()
+            .flat_map(|l| l.matrices_mut(cfg))
+            .collect()
+    }
+
+    fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
+        let norms: usize = self.norms.iter().map(LayerNorms::bytes).sum();
+        norms
+            + self
+                .layers
+                .iter()
+                .map(|l| layer_bytes(cx, l))
+                .sum::<usize>()
+    }
+
+    fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
+        self.layers.iter().map(|l| layer_expert_bytes(cx, l)).sum()
+    }
+}
 
 /// The norms a Gemma 3 layer has beyond llama's `attn_norm` and `ffn_norm` (its per-head Q/K
 /// norms are bound with the layer, as qwen3 has them too).
-pub(crate) struct LayerNorms {
+struct LayerNorms {
     post_attn: Vec<f32>,
     post_ffn: Vec<f32>,
 }
 
 impl LayerNorms {
     /// Binds layer `i`'s extra norms (type and length checked).
-    pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Self, ModelError> {
+    fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Self, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         Ok(LayerNorms {
             post_attn: vector(f, &n("post_attention_norm"), cfg.d_model)?,
@@ -51,14 +104,14 @@ impl LayerNorms {
     }
 
     /// Bytes read per decode step (f32 weights).
-    pub(crate) fn bytes(&self) -> usize {
+    fn bytes(&self) -> usize {
         4 * (self.post_attn.len() + self.post_ffn.len())
     }
 }
 
 /// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
 /// residual stream there; `norms[i]` are layer `i`'s extra norms.
-pub(crate) fn layers(
+fn layers(
     cx: &LayerCtx<'_>,
     stack: &[Layer],
     norms: &[LayerNorms],
@@ -70,7 +123,7 @@ pub(crate) fn layers(
     let (cfg, n) = (cx.cfg, batch.len());
     let eps = cfg.norm_eps;
     for (li, (l, g)) in stack.iter().zip(norms).enumerate() {
-        if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
+        if skipped(skip, li) {
             continue;
         }
         let (table, window) = cx.window_of(li);
@@ -80,14 +133,14 @@ pub(crate) fn layers(
         cx.qkv(l, n, ws);
         cx.qk_norm(l, n, ws);
         cx.rope_and_store(li, batch, kv, ws, table, true);
-        cx.attention(li, l, batch, kv, ws, window);
+        cx.attention(li, None, batch, kv, ws, window);
         cx.attn_out(l, n, ws);
         ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn, &g.post_attn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
         ops::rms_norm_rows(cx.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        cx.ffn(l, n, ws, GateAct::GeluTanh);
+        cx.ffn(&l.ffn, n, ws, GateAct::GeluTanh);
         ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn, &g.post_ffn, eps);
         ops::add_inplace(&mut ws.x, &ws.xn);
     }

@@ -79,7 +79,7 @@ impl std::str::FromStr for KvDtype {
 impl KvDtype {
     /// Bytes one cached token takes over all layers of `cfg` (its K and V rows).
     pub fn token_bytes(self, cfg: &ModelConfig) -> usize {
-        2 * cfg.n_layers * self.row_bytes(cfg.kv_dim())
+        2 * cfg.n_kv_layers() * self.row_bytes(cfg.kv_dim())
     }
 
     /// Bytes per cached element row of `kv_dim` elements.
@@ -134,6 +134,59 @@ impl Group {
     }
 }
 
+/// The fixed-size states of a hybrid model's recurrent layers, one zeroed `f32` array per
+/// live sequence: for each recurrent layer in order, its convolution window
+/// (`conv_state_len`) then its delta-rule state (`delta_state_len`). A sequence's state is
+/// allocated when it starts and dropped when it ends (its size is known up front, so the
+/// engine budgets sequences, not blocks, for it).
+struct RecurrentStates {
+    per_seq: usize,
+    states: Vec<Option<Vec<f32>>>,
+}
+
+impl RecurrentStates {
+    fn new(cfg: &crate::RecurrentConfig) -> Self {
+        RecurrentStates {
+            per_seq: cfg.n_recurrent() * (cfg.conv_state_len() + cfg.delta_state_len()),
+            states: Vec::new(),
+        }
+    }
+
+    /// A zeroed state for sequence `i`.
+    fn start(&mut self, i: usize) {
+        if self.states.len() <= i {
+            self.states.resize_with(i + 1, || None);
+        }
+        self.states[i] = Some(vec![0.0; self.per_seq]);
+    }
+
+    fn end(&mut self, i: usize) {
+        if let Some(s) = self.states.get_mut(i) {
+            *s = None;
+        }
+    }
+
+    /// Mutable views of several sequences' states at once.
+    fn many(&mut self, ids: &[SeqId]) -> Option<Vec<&mut [f32]>> {
+        let mut want: Vec<(usize, usize)> = ids.iter().enumerate().map(|(k, s)| (s.0, k)).collect();
+        want.sort_unstable();
+        if want.windows(2).any(|w| w[0].0 == w[1].0) {
+            return None;
+        }
+        let mut out: Vec<Option<&mut [f32]>> = (0..ids.len()).map(|_| None).collect();
+        let mut it = want.iter().peekable();
+        for (i, st) in self.states.iter_mut().enumerate() {
+            if let Some(&&(id, k)) = it.peek() {
+                if id == i {
+                    out[k] = Some(st.as_mut()?.as_mut_slice());
+                    it.next();
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
 /// Paged K/V storage plus per-sequence block tables.
 pub struct KvCache {
     kv_dim: usize,
@@ -141,9 +194,15 @@ pub struct KvCache {
     n_blocks: usize,
     /// Group 0 holds the layers without a window (or every layer).
     groups: Vec<Group>,
-    /// Per layer: its group and its index among the group's layers.
+    /// Per layer: its group and its index among the group's layers (`usize::MAX` for a
+    /// hybrid's recurrent layers, which keep no K/V).
     layer_at: Vec<(usize, usize)>,
+    /// Layers with K/V storage.
+    kv_layers: usize,
     seqs: Vec<Option<SeqState>>,
+    /// A hybrid model's fixed-size recurrent state per sequence (`None` for a model whose
+    /// every layer attends).
+    recurrent: Option<RecurrentStates>,
 }
 
 impl KvCache {
@@ -191,6 +250,10 @@ impl KvCache {
         let mut layer_at = Vec::with_capacity(cfg.n_layers);
         let mut counts = [0usize; 2];
         for li in 0..cfg.n_layers {
+            if cfg.is_recurrent(li) {
+                layer_at.push((0, usize::MAX));
+                continue;
+            }
             let g = usize::from(windowed(li));
             layer_at.push((g, counts[g]));
             counts[g] += 1;
@@ -213,14 +276,16 @@ impl KvCache {
             n_blocks,
             groups,
             layer_at,
+            kv_layers: counts[0] + counts[1],
             seqs: Vec::new(),
+            recurrent: cfg.recurrent.as_ref().map(RecurrentStates::new),
         }
     }
 
     /// Bytes of K and V storage (address space; pages are touched only as blocks are used).
     pub fn bytes(&self) -> usize {
         let rb = self.dtype().row_bytes(self.kv_dim);
-        2 * self.layer_at.len() * self.n_blocks * KV_BLOCK_SIZE * rb
+        2 * self.kv_layers * self.n_blocks * KV_BLOCK_SIZE * rb
     }
 
     /// The element type.
@@ -315,17 +380,24 @@ impl KvCache {
             tables: vec![Vec::new(); self.groups.len()],
             ..SeqState::default()
         };
-        if let Some(i) = self.seqs.iter().position(|s| s.is_none()) {
+        let id = if let Some(i) = self.seqs.iter().position(|s| s.is_none()) {
             self.seqs[i] = Some(fresh);
             SeqId(i)
         } else {
             self.seqs.push(Some(fresh));
             SeqId(self.seqs.len() - 1)
+        };
+        if let Some(r) = &mut self.recurrent {
+            r.start(id.0);
         }
+        id
     }
 
     /// Ends a sequence and drops its references to its blocks. Unknown ids are ignored.
     pub fn remove_seq(&mut self, id: SeqId) {
+        if let Some(r) = &mut self.recurrent {
+            r.end(id.0);
+        }
         if let Some(s) = self.seqs.get_mut(id.0).and_then(Option::take) {
             for (g, table) in self.groups.iter_mut().zip(&s.tables) {
                 for &b in table.iter().rev().filter(|&&b| b != DROPPED) {
@@ -340,6 +412,11 @@ impl KvCache {
     /// windowed layer group the prefix also needs that group's blocks within the window of its
     /// next token, so it may come out shorter than the global layers' cached chain.
     pub fn attach_cached_prefix(&mut self, id: SeqId, tokens: &[u32], max_tokens: usize) -> usize {
+        // A hybrid's recurrent state at the end of a cached prefix is not kept (no
+        // checkpoints yet): its prompt is computed from the start.
+        if self.recurrent.is_some() {
+            return 0;
+        }
         let Some(Some(s)) = self.seqs.get_mut(id.0) else {
             return 0;
         };
@@ -556,6 +633,11 @@ impl KvCache {
     /// committed) blocks are never cut, and a windowed group's given-back blocks are never
     /// needed again, so `len` is clamped to keep both true.
     pub fn rewind(&mut self, id: SeqId, len: usize) {
+        // A recurrent state cannot go back (no checkpoints): a hybrid's sequences keep
+        // their length (the engine does not speculate on hybrids, see `can_rewind`).
+        if self.recurrent.is_some() {
+            return;
+        }
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {
             // The lowest length whose next token sees no dropped block: with `d` blocks
             // dropped, (len + 1 − window) / B ≥ d.
@@ -590,6 +672,25 @@ impl KvCache {
                 }
             }
         }
+    }
+
+    /// Whether a sequence can be rewound below its length ([`KvCache::rewind`]): not for a
+    /// hybrid model, whose recurrent state has no checkpoints to go back to.
+    pub fn can_rewind(&self) -> bool {
+        self.recurrent.is_none()
+    }
+
+    /// Bytes of recurrent state one sequence holds (0 for a model without recurrent layers).
+    pub fn recurrent_bytes_per_seq(&self) -> usize {
+        self.recurrent.as_ref().map_or(0, |r| 4 * r.per_seq)
+    }
+
+    /// The recurrent states of the sequences `ids` (in that order), each one `f32` slice
+    /// over all recurrent layers (`RecurrentStates`' layout); `None` when a sequence is
+    /// unknown, repeated, or the model has no recurrent layers.
+    pub(crate) fn recurrent_states(&mut self, ids: &[SeqId]) -> Option<Vec<&mut [f32]>> {
+        let r = self.recurrent.as_mut()?;
+        r.many(ids)
     }
 
     /// Records that a sequence now holds `len` tokens (after a forward pass wrote them).

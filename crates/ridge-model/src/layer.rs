@@ -60,6 +60,36 @@ pub(crate) enum Ffn {
     Routed(Box<dyn RoutedFfn>),
 }
 
+impl Ffn {
+    /// Binds layer `i`'s feed-forward: dense (`ffn_gate`, `ffn_up`, `ffn_down`), or, where the
+    /// configuration has a mixture of experts, what `routed` binds.
+    pub(crate) fn bind(
+        f: &GgufFile,
+        cfg: &ModelConfig,
+        i: usize,
+        routed: impl FnOnce(&MoeConfig) -> Result<Box<dyn RoutedFfn>, ModelError>,
+    ) -> Result<Self, ModelError> {
+        let (d, ffn) = (cfg.d_model, cfg.ffn_dim);
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(match &cfg.moe {
+            Some(moe) => Ffn::Routed(routed(moe)?),
+            None => Ffn::Dense {
+                gate: matrix(f, &n("ffn_gate"), ffn, d)?,
+                up: matrix(f, &n("ffn_up"), ffn, d)?,
+                down: matrix(f, &n("ffn_down"), d, ffn)?,
+            },
+        })
+    }
+
+    /// The matrices that may be packed into tiles or re-encoded.
+    pub(crate) fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        match self {
+            Ffn::Dense { gate, up, down } => vec![gate, up, down],
+            Ffn::Routed(e) => e.matrices_mut(cfg),
+        }
+    }
+}
+
 /// A routed (mixture-of-experts) feed-forward's weights, as the shared steps and `model.rs`
 /// use them. `moe.rs` implements it; the trait is what lets [`Ffn`] hold experts without this
 /// module importing the file that defines them.
@@ -157,7 +187,7 @@ impl Layer {
         i: usize,
         routed: impl FnOnce(&MoeConfig) -> Result<Box<dyn RoutedFfn>, ModelError>,
     ) -> Result<Self, ModelError> {
-        let (d, q, kv, ffn) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+        let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
         let gpt_oss = cfg.arch == Architecture::GptOss;
         // gpt-oss names its pre-FFN norm after the attention it follows.
         let ffn_norm = if gpt_oss {
@@ -174,14 +204,7 @@ impl Layer {
             wv: matrix(f, &n("attn_v"), kv, d)?,
             wo: matrix(f, &n("attn_output"), d, q)?,
             ffn_norm: vector(f, &n(ffn_norm), d)?,
-            ffn: match &cfg.moe {
-                Some(moe) => Ffn::Routed(routed(moe)?),
-                None => Ffn::Dense {
-                    gate: matrix(f, &n("ffn_gate"), ffn, d)?,
-                    up: matrix(f, &n("ffn_up"), ffn, d)?,
-                    down: matrix(f, &n("ffn_down"), d, ffn)?,
-                },
-            },
+            ffn: Ffn::bind(f, cfg, i, routed)?,
             qkv_bias: QkvBias::bind(f, cfg, i)?,
             qk_norm: QkNorm::bind(f, cfg, i)?,
             o_bias: if gpt_oss || f.has_tensor(&o_bias) {
@@ -201,10 +224,7 @@ impl Layer {
     /// [`RoutedFfn::matrices_mut`] for a routed feed-forward's).
     pub(crate) fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
         let mut v = vec![&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo];
-        match &mut self.ffn {
-            Ffn::Dense { gate, up, down } => v.extend([gate, up, down]),
-            Ffn::Routed(e) => v.extend(e.matrices_mut(cfg)),
-        }
+        v.extend(self.ffn.matrices_mut(cfg));
         v
     }
 }
@@ -343,8 +363,8 @@ impl<'a> LayerCtx<'a> {
 
     /// The layer's feed-forward of the `n` normed rows in `ws.xn`, leaving its output in
     /// `ws.xn`: dense (`act` on the gate) or routed over experts (SwiGLU experts).
-    pub(crate) fn ffn(&self, l: &Layer, n: usize, ws: &mut Workspace, act: GateAct) {
-        match &l.ffn {
+    pub(crate) fn ffn(&self, ffn: &Ffn, n: usize, ws: &mut Workspace, act: GateAct) {
+        match ffn {
             Ffn::Dense { gate, up, down } => {
                 let mut ys = [
                     (self.mat(gate), &mut ws.gate[..]),
@@ -411,14 +431,14 @@ impl<'a> LayerCtx<'a> {
         }
     }
 
-    /// Causal attention of every token of the batch over its sequence in layer `li` (whose
-    /// weights are `l`, for its sinks), into `ws.att`. With a `window`, a token at position
+    /// Causal attention of every token of the batch over its sequence in layer `li` (with
+    /// the layer's learnt sink logits, where it has them), into `ws.att`. With a `window`, a token at position
     /// `p` sees only positions `p − window + 1 ..= p` (older slots stay in the cache but are
     /// not read).
     pub(crate) fn attention(
         &self,
         li: usize,
-        l: &Layer,
+        sinks: Option<&[f32]>,
         batch: &Batch,
         kv: &KvCache,
         ws: &mut Workspace,
@@ -431,7 +451,7 @@ impl<'a> LayerCtx<'a> {
             kv: kv.layer(li),
             group: kv.group_of(li),
             window,
-            sinks: l.sinks.as_deref(),
+            sinks,
         };
         // Whole KV groups per task (each K/V row read once per group) when the batch has
         // enough of them to keep every thread busy (prefill, batched decode).
@@ -460,8 +480,7 @@ impl<'a> LayerCtx<'a> {
 /// the rows of the tokens they read.)
 pub(crate) fn tile_matrices(
     f: &GgufFile,
-    cfg: &ModelConfig,
-    layers: &mut [Layer],
+    layers: Vec<&mut MatRef>,
     output: &mut MatRef,
 ) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
@@ -480,10 +499,8 @@ pub(crate) fn tile_matrices(
         }
     };
     one(output);
-    for l in layers.iter_mut() {
-        for m in l.matrices_mut(cfg) {
-            one(m);
-        }
+    for m in layers {
+        one(m);
     }
     tiles
 }

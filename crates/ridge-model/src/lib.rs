@@ -26,15 +26,18 @@ mod block_pool;
 mod config;
 mod error;
 mod gemma3;
+mod hybrid;
 mod kv_cache;
 mod layer;
 mod llama;
 mod model;
 mod moe;
 mod pooling;
+mod qwen35;
 mod rank;
 pub mod registry;
 mod rope;
+mod stack;
 pub mod synthetic;
 mod weights;
 mod workspace;
@@ -47,6 +50,7 @@ pub use config::{
     GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use error::ModelError;
+pub use hybrid::RecurrentConfig;
 pub use kv_cache::{KvCache, KvDtype, KvEvent, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::{Model, Outputs};
 pub use pooling::Pooling;

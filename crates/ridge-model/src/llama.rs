@@ -22,16 +22,63 @@
 //!
 //! The layer stack reads top to bottom like the math; its steps are the shared ones of
 //! `layer.rs` (which this file imports, and which imports nothing of it), and embeddings and
-//! the output head are `model.rs`'s, which calls [`layers`] for these architectures.
+//! the output head are `model.rs`'s, which runs [`LlamaStack`] for these architectures.
 
+use ridge_gguf::GgufFile;
 use ridge_kernels::ops;
 
+use crate::config::ModelConfig;
 use crate::layer::{GateAct, Layer, LayerCtx};
-use crate::{Batch, KvCache, Workspace};
+use crate::stack::{bind_layer, layer_bytes, layer_expert_bytes, skipped, Stack};
+use crate::weights::MatRef;
+use crate::{Batch, KvCache, ModelError, Workspace};
+
+/// The layers of llama and the architectures that share its layer (see the module doc).
+pub(crate) struct LlamaStack {
+    layers: Vec<Layer>,
+}
+
+impl LlamaStack {
+    /// Binds every layer.
+    pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        let layers = (0..cfg.n_layers)
+            .map(|i| bind_layer(f, cfg, i))
+            .collect::<Result<_, _>>()?;
+        Ok(LlamaStack { layers })
+    }
+}
+
+impl Stack for LlamaStack {
+    fn run(
+        &self,
+        cx: &LayerCtx<'_>,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        skip: Option<&[bool]>,
+    ) {
+        layers(cx, &self.layers, batch, kv, ws, skip);
+    }
+
+    fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        self.layers
+            .iter_mut()
+            .flat_map(|l| l.matrices_mut(cfg))
+            .collect()
+    }
+
+    fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
+        self.layers.iter().map(|l| layer_bytes(cx, l)).sum()
+    }
+
+    fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
+        self.layers.iter().map(|l| layer_expert_bytes(cx, l)).sum()
+    }
+}
 
 /// Runs every layer (but those `skip` marks) over the embedded batch in `ws.x`, leaving the
 /// residual stream there.
-pub(crate) fn layers(
+fn layers(
     cx: &LayerCtx<'_>,
     stack: &[Layer],
     batch: &Batch,
@@ -41,7 +88,7 @@ pub(crate) fn layers(
 ) {
     let (eps, n) = (cx.cfg.norm_eps, batch.len());
     for (li, l) in stack.iter().enumerate() {
-        if skip.is_some_and(|s| s.get(li).copied().unwrap_or(false)) {
+        if skipped(skip, li) {
             continue;
         }
         // Attention block (windowed on gpt-oss's even layers).
@@ -50,13 +97,13 @@ pub(crate) fn layers(
         cx.qkv(l, n, ws);
         cx.qk_norm(l, n, ws); // qwen3 only
         cx.rope_and_store(li, batch, kv, ws, table, cx.cfg.rope_neox);
-        cx.attention(li, l, batch, kv, ws, window); // with gpt-oss's sinks
+        cx.attention(li, l.sinks.as_deref(), batch, kv, ws, window); // with gpt-oss's sinks
         cx.attn_out(l, n, ws); // + gpt-oss's bias
         ops::add_inplace(&mut ws.x, &ws.xn);
 
         // Feed-forward block.
         ops::rms_norm_rows(cx.isa, &ws.x, &l.ffn_norm, eps, &mut ws.xn);
-        cx.ffn(l, n, ws, GateAct::Silu); // dense, or routed over experts
+        cx.ffn(&l.ffn, n, ws, GateAct::Silu); // dense, or routed over experts
         ops::add_inplace(&mut ws.x, &ws.xn);
     }
 }

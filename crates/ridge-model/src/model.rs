@@ -27,11 +27,12 @@ use std::sync::Arc;
 use ridge_gguf::GgufFile;
 use ridge_kernels::{blocks, matmul, ops, Isa, PackedMatrix, WeightMatrix};
 
-use crate::config::{Architecture, ModelConfig};
-use crate::layer::{tile_matrices, ActPlan, Ffn, Layer, LayerCtx, QkNorm, QkvBias, RoutedFfn};
+use crate::config::ModelConfig;
+use crate::layer::{tile_matrices, ActPlan, LayerCtx};
+use crate::stack::{self, Stack};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
-use crate::{gemma3, llama, moe, rope, ActPolicy, Batch, KvCache, ModelError, Workspace};
+use crate::{rope, ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// A loaded model: configuration plus weights bound in place in the memory-mapped file.
 pub struct Model {
@@ -41,9 +42,8 @@ pub struct Model {
     embd: MatRef,
     output: MatRef,
     output_norm: Vec<f32>,
-    layers: Vec<Layer>,
-    /// Gemma 3's extra per-layer norms (empty for llama).
-    gemma: Vec<gemma3::LayerNorms>,
+    /// The architecture's layers (`stack.rs`: one file per architecture).
+    layers: Box<dyn Stack>,
     /// Llama 3's per-dimension RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2`
     /// of them), where the file has them.
     rope_freqs: Option<Vec<f32>>,
@@ -85,19 +85,7 @@ impl Model {
         } else {
             embd
         };
-        let mut layers = Vec::with_capacity(cfg.n_layers);
-        let mut gemma = Vec::new();
-        for i in 0..cfg.n_layers {
-            // The shared weights, with the experts of a routed feed-forward bound by the file
-            // that owns them.
-            layers.push(Layer::bind(f, &cfg, i, |moe| {
-                let e: Box<dyn RoutedFfn> = Box::new(moe::Experts::bind(f, &cfg, moe, i)?);
-                Ok(e)
-            })?);
-            if cfg.arch == Architecture::Gemma3 {
-                gemma.push(gemma3::LayerNorms::bind(f, &cfg, i)?);
-            }
-        }
+        let mut layers = stack::bind(f, &cfg)?;
         let output_norm = vector(f, "output_norm.weight", d)?;
         // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair
         // (`config.rs` lets only llama files carry them).
@@ -122,7 +110,7 @@ impl Model {
         let head_rows = cfg.vocab;
         let mut output = output;
         let tiles = if isa.avx2() {
-            tile_matrices(f, &cfg, &mut layers, &mut output)
+            tile_matrices(f, layers.matrices_mut(&cfg), &mut output)
         } else {
             Vec::new()
         };
@@ -134,7 +122,6 @@ impl Model {
             output,
             output_norm,
             layers,
-            gemma,
             rope_freqs,
             act,
             head_rows,
@@ -202,15 +189,14 @@ impl Model {
         self.act = ActPlan::new(policy, self.cfg.arch);
         if policy == ActPolicy::F32 {
             self.tiles.clear();
-            for l in self.layers.iter_mut() {
-                for m in l.matrices_mut(&self.cfg) {
-                    m.tiles = None;
-                }
+            for m in self.layers.matrices_mut(&self.cfg) {
+                m.tiles = None;
             }
             self.output.tiles = None;
         } else if self.tiles.is_empty() && Isa::detect().avx2() {
             let file = Arc::clone(&self.file);
-            self.tiles = tile_matrices(&file, &self.cfg, &mut self.layers, &mut self.output);
+            let mats = self.layers.matrices_mut(&self.cfg);
+            self.tiles = tile_matrices(&file, mats, &mut self.output);
         }
     }
 
@@ -236,9 +222,7 @@ impl Model {
         let per_weight = |d: ridge_kernels::DType, cols: usize| d.row_bytes(cols) * 64 / cols;
         let bytes = self.file.bytes();
         let mut mats: Vec<&mut MatRef> = vec![&mut self.output];
-        for l in self.layers.iter_mut() {
-            mats.extend(l.matrices_mut(&self.cfg));
-        }
+        mats.extend(self.layers.matrices_mut(&self.cfg));
         let mut saved = 0;
         for m in mats {
             let cur = match m.tiles {
@@ -273,31 +257,9 @@ impl Model {
     /// and the output head (the embedding table contributes one row per token, negligible);
     /// of a mixture of experts, the router, any shared expert and `k` of the `E` experts.
     pub fn weight_bytes_per_token(&self) -> usize {
-        let layers: usize = self
-            .layers
-            .iter()
-            .map(|l| {
-                let ffn = match &l.ffn {
-                    Ffn::Dense { gate, up, down } => [gate, up, down]
-                        .iter()
-                        .map(|m| self.mat(m).data.len())
-                        .sum::<usize>(),
-                    Ffn::Routed(e) => e.bytes_per_token(&self.ctx()),
-                };
-                ffn + [l.wq, l.wk, l.wv, l.wo]
-                    .iter()
-                    .map(|m| self.mat(m).data.len())
-                    .sum::<usize>()
-                    + 8 * self.cfg.d_model
-                    + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
-                    + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
-                    + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
-                    + 4 * l.sinks.as_ref().map_or(0, Vec::len)
-            })
-            .sum();
-        let extra: usize = self.gemma.iter().map(gemma3::LayerNorms::bytes).sum();
+        let layers = self.layers.bytes_per_token(&self.ctx());
         let head = self.mat(&self.output).data.len() / self.cfg.vocab.max(1) * self.head_rows;
-        layers + extra + head + 4 * self.cfg.d_model
+        layers + head + 4 * self.cfg.d_model
     }
 
     /// Bytes of one routed expert in every layer together (its gate, up and down slices, as
@@ -306,14 +268,7 @@ impl Model {
         if self.cfg.moe.is_none() {
             return 0;
         }
-        let cx = self.ctx();
-        self.layers
-            .iter()
-            .map(|l| match &l.ffn {
-                Ffn::Routed(e) => e.expert_bytes(&cx),
-                Ffn::Dense { .. } => 0,
-            })
-            .sum()
+        self.layers.expert_bytes(&self.ctx())
     }
 
     /// The matrix bytes of the mapped file.
@@ -469,17 +424,7 @@ impl Model {
     ) -> Result<(), ModelError> {
         self.prepare(batch, kv, ws)?;
         self.embed(batch, ws);
-        let (cx, stack) = (self.ctx(), &self.layers[..]);
-        match self.cfg.arch {
-            Architecture::Llama
-            | Architecture::Qwen2
-            | Architecture::Qwen3
-            | Architecture::Qwen2Moe
-            | Architecture::Qwen3Moe
-            | Architecture::Olmoe
-            | Architecture::GptOss => llama::layers(&cx, stack, batch, kv, ws, skip),
-            Architecture::Gemma3 => gemma3::layers(&cx, stack, &self.gemma, batch, kv, ws, skip),
-        }
+        self.layers.run(&self.ctx(), batch, kv, ws, skip);
         for &(seq, len) in &ws.seq_of {
             kv.set_len(seq, len);
         }
@@ -525,6 +470,18 @@ impl Model {
                 None => ops::rope_table(pos, cfg.rope_dim, cfg.rope_base, cos, sin),
                 Some(ff) => {
                     rope::table_with_factors(pos, cfg.rope_dim, cfg.rope_base, ff, cos, sin)
+                }
+            }
+        }
+        // M-RoPE sections a text token has no position in (`hybrid.rs`) stay unrotated.
+        if let Some(rot) = &cfg.rope_rotated {
+            for (c, s) in ws
+                .cos
+                .chunks_exact_mut(half)
+                .zip(ws.sin.chunks_exact_mut(half))
+            {
+                for (i, _) in rot.iter().enumerate().filter(|(_, &r)| !r) {
+                    (c[i], s[i]) = (1.0, 0.0);
                 }
             }
         }

@@ -73,6 +73,30 @@ pub struct SyntheticSpec {
     /// A reranker's head: `{arch}.pooling_type = 4` and `cls.output.weight`, as Qwen3-Reranker
     /// GGUFs carry them (see [`SyntheticRank`]).
     pub rank: Option<SyntheticRank>,
+    /// A hybrid's recurrent layers (required for qwen35; see [`SyntheticHybrid`]).
+    pub hybrid: Option<SyntheticHybrid>,
+}
+
+/// The recurrent layers of a synthetic hybrid (qwen35), in llama.cpp's layout: per recurrent
+/// layer `attn_qkv`, `attn_gate`, `ssm_beta`, `ssm_alpha`, `ssm_out` in the spec's format and
+/// `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_norm` in f32; per attention layer a query
+/// projection twice as wide (queries and output gates) with per-head Q/K norms.
+#[derive(Clone, Debug)]
+pub struct SyntheticHybrid {
+    /// Query/key heads of the recurrent layers (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of `n_k_heads`.
+    pub n_v_heads: usize,
+    /// Elements per recurrent head (`ssm.state_size`).
+    pub head_dim: usize,
+    /// Convolution taps (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Every this-many-th layer attends (`full_attention_interval`).
+    pub interval: usize,
+    /// Rotated dimensions of the attention heads (`rope.dimension_count`).
+    pub rope_dim: usize,
+    /// `rope.dimension_sections` (in pairs; Qwen3.5 ships `[11, 11, 10, 0]` for 64 dims).
+    pub sections: [i32; 4],
 }
 
 /// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
@@ -136,6 +160,7 @@ impl Default for SyntheticSpec {
             expert_dtype: None,
             rope_scaling: None,
             rank: None,
+            hybrid: None,
         }
     }
 }
@@ -229,7 +254,10 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let qwen3 = matches!(spec.arch, Architecture::Qwen3 | Architecture::Qwen3Moe);
     let olmoe = spec.arch == Architecture::Olmoe;
     let gpt_oss = spec.arch == Architecture::GptOss;
-    let rope_base = if gemma || qwen2 || qwen3 {
+    let hybrid = spec.hybrid.as_ref().filter(|_| spec.arch.is_hybrid());
+    let rope_base = if hybrid.is_some() {
+        1e7
+    } else if gemma || qwen2 || qwen3 {
         1e6
     } else if gpt_oss {
         150000.0
@@ -259,8 +287,25 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("rope.freq_base"), MetadataValue::F32(rope_base as f32))
         .meta(
             &k("attention.layer_norm_rms_epsilon"),
-            MetadataValue::F32(if gemma { 1e-6 } else { 1e-5 }),
+            MetadataValue::F32(if gemma || hybrid.is_some() {
+                1e-6
+            } else {
+                1e-5
+            }),
         );
+    if let Some(h) = hybrid {
+        w.meta(&k("ssm.conv_kernel"), u(h.conv_kernel))
+            .meta(&k("ssm.state_size"), u(h.head_dim))
+            .meta(&k("ssm.group_count"), u(h.n_k_heads))
+            .meta(&k("ssm.time_step_rank"), u(h.n_v_heads))
+            .meta(&k("ssm.inner_size"), u(h.n_v_heads * h.head_dim))
+            .meta(&k("full_attention_interval"), u(h.interval))
+            .meta(&k("rope.dimension_count"), u(h.rope_dim))
+            .meta(
+                &k("rope.dimension_sections"),
+                MetadataValue::Array(ArrayValue::I32(h.sections.to_vec())),
+            );
+    }
     if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
             .meta(&k("attention.value_length"), u(head_dim));
@@ -350,16 +395,83 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     for i in 0..spec.n_layers {
         let n = |x: &str| format!("blk.{i}.{x}.weight");
         norm(&mut w, &n("attn_norm"), d, i);
-        mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
-        mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
-        mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
-        mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
-        let ffn_norm = if gpt_oss {
-            "post_attention_norm"
+        if let Some(h) = hybrid {
+            norm(&mut w, &n("post_attention_norm"), d, i + 1);
+            if (i + 1) % h.interval.max(1) == 0 {
+                mat(&mut w, &n("attn_q"), 2 * q, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
+                norm(&mut w, &n("attn_q_norm"), head_dim, i + 2);
+                norm(&mut w, &n("attn_k_norm"), head_dim, i + 4);
+            } else {
+                let (kd, vd) = (h.n_k_heads * h.head_dim, h.n_v_heads * h.head_dim);
+                let cd = 2 * kd + vd;
+                mat(&mut w, &n("attn_qkv"), cd, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_gate"), vd, d, spec.dtype, ws);
+                mat(&mut w, &n("ssm_beta"), h.n_v_heads, d, spec.dtype, ws * 2.0);
+                mat(
+                    &mut w,
+                    &n("ssm_alpha"),
+                    h.n_v_heads,
+                    d,
+                    spec.dtype,
+                    ws * 2.0,
+                );
+                mat(
+                    &mut w,
+                    &n("ssm_out"),
+                    d,
+                    vd,
+                    spec.dtype,
+                    1.0 / (vd as f32).sqrt(),
+                );
+                let taps = 1.0 / (h.conv_kernel as f32).sqrt();
+                f32_tensor(&mut w, &n("ssm_conv1d"), &[h.conv_kernel, cd], &rng, taps);
+                f32_tensor(
+                    &mut w,
+                    &format!("blk.{i}.ssm_dt.bias"),
+                    &[h.n_v_heads],
+                    &rng,
+                    1.0,
+                );
+                // a = −exp(A_log) with A_log in [−1, 1): decays between e^−2.7 and e^−0.37
+                // per unit of softplus.
+                let a: Vec<f32> = (0..h.n_v_heads).map(|_| -rng.next().exp()).collect();
+                let data = blocks::quantize_row(DType::F32, &a);
+                w.tensor(
+                    &format!("blk.{i}.ssm_a"),
+                    &[h.n_v_heads as u64],
+                    GgmlType::F32,
+                    data,
+                );
+                norm(&mut w, &n("ssm_norm"), h.head_dim, i + 3);
+            }
+            if spec.moe.is_none() {
+                mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
+                mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+                mat(
+                    &mut w,
+                    &n("ffn_down"),
+                    d,
+                    ffn,
+                    spec.dtype,
+                    1.0 / (ffn as f32).sqrt(),
+                );
+                continue;
+            }
         } else {
-            "ffn_norm"
-        };
-        norm(&mut w, &n(ffn_norm), d, i + 1);
+            mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
+            mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+            mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+            mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
+            let ffn_norm = if gpt_oss {
+                "post_attention_norm"
+            } else {
+                "ffn_norm"
+            };
+            norm(&mut w, &n(ffn_norm), d, i + 1);
+        }
         if gpt_oss {
             let b = |x: &str| format!("blk.{i}.{x}.bias");
             for (name, len, sc) in [("attn_q", q, 0.5), ("attn_k", kv, 0.5), ("attn_v", kv, 0.5)]

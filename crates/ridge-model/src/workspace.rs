@@ -40,6 +40,27 @@ pub struct Workspace {
     pub(crate) att_partials: Vec<f32>,
     /// The routed feed-forward's buffers (mixtures of experts).
     pub(crate) moe: MoeScratch,
+    /// A hybrid's buffers (its recurrent layers and gated attention, `qwen35.rs`).
+    pub(crate) hybrid: HybridScratch,
+}
+
+/// Scratch of a hybrid's layers (`qwen35.rs`), reused across layers and calls.
+#[derive(Default)]
+pub(crate) struct HybridScratch {
+    /// Gated attention: the query projection (queries and gates interleaved per head) and
+    /// the gates alone.
+    pub(crate) qg: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    /// Recurrent layer: the projected queries/keys/values before and after the convolution,
+    /// the output gate `z`, the write strengths β and decay inputs α, and the heads' outputs.
+    pub(crate) mixed: Vec<f32>,
+    pub(crate) conv: Vec<f32>,
+    pub(crate) z: Vec<f32>,
+    pub(crate) beta: Vec<f32>,
+    pub(crate) alpha: Vec<f32>,
+    pub(crate) out: Vec<f32>,
+    /// Per sequence of the batch, its tokens' indices in batch order.
+    pub(crate) tokens_of: Vec<Vec<usize>>,
 }
 
 /// Scratch of the routed feed-forward (`moe.rs`), reused across layers and calls.

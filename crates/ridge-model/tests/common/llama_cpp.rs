@@ -4,7 +4,7 @@
 //! and asks for the fixture to be regenerated.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::{SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{SyntheticHybrid, SyntheticMoe, SyntheticSpec};
 use ridge_model::Architecture;
 
 /// Context length of the perplexity protocol (llama-perplexity's `-c`).
@@ -14,6 +14,7 @@ pub const CHUNKS: usize = 8;
 
 /// `(name, spec)` of every model with a llama.cpp fixture. F32 weights, so that neither side
 /// rounds activations to 8 bits and the two agree to the f16 rounding of the KV cache.
+#[allow(dead_code)]
 pub fn specs() -> Vec<(&'static str, SyntheticSpec)> {
     let base = SyntheticSpec {
         n_layers: 2,
@@ -91,6 +92,7 @@ pub fn specs() -> Vec<(&'static str, SyntheticSpec)> {
 /// The mixtures of experts: every routed architecture, expert counts 8–128, top-k 1–8,
 /// expert widths that are and are not multiples of eight (tiled or not), f32 weights, and two
 /// quantized files for the default (integer) activations.
+#[allow(dead_code)]
 fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
     vec![
         (
@@ -217,6 +219,75 @@ fn moe_specs(base: &SyntheticSpec) -> Vec<(&'static str, SyntheticSpec)> {
                 expert_dtype: Some(DType::MXFP4),
                 moe: Some(SyntheticMoe::new(128, 8, 32, None)),
                 seed: 29,
+                ..base.clone()
+            },
+        ),
+    ]
+}
+
+/// The hybrids checked against llama.cpp b11434 (`tests/data/llama_cpp_hybrid.json`): Qwen3.5's
+/// layout in several shapes — value heads sharing query/key heads, attention every fourth or
+/// every second layer, M-RoPE sections that cover every rotated pair or leave some unrotated
+/// for text — in f32, and in Q4_0 beside 8-bit embeddings for the default activations.
+#[allow(dead_code)]
+pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
+    let base = SyntheticSpec {
+        arch: Architecture::Qwen35,
+        n_layers: 8,
+        d_model: 64,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: Some(32),
+        ffn_dim: 96,
+        ctx_len: 2 * CTX,
+        dtype: DType::F32,
+        embd_dtype: DType::F32,
+        separate_output: true,
+        hybrid: Some(SyntheticHybrid {
+            n_k_heads: 2,
+            n_v_heads: 4,
+            head_dim: 16,
+            conv_kernel: 4,
+            interval: 4,
+            rope_dim: 16,
+            sections: [3, 3, 2, 0],
+        }),
+        ..SyntheticSpec::default()
+    };
+    vec![
+        (
+            "qwen35_f32",
+            SyntheticSpec {
+                seed: 41,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen35_f32_interval2",
+            SyntheticSpec {
+                n_layers: 4,
+                n_heads: 2,
+                n_kv_heads: 1,
+                separate_output: false,
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 1,
+                    n_v_heads: 2,
+                    head_dim: 32,
+                    conv_kernel: 3,
+                    interval: 2,
+                    rope_dim: 16,
+                    sections: [4, 1, 1, 0],
+                }),
+                seed: 43,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen35_q4_0",
+            SyntheticSpec {
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                seed: 45,
                 ..base.clone()
             },
         ),

@@ -1,0 +1,226 @@
+//! Kernels of the recurrent mixers (linear attention and its convolution) that hybrid models
+//! interleave with attention: a layer keeps a fixed-size state per sequence instead of a K/V
+//! cache that grows, and each token reads and rewrites it.
+//!
+//! - [`causal_conv1d`]: the depthwise causal convolution over a rolling window of the last
+//!   `kernel − 1` inputs (Qwen3.5's and Qwen3-Next's `ssm_conv1d`, Mamba's conv).
+//! - [`gated_delta_step`]: one token of the gated delta rule (Gated DeltaNet) for one head:
+//!   `S ← e^g·S;  S ← S + β (v − S k) kᵀ;  o = S q / √d`, the state a `d_v × d_k` matrix.
+//! - [`l2_normalize`], [`softplus`]: the small element-wise steps around them.
+//!
+//! Why token by token: the recurrent form gives every token the same bits whatever chunk of a
+//! prompt it arrives in and whatever else is in the batch (each (sequence, head) is one
+//! independent loop), which keeps chunked prefill, batch invariance and prefix checkpoints
+//! exact. Each state row is updated and read in one pass, so a head's state is streamed once
+//! per token. Dot products keep eight partial sums in a fixed order, which the compiler turns
+//! into vector code on every instruction set with the same result.
+
+/// Eight-lane dot product in a fixed reduction order (the same bits on every CPU).
+#[inline]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [0f32; 8];
+    let mut i = 0;
+    while i + 8 <= n {
+        for l in 0..8 {
+            acc[l] += a[i + l] * b[i + l];
+        }
+        i += 8;
+    }
+    let mut tail = 0f32;
+    while i < n {
+        tail += a[i] * b[i];
+        i += 1;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// Causal depthwise convolution of `n` tokens of `ch` channels (`x`, token-major) with a
+/// kernel of `kernel` taps per channel (`w`, channel-major: `w[c·kernel + j]`), continuing
+/// from `state` (the previous `kernel − 1` inputs, token-major, oldest first). Writes
+/// `out[t·ch + c] = Σ_j win[t + j][c] · w[c·kernel + j]` over the window
+/// `win = state ++ x`, and leaves the last `kernel − 1` inputs in `state`.
+///
+/// Panics if a slice is shorter than its shape says (a caller bug: shapes come from a
+/// validated configuration).
+pub fn causal_conv1d(
+    x: &[f32],
+    n: usize,
+    ch: usize,
+    w: &[f32],
+    kernel: usize,
+    state: &mut [f32],
+    out: &mut [f32],
+) {
+    let keep = kernel.saturating_sub(1);
+    assert!(x.len() >= n * ch && out.len() >= n * ch && w.len() >= ch * kernel);
+    assert!(state.len() >= keep * ch);
+    // The tap j of token t reads window row t + j: a state row below `keep`, else x's row.
+    let row = |state: &[f32], r: usize, c: usize| {
+        if r < keep {
+            state[r * ch + c]
+        } else {
+            x[(r - keep) * ch + c]
+        }
+    };
+    for t in 0..n {
+        let o = &mut out[t * ch..(t + 1) * ch];
+        for (c, oc) in o.iter_mut().enumerate() {
+            let mut s = 0f32;
+            for j in 0..kernel {
+                s += row(state, t + j, c) * w[c * kernel + j];
+            }
+            *oc = s;
+        }
+    }
+    // The new window tail: the last `keep` rows of state ++ x.
+    if keep == 0 {
+        return;
+    }
+    if n >= keep {
+        state[..keep * ch].copy_from_slice(&x[(n - keep) * ch..n * ch]);
+    } else {
+        state.copy_within(n * ch..keep * ch, 0);
+        state[(keep - n) * ch..keep * ch].copy_from_slice(&x[..n * ch]);
+    }
+}
+
+/// One token of the gated delta rule for one head. `s` is the head's state, `d_v` rows of
+/// `d_k` (row `j` holds `S[j][·]`); `q` and `k` are `d_k` long (already L2-normalized), `v`
+/// and `out` are `d_v` long; `decay = e^g` (g ≤ 0, the gate), `beta` the write strength and
+/// `scale` the output's factor (`1/√d_k`). Row by row: `S_j ← decay·S_j`,
+/// `δ_j = (v_j − S_j·k)·β`, `S_j ← S_j + δ_j k`, `out_j = (S_j·q)·scale`.
+pub fn gated_delta_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    for ((row, &vj), oj) in s.chunks_exact_mut(dk).zip(v).zip(out.iter_mut()) {
+        for r in row.iter_mut() {
+            *r *= decay;
+        }
+        let delta = (vj - dot8(row, k)) * beta;
+        for (r, &kk) in row.iter_mut().zip(k) {
+            *r += delta * kk;
+        }
+        *oj = dot8(row, q) * scale;
+    }
+}
+
+/// `x ← x / √(Σx² + eps)` (llama.cpp's L2 norm for Gated DeltaNet: an RMS norm with `eps/n`,
+/// times `1/√n`, computed in that order).
+pub fn l2_normalize(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let mean = (sum / x.len().max(1) as f64) as f32;
+    let scale = 1.0 / (mean + eps / n).sqrt();
+    let inv = 1.0 / n.sqrt();
+    for v in x.iter_mut() {
+        *v = *v * scale * inv;
+    }
+}
+
+/// `ln(1 + eˣ)`, and `x` itself above 20 (where the two agree in f32), as llama.cpp computes it.
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// `1 / (1 + e⁻ˣ)`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The conv over a whole sequence at once equals the same sequence fed in pieces.
+    #[test]
+    fn conv_in_pieces_equals_whole() {
+        let (ch, kernel, n) = (5, 4, 9);
+        let x: Vec<f32> = (0..n * ch).map(|i| ((i * 37 % 11) as f32) - 5.0).collect();
+        let w: Vec<f32> = (0..ch * kernel)
+            .map(|i| ((i * 13 % 7) as f32) * 0.25)
+            .collect();
+        let mut st = vec![0f32; (kernel - 1) * ch];
+        let mut whole = vec![0f32; n * ch];
+        causal_conv1d(&x, n, ch, &w, kernel, &mut st, &mut whole);
+        let mut st2 = vec![0f32; (kernel - 1) * ch];
+        let mut parts = vec![0f32; n * ch];
+        let mut t = 0;
+        for len in [1, 2, 1, 5] {
+            let r = t * ch..(t + len) * ch;
+            causal_conv1d(&x[r.clone()], len, ch, &w, kernel, &mut st2, &mut parts[r]);
+            t += len;
+        }
+        assert_eq!(whole, parts);
+        assert_eq!(st, st2);
+        // Token 5, channel 2 by hand: taps over inputs 2..=5.
+        let want: f32 = (0..kernel)
+            .map(|j| x[(2 + j) * ch + 2] * w[2 * kernel + j])
+            .sum();
+        assert_eq!(whole[5 * ch + 2], want);
+    }
+
+    /// The delta rule against a float64 transcription of its definition.
+    #[test]
+    fn delta_step_matches_f64() {
+        let (dk, dv) = (12, 6);
+        let mut s: Vec<f32> = (0..dk * dv)
+            .map(|i| ((i * 29 % 17) as f32 - 8.0) * 0.05)
+            .collect();
+        let mut s64: Vec<f64> = s.iter().map(|&v| v as f64).collect();
+        for t in 0..3 {
+            let f = |m: usize| -> Vec<f32> {
+                (0..m)
+                    .map(|i| (((i + t) * 31 % 13) as f32 - 6.0) * 0.1)
+                    .collect()
+            };
+            let (mut q, mut k, v) = (f(dk), f(dk + 1)[1..].to_vec(), f(dv));
+            l2_normalize(&mut q, 1e-6);
+            l2_normalize(&mut k, 1e-6);
+            let (g, beta, scale) = (-0.3f32 - t as f32 * 0.1, 0.7f32, 1.0 / (dk as f32).sqrt());
+            let mut out = vec![0f32; dv];
+            gated_delta_step(&mut s, &q, &k, &v, g.exp(), beta, scale, &mut out);
+            for j in 0..dv {
+                let row = &mut s64[j * dk..(j + 1) * dk];
+                for r in row.iter_mut() {
+                    *r *= (g as f64).exp();
+                }
+                let sk: f64 = row.iter().zip(&k).map(|(a, &b)| a * b as f64).sum();
+                let d = (v[j] as f64 - sk) * beta as f64;
+                for (r, &kk) in row.iter_mut().zip(&k) {
+                    *r += d * kk as f64;
+                }
+                let o: f64 =
+                    row.iter().zip(&q).map(|(a, &b)| a * b as f64).sum::<f64>() * scale as f64;
+                assert!((out[j] as f64 - o).abs() < 1e-5, "token {t} row {j}");
+            }
+        }
+        for (a, b) in s.iter().zip(&s64) {
+            assert!((*a as f64 - b).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn l2_and_softplus() {
+        let mut x = vec![3.0f32, 4.0];
+        l2_normalize(&mut x, 0.0);
+        assert!((x[0] - 0.6).abs() < 1e-6 && (x[1] - 0.8).abs() < 1e-6);
+        assert_eq!(softplus(30.0), 30.0);
+        assert!((softplus(0.0) - std::f32::consts::LN_2).abs() < 1e-7);
+        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
+    }
+}

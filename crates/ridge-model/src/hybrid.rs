@@ -1,0 +1,179 @@
+//! The shape of a hybrid model's recurrent layers, read from the `ssm.*` keys llama.cpp's
+//! converter writes, and checked before anything is sized from it.
+//!
+//! A hybrid (Qwen3.5 and Qwen3.6: three Gated DeltaNet layers to one attention layer) keeps,
+//! per sequence and per recurrent layer, a convolution window of `conv_kernel − 1` inputs and
+//! a delta-rule state of `n_v_heads` matrices `head_dim × head_dim`: a fixed size, however
+//! long the context. Which layers are recurrent is `attention.recurrent_layers` (one flag per
+//! layer) or else every layer but each `full_attention_interval`-th (llama.cpp's default 4).
+
+use ridge_gguf::{ArrayValue, GgufFile, MetadataValue};
+
+/// A hybrid model's recurrent (linear-attention) layers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecurrentConfig {
+    /// Taps of the causal convolution (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Query/key heads (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of `n_k_heads`: value head `h` reads
+    /// query/key head `h mod n_k_heads`, as llama.cpp's kernel does.
+    pub n_v_heads: usize,
+    /// Elements per head, keys and values alike (`ssm.state_size`).
+    pub head_dim: usize,
+    /// One flag per layer: recurrent (true) or attention.
+    pub layers: Vec<bool>,
+}
+
+impl RecurrentConfig {
+    /// Width of the query and of the key projections (`n_k_heads · head_dim`).
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.head_dim
+    }
+
+    /// Width of the value projection and of the layer's output before `ssm_out`
+    /// (`ssm.inner_size`).
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+
+    /// Channels of the convolution: queries, keys and values side by side.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// f32 values of one layer's convolution window.
+    pub fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+
+    /// f32 values of one layer's delta-rule state.
+    pub fn delta_state_len(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+
+    /// Recurrent layers.
+    pub fn n_recurrent(&self) -> usize {
+        self.layers.iter().filter(|&&r| r).count()
+    }
+
+    /// Bytes of one sequence's whole recurrent state (every recurrent layer, f32): what a
+    /// decode step reads and writes per sequence, whatever the context.
+    pub fn state_bytes(&self) -> usize {
+        4 * self.n_recurrent() * (self.conv_state_len() + self.delta_state_len())
+    }
+
+    /// Reads the keys of `arch_name` (`d_model` for the bounds). Every message names the key.
+    pub(crate) fn from_gguf(
+        f: &GgufFile,
+        arch_name: &str,
+        n_layers: usize,
+    ) -> Result<Self, String> {
+        let k = |s: &str| format!("{arch_name}.{s}");
+        let usize_in = |key: &str, range: std::ops::RangeInclusive<usize>| {
+            f.get_usize_in(&k(key), range.clone())
+                .map_err(|_| match f.get(&k(key)) {
+                    None => format!("`{}` is missing (a hybrid model needs it)", k(key)),
+                    Some(_) => format!(
+                        "`{}` must be an integer in {}..={}",
+                        k(key),
+                        range.start(),
+                        range.end()
+                    ),
+                })
+        };
+        let conv_kernel = usize_in("ssm.conv_kernel", 1..=64)?;
+        let head_dim = usize_in("ssm.state_size", 1..=1024)?;
+        let n_v_heads = usize_in("ssm.time_step_rank", 1..=1024)?;
+        let n_k_heads = usize_in("ssm.group_count", 1..=1024)?;
+        let inner = usize_in("ssm.inner_size", 1..=1 << 20)?;
+        if n_v_heads % n_k_heads != 0 {
+            return Err(format!(
+                "`{}` = {n_v_heads} is not a multiple of `{}` = {n_k_heads}",
+                k("ssm.time_step_rank"),
+                k("ssm.group_count")
+            ));
+        }
+        if inner != n_v_heads * head_dim {
+            return Err(format!(
+                "`{}` = {inner} is not `{}` × `{}` = {n_v_heads} × {head_dim}",
+                k("ssm.inner_size"),
+                k("ssm.time_step_rank"),
+                k("ssm.state_size")
+            ));
+        }
+        let layers = match f.get(&k("attention.recurrent_layers")) {
+            Some(MetadataValue::Array(ArrayValue::Bool(flags))) => {
+                if flags.len() != n_layers {
+                    return Err(format!(
+                        "`{}` has {} flags for {n_layers} layers",
+                        k("attention.recurrent_layers"),
+                        flags.len()
+                    ));
+                }
+                flags.clone()
+            }
+            Some(_) => {
+                return Err(format!(
+                    "`{}` must be an array of booleans",
+                    k("attention.recurrent_layers")
+                ))
+            }
+            None => {
+                let every = match f.get(&k("full_attention_interval")) {
+                    None => 4,
+                    Some(_) => usize_in("full_attention_interval", 1..=n_layers)?,
+                };
+                (0..n_layers).map(|i| (i + 1) % every != 0).collect()
+            }
+        };
+        Ok(RecurrentConfig {
+            conv_kernel,
+            n_k_heads,
+            n_v_heads,
+            head_dim,
+            layers,
+        })
+    }
+}
+
+/// Reads `rope.dimension_sections` (M-RoPE's four sections, in rotated pairs) and returns,
+/// for each of the `rope_dim / 2` pairs, whether a text token rotates it. llama.cpp gives a
+/// text token the positions `[p, p, p, 0]`; with interleaved sections (Qwen3.5's IMROPE) pair
+/// `i` takes section `i mod 3`'s position while `i < 3 · sections[i mod 3]`, and the fourth
+/// position (0: no rotation) otherwise. `None` when the file has no sections.
+pub(crate) fn imrope_rotated_pairs(
+    f: &GgufFile,
+    arch_name: &str,
+    rope_dim: usize,
+) -> Result<Option<Vec<bool>>, String> {
+    let key = format!("{arch_name}.rope.dimension_sections");
+    let Some(v) = f.get(&key) else {
+        return Ok(None);
+    };
+    let secs: Vec<i64> = match v {
+        MetadataValue::Array(ArrayValue::I32(a)) => a.iter().map(|&x| x as i64).collect(),
+        MetadataValue::Array(ArrayValue::U32(a)) => a.iter().map(|&x| x as i64).collect(),
+        _ => return Err(format!("`{key}` must be an array of integers")),
+    };
+    if secs.len() < 3 || secs.len() > 4 || secs.iter().any(|&s| !(0..=4096).contains(&s)) {
+        return Err(format!("`{key}` must hold 3 or 4 sizes between 0 and 4096"));
+    }
+    let total: i64 = secs.iter().sum();
+    let pairs = rope_dim / 2;
+    if total <= 0 || total as usize > pairs {
+        return Err(format!(
+            "`{key}` sums to {total} pairs; the rotation has {pairs} (rope.dimension_count / 2)"
+        ));
+    }
+    let s = |i: usize| secs[i] as usize;
+    Ok(Some(
+        (0..pairs)
+            .map(|i| {
+                let sector = i % total as usize;
+                let m = sector % 3;
+                sector < 3 * s(m)
+            })
+            .collect(),
+    ))
+}
