@@ -164,7 +164,7 @@ pub fn roofline_inputs(model: &Model) -> RooflineInputs {
     let windowed = (0..cfg.n_layers).filter(|&l| cfg.is_sliding(l)).count();
     let mut r = RooflineInputs::with_f16_kv_windowed(
         model.weight_bytes_per_token(),
-        cfg.n_layers,
+        cfg.n_kv_layers(),
         cfg.kv_dim(),
         windowed,
         cfg.sliding_window.unwrap_or(usize::MAX),
@@ -174,6 +174,7 @@ pub fn roofline_inputs(model: &Model) -> RooflineInputs {
         n_expert: moe.n_expert,
         n_used: moe.n_used,
     });
+    r.state_bytes_per_seq = cfg.recurrent.as_ref().map_or(0, |h| h.state_bytes());
     r
 }
 
@@ -450,6 +451,7 @@ mod tests {
             kv_bytes_per_token: 100,
             window: None,
             experts: None,
+            state_bytes_per_seq: 0,
         };
         // B = 3, P = 8, G = 4: steps attend over 9, 10, 11 positions, mean 10;
         // bytes = 1e6 + 3 · 100 · 10 = 1 003 000; at 10 GB/s: 0.1003 ms.

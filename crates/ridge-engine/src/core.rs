@@ -217,8 +217,10 @@ impl EngineCore {
         let windowed = (0..mcfg.n_layers).filter(|&l| mcfg.is_sliding(l)).count() as f64;
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,
-            kv_bytes_per_token: layer_kv * (mcfg.n_layers as f64 - windowed),
+            kv_bytes_per_token: layer_kv * (mcfg.n_kv_layers() as f64 - windowed),
             windowed_kv_bytes_per_token: layer_kv * windowed,
+            // A hybrid's recurrent layers read and write their whole state every step.
+            state_bytes: 2.0 * mcfg.recurrent.as_ref().map_or(0, |r| r.state_bytes()) as f64,
             window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),
             bandwidth: bw * 1e9,
         });
@@ -255,12 +257,22 @@ impl EngineCore {
         self.speculator.take()
     }
 
-    /// Enables speculative decoding with this proposer and limits.
-    pub fn set_speculator(&mut self, spec: Speculator) {
+    /// Enables speculative decoding with this proposer and limits. Refused for a model whose
+    /// cache cannot go back to an earlier position (a hybrid's recurrent state keeps no
+    /// checkpoints yet, so rejected draft tokens could not be taken back).
+    pub fn set_speculator(&mut self, spec: Speculator) -> Result<(), EngineError> {
+        if !self.kv.can_rewind() {
+            return Err(EngineError::InvalidParam(format!(
+                "speculative decoding is not supported for {} (a hybrid model: its recurrent \
+                 state cannot be rolled back to reject draft tokens yet)",
+                self.model.config().arch.gguf_name()
+            )));
+        }
         if let Some(c) = spec.proposer.prior_guess_cost(&self.model) {
             self.step_costs.seed_draft(c);
         }
         self.speculator = Some(spec);
+        Ok(())
     }
 
     /// The pooling embeddings get by default (what [`crate::EngineInfo::pooling`] reports):
@@ -996,6 +1008,9 @@ struct Roof {
     /// KV bytes per position of the sliding-window layers (0 without such layers).
     windowed_kv_bytes_per_token: f64,
     window: f64,
+    /// Recurrent-state bytes a decode step reads and writes per sequence (constant in
+    /// context; 0 without recurrent layers).
+    state_bytes: f64,
     bandwidth: f64,
 }
 
@@ -1189,6 +1204,7 @@ fn finish_seq(
     if let Some(r) = roof {
         let ctx = s.prompt_len as f64 + s.generated() as f64 / 2.0;
         let bytes = r.weight_bytes
+            + r.state_bytes
             + r.kv_bytes_per_token * ctx
             + r.windowed_kv_bytes_per_token * ctx.min(r.window);
         s.timings.roofline_tpot_ms = Some(bytes / r.bandwidth * 1e3);

@@ -65,7 +65,8 @@ fn speculating(fx: &Fixture, m: SpecMethod, cfg: EngineConfig, max_running: usiz
             // Always draft: these tests check the mechanism, not the policy.
             adaptive: false,
         },
-    });
+    })
+    .unwrap();
     core
 }
 
@@ -281,7 +282,8 @@ fn adaptive_drafting_switches_itself_off_when_guesses_miss() {
     core.set_speculator(Speculator {
         proposer: Box::new(WrongGuesses),
         cfg: SpecConfig::default(),
-    });
+    })
+    .unwrap();
     let p = prompt(&mut ChaCha8Rng::seed_from_u64(3), 20);
     let (s, log) = sink();
     let mut r = Request::greedy(p.clone(), 200);

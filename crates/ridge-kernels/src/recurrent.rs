@@ -85,21 +85,30 @@ pub fn causal_conv1d(
     }
 }
 
+/// The scalars of one token's delta-rule update of one head.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaGates {
+    /// `e^g` (g ≤ 0, the gate): how much of the state survives the token.
+    pub decay: f32,
+    /// The write strength β.
+    pub beta: f32,
+    /// The output's factor (`1/√d_k`).
+    pub scale: f32,
+}
+
 /// One token of the gated delta rule for one head. `s` is the head's state, `d_v` rows of
 /// `d_k` (row `j` holds `S[j][·]`); `q` and `k` are `d_k` long (already L2-normalized), `v`
-/// and `out` are `d_v` long; `decay = e^g` (g ≤ 0, the gate), `beta` the write strength and
-/// `scale` the output's factor (`1/√d_k`). Row by row: `S_j ← decay·S_j`,
-/// `δ_j = (v_j − S_j·k)·β`, `S_j ← S_j + δ_j k`, `out_j = (S_j·q)·scale`.
+/// and `out` are `d_v` long. Row by row: `S_j ← decay·S_j`, `δ_j = (v_j − S_j·k)·β`,
+/// `S_j ← S_j + δ_j k`, `out_j = (S_j·q)·scale`.
 pub fn gated_delta_step(
     s: &mut [f32],
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    decay: f32,
-    beta: f32,
-    scale: f32,
+    g: DeltaGates,
     out: &mut [f32],
 ) {
+    let DeltaGates { decay, beta, scale } = g;
     let dk = k.len();
     for ((row, &vj), oj) in s.chunks_exact_mut(dk).zip(v).zip(out.iter_mut()) {
         for r in row.iter_mut() {
@@ -193,7 +202,12 @@ mod tests {
             l2_normalize(&mut k, 1e-6);
             let (g, beta, scale) = (-0.3f32 - t as f32 * 0.1, 0.7f32, 1.0 / (dk as f32).sqrt());
             let mut out = vec![0f32; dv];
-            gated_delta_step(&mut s, &q, &k, &v, g.exp(), beta, scale, &mut out);
+            let gates = DeltaGates {
+                decay: g.exp(),
+                beta,
+                scale,
+            };
+            gated_delta_step(&mut s, &q, &k, &v, gates, &mut out);
             for j in 0..dv {
                 let row = &mut s64[j * dk..(j + 1) * dk];
                 for r in row.iter_mut() {

@@ -27,7 +27,9 @@
 
 use ridge_gguf::GgufFile;
 use ridge_kernels::pool::{self, SharedMut};
-use ridge_kernels::recurrent::{causal_conv1d, gated_delta_step, l2_normalize, sigmoid, softplus};
+use ridge_kernels::recurrent::{
+    causal_conv1d, gated_delta_step, l2_normalize, sigmoid, softplus, DeltaGates,
+};
 use ridge_kernels::{matmul_many, ops};
 
 use crate::config::ModelConfig;
@@ -401,7 +403,12 @@ fn delta_net(
             // SAFETY: as above.
             let o = unsafe { std::slice::from_raw_parts_mut(out.ptr().add(t * vd + j * hd), hd) };
             let i = t * nv + j;
-            gated_delta_step(s, q, k, v, alpha[i], beta[i], scale, o);
+            let gates = DeltaGates {
+                decay: alpha[i],
+                beta: beta[i],
+                scale,
+            };
+            gated_delta_step(s, q, k, v, gates, o);
         }
     });
     // Gated RMS norm per head, then the output projection.

@@ -15,6 +15,10 @@ pub struct RooflineInputs {
     /// A mixture of experts' routed experts, if any: `weight_bytes` counts the `k` a single
     /// token reads; a step of more tokens reads the distinct experts they chose.
     pub experts: Option<RoutedExperts>,
+    /// A hybrid's recurrent state per sequence (every recurrent layer's convolution window and
+    /// delta-rule or SSM state), read and written by every step whatever the context; 0 for a
+    /// model whose every layer attends.
+    pub state_bytes_per_seq: usize,
 }
 
 /// The routed experts of a mixture, for the bytes a step of several tokens reads.
@@ -60,6 +64,7 @@ impl RooflineInputs {
             kv_bytes_per_token: 2 * n_layers * kv_dim * 2,
             window: None,
             experts: None,
+            state_bytes_per_seq: 0,
         }
     }
 
@@ -81,6 +86,7 @@ impl RooflineInputs {
                 bytes_per_token: 2 * windowed_layers * kv_dim * 2,
             }),
             experts: None,
+            state_bytes_per_seq: 0,
         }
     }
 
@@ -90,9 +96,11 @@ impl RooflineInputs {
         self.kv_bytes_per_token + self.window.map_or(0, |w| w.bytes_per_token)
     }
 
-    /// KV bytes one sequence attending over `context` positions reads in one step.
+    /// KV bytes one sequence attending over `context` positions reads in one step, with a
+    /// hybrid's recurrent state read and written once.
     pub fn kv_bytes(&self, context: usize) -> usize {
-        self.kv_bytes_per_token * context
+        2 * self.state_bytes_per_seq
+            + self.kv_bytes_per_token * context
             + self
                 .window
                 .map_or(0, |w| w.bytes_per_token * context.min(w.positions))
@@ -168,6 +176,7 @@ mod tests {
             kv_bytes_per_token: 0,
             window: None,
             experts: Some(x),
+            state_bytes_per_seq: 0,
         };
         assert_eq!(r.step_bytes(&[0]), 50_000);
         assert_eq!(r.step_bytes(&[0; 16]), 50_000 + 74_423);

@@ -130,7 +130,7 @@ pub fn main(a: Args) -> Result<()> {
             spec = spec.or(s);
             let g0 = ridge_engine::generate_in(&mut core, p, &params, |_| true)?;
             if let Some(s) = spec.take() {
-                core.set_speculator(s);
+                core.set_speculator(s)?;
             }
             let g1 = ridge_engine::generate_in(&mut core, p, &params, |_| true)?;
             if g0.tokens != g1.tokens {

@@ -150,7 +150,7 @@ fn stream_speculative(l: Loaded, prompt: &[u32], a: &Args) -> Result<String> {
         },
     )?;
     if let Some(s) = spec {
-        core.set_speculator(s);
+        core.set_speculator(s)?;
     }
     let mut p = Printer::new(&tok);
     let g = ridge_engine::generate_in(&mut core, prompt, &params, |id| p.token(id))?;

@@ -201,7 +201,7 @@ impl CliLoader {
             },
         )?;
         if let Some(sp) = speculator {
-            core.set_speculator(sp);
+            core.set_speculator(sp)?;
         }
         if let Some(p) = s.pooling {
             core.set_pooling(p);
