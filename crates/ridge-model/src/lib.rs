@@ -20,6 +20,7 @@
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;
+mod arches;
 mod attend;
 mod batch;
 mod block_pool;

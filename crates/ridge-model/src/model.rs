@@ -27,9 +27,10 @@ use std::sync::Arc;
 use ridge_gguf::GgufFile;
 use ridge_kernels::{blocks, matmul, ops, Isa, PackedMatrix, WeightMatrix};
 
+use crate::arches;
 use crate::config::ModelConfig;
 use crate::layer::{tile_matrices, ActPlan, LayerCtx};
-use crate::stack::{self, Stack};
+use crate::stack::Stack;
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{rope, ActPolicy, Batch, KvCache, ModelError, Workspace};
@@ -85,7 +86,7 @@ impl Model {
         } else {
             embd
         };
-        let mut layers = stack::bind(f, &cfg)?;
+        let mut layers = arches::bind(f, &cfg)?;
         let output_norm = vector(f, "output_norm.weight", d)?;
         // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair
         // (`config.rs` lets only llama files carry them).

@@ -5,7 +5,9 @@
 //! shared steps of `layer.rs`; [`Stack`] is all `model.rs` knows of it — run the layers, list
 //! the matrices that may be tiled or re-encoded, count the bytes a step reads. `Model` keeps
 //! one `Box<dyn Stack>` and no field that only one architecture uses, so adding an
-//! architecture is its file plus one arm in [`bind`].
+//! architecture is its file plus one arm in the table (`arches.rs`). The table sits apart
+//! from the trait so that imports run one way: `model.rs` → `arches.rs` → each
+//! architecture's file → this module and `layer.rs`.
 //!
 //! Why a trait object rather than an enum: the layer loop runs once per layer per forward
 //! pass (one virtual call per pass, not per token or per element), and the per-architecture
@@ -13,10 +15,10 @@
 
 use ridge_gguf::GgufFile;
 
-use crate::config::{Architecture, ModelConfig};
+use crate::config::ModelConfig;
 use crate::layer::{Ffn, Layer, LayerCtx, QkNorm, QkvBias, RoutedFfn};
 use crate::weights::MatRef;
-use crate::{gemma3, llama, moe, qwen35, Batch, KvCache, ModelError, Workspace};
+use crate::{moe, Batch, KvCache, ModelError, Workspace};
 
 /// An architecture's layers: its weights and its layer loop.
 pub(crate) trait Stack: Send + Sync {
@@ -40,21 +42,6 @@ pub(crate) trait Stack: Send + Sync {
 
     /// Bytes of one routed expert over every layer (0 for a dense model).
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize;
-}
-
-/// Binds the layers of `cfg.arch`: the table of architectures.
-pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, ModelError> {
-    Ok(match cfg.arch {
-        Architecture::Llama
-        | Architecture::Qwen2
-        | Architecture::Qwen3
-        | Architecture::Qwen2Moe
-        | Architecture::Qwen3Moe
-        | Architecture::Olmoe
-        | Architecture::GptOss => Box::new(llama::LlamaStack::bind(f, cfg)?),
-        Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
-        Architecture::Qwen35 => Box::new(qwen35::Qwen35Stack::bind(f, cfg)?),
-    })
 }
 
 /// Binds layer `i`'s shared weights, with the experts of a routed feed-forward bound by the

@@ -1,6 +1,7 @@
-//! The crate's module layering, checked from its sources: `model.rs` on top, the architecture
-//! files (`llama.rs`, `gemma3.rs`, `moe.rs`) below it, and the shared layer steps (`layer.rs`)
-//! below them, with no import circle through any of them (issue #30: an architecture must be
+//! The crate's module layering, checked from its sources: `model.rs` on top, the table of
+//! architectures (`arches.rs`) below it, the architecture files (`llama.rs`, `gemma3.rs`,
+//! `qwen35.rs`, `moe.rs`) below that, and the trait they implement (`stack.rs`) and the shared
+//! layer steps (`layer.rs`) below them, with no import circle through any of them (issue #30: an architecture must be
 //! readable and changeable without the model, and the shared steps without either).
 //!
 //! The check reads every `crate::…` path outside comments and `#[cfg(test)]` code, maps a
@@ -13,7 +14,9 @@ use std::fs;
 use std::path::Path;
 
 /// The modules whose imports must run one way, top down.
-const LAYERED: [&str; 5] = ["model", "llama", "gemma3", "moe", "layer"];
+const LAYERED: [&str; 8] = [
+    "model", "arches", "llama", "gemma3", "qwen35", "moe", "stack", "layer",
+];
 
 /// `src` without comments, and without everything from the first `#[cfg(test)]` on (test
 /// modules sit at the end of a file and may import anything).
@@ -135,19 +138,34 @@ fn model_architectures_and_layer_steps_import_one_way() {
         );
     }
     // The direction: model on top, the shared steps at the bottom.
-    for arch in ["llama", "gemma3", "moe"] {
+    assert!(
+        g["model"].contains("arches"),
+        "model.rs does not use the table"
+    );
+    for arch in ["llama", "gemma3", "qwen35", "moe"] {
         assert!(!reaches(&g, arch, "model"), "{arch}.rs reaches model.rs");
+        assert!(!reaches(&g, arch, "arches"), "{arch}.rs reaches arches.rs");
         assert!(
             reaches(&g, arch, "layer"),
             "{arch}.rs does not use layer.rs"
         );
+    }
+    for arch in ["llama", "gemma3", "qwen35"] {
         assert!(
-            g["model"].contains(arch),
-            "model.rs does not pick {arch}.rs"
+            g["arches"].contains(arch),
+            "arches.rs does not pick {arch}.rs"
+        );
+        assert!(
+            g[arch].contains("stack"),
+            "{arch}.rs does not implement stack.rs"
         );
     }
-    for below in ["model", "llama", "gemma3", "moe"] {
+    for below in ["model", "arches", "llama", "gemma3", "qwen35", "moe"] {
         assert!(!reaches(&g, "layer", below), "layer.rs reaches {below}.rs");
+        assert!(
+            !reaches(&g, "stack", below) || below == "moe",
+            "stack.rs reaches {below}.rs"
+        );
     }
 }
 

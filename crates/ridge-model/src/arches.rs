@@ -1,0 +1,23 @@
+//! The table of architectures: which file's [`Stack`] runs a configuration's layers. Adding an
+//! architecture is its file plus one arm here (see `stack.rs`).
+
+use ridge_gguf::GgufFile;
+
+use crate::config::{Architecture, ModelConfig};
+use crate::stack::Stack;
+use crate::{gemma3, llama, qwen35, ModelError};
+
+/// Binds the layers of `cfg.arch`: the table of architectures.
+pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, ModelError> {
+    Ok(match cfg.arch {
+        Architecture::Llama
+        | Architecture::Qwen2
+        | Architecture::Qwen3
+        | Architecture::Qwen2Moe
+        | Architecture::Qwen3Moe
+        | Architecture::Olmoe
+        | Architecture::GptOss => Box::new(llama::LlamaStack::bind(f, cfg)?),
+        Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
+        Architecture::Qwen35 => Box::new(qwen35::Qwen35Stack::bind(f, cfg)?),
+    })
+}
