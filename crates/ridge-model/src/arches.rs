@@ -18,6 +18,8 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         | Architecture::Olmoe
         | Architecture::GptOss => Box::new(llama::LlamaStack::bind(f, cfg)?),
         Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
-        Architecture::Qwen35 => Box::new(qwen35::Qwen35Stack::bind(f, cfg)?),
+        Architecture::Qwen35 | Architecture::Qwen35Moe => {
+            Box::new(qwen35::Qwen35Stack::bind(f, cfg)?)
+        }
     })
 }

@@ -40,6 +40,10 @@ pub enum Architecture {
     /// attention whose query projection also yields a sigmoid output gate, with per-head Q/K
     /// norms and partial interleaved M-RoPE; the pre-FFN norm is `post_attention_norm`.
     Qwen35,
+    /// Qwen3.5 / Qwen3.6 mixtures (35B-A3B, 122B-A10B, 397B-A17B): qwen35's layers over
+    /// qwen3moe's routed feed-forward (softmax router, top-k renormalised) plus a shared expert
+    /// scaled by a sigmoid gate, as qwen2moe has.
+    Qwen35Moe,
 }
 
 impl Architecture {
@@ -55,11 +59,12 @@ impl Architecture {
             Architecture::Olmoe => "olmoe",
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
+            Architecture::Qwen35Moe => "qwen35moe",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 9] = [
+    pub const ALL: [Architecture; 10] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -69,6 +74,7 @@ impl Architecture {
         Architecture::Olmoe,
         Architecture::GptOss,
         Architecture::Qwen35,
+        Architecture::Qwen35Moe,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -81,12 +87,13 @@ impl Architecture {
                 | Architecture::Qwen3Moe
                 | Architecture::Olmoe
                 | Architecture::Qwen35
+                | Architecture::Qwen35Moe
         )
     }
 
     /// Whether some layers are recurrent (a hybrid: see [`RecurrentConfig`]).
     pub fn is_hybrid(self) -> bool {
-        self == Architecture::Qwen35
+        matches!(self, Architecture::Qwen35 | Architecture::Qwen35Moe)
     }
 
     /// Whether the Q/K norms span the whole query and key vectors (OLMoE) rather than a head.
@@ -108,6 +115,7 @@ impl Architecture {
                 | Architecture::Qwen3Moe
                 | Architecture::Olmoe
                 | Architecture::GptOss
+                | Architecture::Qwen35Moe
         )
     }
 }
@@ -518,6 +526,10 @@ fn moe_config(
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
         (Architecture::Qwen2Moe, None) => Some(ffn_dim),
+        // llama.cpp requires the shared expert's width for qwen35moe.
+        (Architecture::Qwen35Moe, _) => {
+            Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
+        }
         _ => None,
     };
     let weights_scale = match f.get(&k("expert_weights_scale")) {
@@ -541,7 +553,10 @@ fn moe_config(
         n_expert,
         n_used,
         expert_ffn,
-        norm_topk: matches!(arch, Architecture::Qwen3Moe | Architecture::Llama),
+        norm_topk: matches!(
+            arch,
+            Architecture::Qwen3Moe | Architecture::Qwen35Moe | Architecture::Llama
+        ),
         weights_scale,
         shared_ffn,
         gating: if arch == Architecture::GptOss {

@@ -1,5 +1,6 @@
-//! Qwen3.5 / Qwen3.6 (dense), a hybrid, as llama.cpp runs it (`src/models/qwen35.cpp`,
-//! `delta-net-base.cpp`).
+//! Qwen3.5 / Qwen3.6, a hybrid, dense (`qwen35`) and mixture (`qwen35moe`: the feed-forward
+//! routed as qwen3moe's, with a sigmoid-gated shared expert, `moe.rs`), as llama.cpp runs it
+//! (`src/models/qwen35.cpp`, `qwen35moe.cpp`, `delta-net-base.cpp`).
 //!
 //! Every layer is pre-norm with two residual blocks — `x += mixer(norm(x))`, then
 //! `x += ffn(norm'(x))` with `norm'` the file's `post_attention_norm` — and the mixer is one

@@ -337,7 +337,10 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             .meta(&k("expert_used_count"), u(moe.n_used));
         if matches!(
             spec.arch,
-            Architecture::Qwen2Moe | Architecture::Qwen3Moe | Architecture::GptOss
+            Architecture::Qwen2Moe
+                | Architecture::Qwen3Moe
+                | Architecture::GptOss
+                | Architecture::Qwen35Moe
         ) {
             w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
         }

@@ -283,6 +283,15 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
             },
         ),
         (
+            "qwen35moe_e16_k4_shared",
+            SyntheticSpec {
+                arch: Architecture::Qwen35Moe,
+                moe: Some(SyntheticMoe::new(16, 4, 32, Some(48))),
+                seed: 47,
+                ..base.clone()
+            },
+        ),
+        (
             "qwen35_q4_0",
             SyntheticSpec {
                 dtype: DType::Q4_0,
