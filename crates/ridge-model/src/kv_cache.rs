@@ -24,6 +24,14 @@
 //! evicts its cached blocks before it uses a block never used before, so the memory it touches
 //! stays near what its sequences hold at once.
 //!
+//! # Recurrent state
+//!
+//! A hybrid model's recurrent layers (Qwen3.5's Gated DeltaNet) keep no K/V: their layers get
+//! no storage here, and each sequence instead owns one fixed-size `f32` state over all of them
+//! (`RecurrentStates`), zeroed when it starts and dropped when it ends. There are no
+//! checkpoints of that state yet, so a hybrid's sequence is never rewound
+//! ([`KvCache::can_rewind`]) and attaches no cached prefix: its prompt is computed again.
+//!
 //! Dropping happens when the engine commits a sequence's accepted tokens
 //! ([`KvCache::commit_blocks`]): accepted tokens are never rewound, so no later rewind (a
 //! rejected speculative draft) can need a dropped block again. A cached prefix is reused only

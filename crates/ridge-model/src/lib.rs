@@ -11,12 +11,14 @@
 //!   (after the output norm) of the rows that ask, for embeddings; [`Pooling`] names how the
 //!   file says they are pooled.
 //! - The arithmetic lives in `ridge-kernels`; this crate reads like the math, in three layers
-//!   whose imports run one way: `model.rs` (load, bind, the two ends of a forward pass, the
-//!   choice of architecture) on top; one file per architecture's layer loop (`llama.rs`,
-//!   which also runs qwen2, qwen3, the mixtures of experts, gpt-oss and Llama 3's RoPE
-//!   scaling; `gemma3.rs`) and the routed feed-forward (`moe.rs`), each owning the weights
-//!   only it has; and `layer.rs`, the weights and steps every layer shares, which names
-//!   neither the model nor an architecture (it reads a small context the model lends).
+//!   whose imports run one way: `model.rs` (load, bind, the two ends of a forward pass) and
+//!   `arches.rs` (the table of architectures) on top; one file per architecture behind one
+//!   trait (`stack.rs`): `llama.rs`, which also runs qwen2, qwen3, the mixtures of experts,
+//!   gpt-oss and Llama 3's RoPE scaling; `gemma3.rs`; `qwen35.rs`, the Qwen3.5 hybrids whose
+//!   recurrent layers keep a fixed state per sequence in the [`KvCache`] (shape in
+//!   `hybrid.rs`) — and the routed feed-forward (`moe.rs`), each owning the weights only it
+//!   has; and `layer.rs`, the weights and steps every layer shares, which names neither the
+//!   model nor an architecture (it reads a small context the model lends).
 //! - [`registry`] knows the models `ridge pull` can fetch and where they are cached.
 
 mod act_policy;

@@ -3,19 +3,23 @@
 //! [`Model`] binds the weights once (types and shapes checked, kept as offsets into the map),
 //! and [`Model::forward`] is the same for every architecture at its two ends: validate the
 //! batch and reserve KV blocks, embed the tokens, … , write back the sequence lengths, norm the
-//! rows that want logits and run the output head. Only the layer stack differs, and it lives in
-//! one file per architecture (`llama.rs`, which qwen2, qwen3, the mixtures of experts and
-//! gpt-oss share, and `gemma3.rs`), which this module picks by `cfg.arch`.
+//! rows that want logits and run the output head. Only the layer stack differs: one file per
+//! architecture implements `stack::Stack` (`llama.rs`, which qwen2, qwen3, the mixtures of
+//! experts and gpt-oss share; `gemma3.rs`; `qwen35.rs`, the hybrids), and the table in
+//! `arches.rs` picks it by `cfg.arch`. `Model` keeps one `Box<dyn Stack>` and no field that
+//! only one architecture uses.
 //!
 //! The layering, imports one way, top down:
-//! - this module: load and bind, `forward`'s two ends, the choice of architecture;
-//! - the architectures' layer loops (`llama.rs`, `gemma3.rs`) and the routed feed-forward
-//!   (`moe.rs`), each binding and keeping the weights only it has (Gemma 3's extra norms, the
+//! - this module: load and bind, `forward`'s two ends;
+//! - `arches.rs`: the table of architectures;
+//! - the architectures' files and the routed feed-forward (`moe.rs`), each binding and keeping
+//!   the weights only it has (Gemma 3's extra norms, a hybrid's recurrent weights, the
 //!   experts);
-//! - `layer.rs`: the weights every layer has and the steps every architecture is built from
-//!   (the Q/K/V products with their biases, the per-head Q/K norms, RoPE plus the KV write,
-//!   paged attention, the feed-forward), each reading a `LayerCtx` this module lends for one
-//!   pass instead of the `Model`.
+//! - `stack.rs` (the trait and the byte counts every stack shares) and `layer.rs`: the weights
+//!   every attention layer has and the steps every architecture is built from (the Q/K/V
+//!   products with their biases, the per-head Q/K norms, RoPE plus the KV write, paged
+//!   attention, the feed-forward), each reading a `LayerCtx` this module lends for one pass
+//!   instead of the `Model`.
 //!
 //! Why: with the shared steps here, as they were, every architecture imported this module and
 //! this module imported every architecture, so no file could be read or changed without the
