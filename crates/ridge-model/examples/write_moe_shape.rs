@@ -9,18 +9,23 @@
 //! matrix in `DTYPE` (`q4_0` default, `q4_k`, `q8_0`), the embedding table too; the router is
 //! f32 as in the real files.
 //!
+//! `SHAPE` `qwen3.5-35b-a3b`: the hybrid (`qwen35moe`), d_model 2048, `LAYERS` of its 40 of
+//! which every fourth attends (16 query / 2 KV heads of 256) and the others are Gated
+//! DeltaNet (16 query/key and 32 value heads of 128), 256 experts of 512, 8 used, a shared
+//! expert of 512, vocabulary 248 320.
+//!
 //! `SHAPE` `gpt-oss-20b`: d_model 2880, 64 query / 8 KV heads of 64, 32 experts of width 2880,
 //! 4 used, a window of 128 on even layers, vocabulary 201 088, `LAYERS` of its 24; attention,
 //! embeddings and head in `DTYPE`, the experts in MXFP4 as in the published files.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::{synthetic_model, SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{synthetic_model, SyntheticHybrid, SyntheticMoe, SyntheticSpec};
 use ridge_model::Architecture;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let out = args.next().ok_or(
-        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|gpt-oss-20b]",
+        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|gpt-oss-20b]",
     )?;
     let layers: usize = args.next().map_or(Ok(12), |s| s.parse())?;
     let dtype = match args.next().as_deref().unwrap_or("q4_0") {
@@ -60,6 +65,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             vocab: 201_088,
             expert_dtype: Some(DType::MXFP4),
             moe: Some(SyntheticMoe::new(32, 4, 2880, None)),
+            ..qwen3
+        },
+        // The Qwen3.5-35B-A3B: every fourth layer attends (16 query / 2 KV heads of
+        // 256, 64 rotated dimensions), the others are Gated DeltaNet (16 query/key heads and 32
+        // value heads of 128, 4 taps); 256 experts of 512, 8 used, a shared expert of 512.
+        "qwen3.5-35b-a3b" => SyntheticSpec {
+            arch: Architecture::Qwen35Moe,
+            n_heads: 16,
+            n_kv_heads: 2,
+            head_dim: Some(256),
+            ffn_dim: 512,
+            vocab: 248_320,
+            moe: Some(SyntheticMoe::new(256, 8, 512, Some(512))),
+            hybrid: Some(SyntheticHybrid {
+                n_k_heads: 16,
+                n_v_heads: 32,
+                head_dim: 128,
+                conv_kernel: 4,
+                interval: 4,
+                rope_dim: 64,
+                sections: [11, 11, 10, 0],
+            }),
             ..qwen3
         },
         other => return Err(format!("unknown SHAPE {other}").into()),

@@ -10,7 +10,7 @@ mod llama_cpp;
 
 use std::io::Write;
 
-use llama_cpp::{hybrid_specs, CHUNKS, CTX};
+use llama_cpp::{hybrid_specs, load_with as load, prose_tokens, running_perplexity, CTX};
 use ridge_model::synthetic::{synthetic_model, SyntheticSpec};
 use ridge_model::{ActPolicy, Batch, KvCache, Model, SeqId, Workspace};
 use sha2::{Digest, Sha256};
@@ -23,56 +23,12 @@ fn fixture() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
-fn prose_tokens() -> Vec<u32> {
-    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/prose.txt");
-    std::fs::read(p)
-        .unwrap()
-        .into_iter()
-        .map(u32::from)
-        .collect()
-}
-
 fn spec(name: &str) -> SyntheticSpec {
     hybrid_specs()
         .into_iter()
         .find(|(n, _)| *n == name)
         .map(|(_, s)| s)
         .unwrap()
-}
-
-fn load(bytes: &[u8], policy: ActPolicy) -> (tempfile::NamedTempFile, Model) {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(bytes).unwrap();
-    f.flush().unwrap();
-    let mut m = Model::load(f.path()).unwrap();
-    m.set_act_policy(policy);
-    (f, m)
-}
-
-/// llama-perplexity's protocol (see `tests/llama_cpp.rs`): chunks of `CTX` tokens from an
-/// empty cache, the second half of each scored; the running perplexity after each chunk.
-fn running_perplexity(m: &Model, tokens: &[u32]) -> Vec<f64> {
-    let vocab = m.config().vocab;
-    let (mut nll, mut count, mut running) = (0f64, 0usize, Vec::new());
-    let mut ws = Workspace::new();
-    for chunk in tokens.chunks_exact(CTX).take(CHUNKS) {
-        let mut kv = KvCache::new(m.config(), CTX);
-        let s = kv.add_seq();
-        let mut b = Batch::new();
-        for (i, &t) in chunk.iter().enumerate() {
-            b.push(t, i, s, true);
-        }
-        let logits = m.forward(&b, &mut kv, &mut ws).unwrap();
-        for j in CTX / 2..CTX - 1 {
-            let row = &logits[j * vocab..(j + 1) * vocab];
-            let max = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
-            let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
-            nll += max + z.ln() - row[chunk[j + 1] as usize] as f64;
-            count += 1;
-        }
-        running.push((nll / count as f64).exp());
-    }
-    running
 }
 
 /// Ridge's running perplexity on `name` under `policy` against llama.cpp's, each chunk within

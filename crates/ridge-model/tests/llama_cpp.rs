@@ -7,11 +7,9 @@
 #[path = "common/llama_cpp.rs"]
 mod llama_cpp;
 
-use std::io::Write;
-
-use llama_cpp::{specs, CHUNKS, CTX};
+use llama_cpp::{load_with, prose_tokens, running_perplexity, specs, CHUNKS, CTX};
 use ridge_model::synthetic::{synthetic_model, SyntheticSpec};
-use ridge_model::{ActPolicy, Batch, KvCache, Model, Workspace};
+use ridge_model::{ActPolicy, Model};
 use sha2::{Digest, Sha256};
 
 /// Largest relative difference allowed between ridge's and llama.cpp's running perplexity.
@@ -37,54 +35,8 @@ fn floats(v: &serde_json::Value) -> Vec<f64> {
         .collect()
 }
 
-fn prose_tokens() -> Vec<u32> {
-    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/prose.txt");
-    // The synthetic vocabulary has one token per byte (the fixture script checks that
-    // llama.cpp tokenizes this text so).
-    std::fs::read(p)
-        .unwrap()
-        .into_iter()
-        .map(u32::from)
-        .collect()
-}
-
 fn load(bytes: &[u8]) -> (tempfile::NamedTempFile, Model) {
     load_with(bytes, ActPolicy::F32)
-}
-
-fn load_with(bytes: &[u8], policy: ActPolicy) -> (tempfile::NamedTempFile, Model) {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(bytes).unwrap();
-    f.flush().unwrap();
-    let mut m = Model::load(f.path()).unwrap();
-    m.set_act_policy(policy);
-    (f, m)
-}
-
-/// llama-perplexity's protocol: chunks of `CTX` tokens, each evaluated from an empty cache,
-/// scoring the predictions of its second half; the running perplexity after every chunk.
-fn running_perplexity(m: &Model, tokens: &[u32]) -> Vec<f64> {
-    let vocab = m.config().vocab;
-    let (mut nll, mut count, mut running) = (0f64, 0usize, Vec::new());
-    let mut ws = Workspace::new();
-    for chunk in tokens.chunks_exact(CTX).take(CHUNKS) {
-        let mut kv = KvCache::new(m.config(), CTX);
-        let s = kv.add_seq();
-        let mut b = Batch::new();
-        for (i, &t) in chunk.iter().enumerate() {
-            b.push(t, i, s, true);
-        }
-        let logits = m.forward(&b, &mut kv, &mut ws).unwrap();
-        for j in CTX / 2..CTX - 1 {
-            let row = &logits[j * vocab..(j + 1) * vocab];
-            let max = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
-            let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
-            nll += max + z.ln() - row[chunk[j + 1] as usize] as f64;
-            count += 1;
-        }
-        running.push((nll / count as f64).exp());
-    }
-    running
 }
 
 fn check(name: &str, spec: &SyntheticSpec) -> Vec<f64> {

@@ -5,7 +5,7 @@
 
 use ridge_kernels::DType;
 use ridge_model::synthetic::{SyntheticHybrid, SyntheticMoe, SyntheticSpec};
-use ridge_model::Architecture;
+use ridge_model::{ActPolicy, Architecture, Batch, KvCache, Model, Workspace};
 
 /// Context length of the perplexity protocol (llama-perplexity's `-c`).
 pub const CTX: usize = 64;
@@ -301,4 +301,55 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
             },
         ),
     ]
+}
+
+/// The tokens of `tests/data/prose.txt`: the synthetic vocabulary has one token per byte (the
+/// fixture script checks that llama.cpp tokenizes this text so).
+#[allow(dead_code)]
+pub fn prose_tokens() -> Vec<u32> {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/prose.txt");
+    std::fs::read(p)
+        .unwrap()
+        .into_iter()
+        .map(u32::from)
+        .collect()
+}
+
+/// `bytes` in a temporary file (kept alive beside the model), loaded with `policy`.
+#[allow(dead_code)]
+pub fn load_with(bytes: &[u8], policy: ActPolicy) -> (tempfile::NamedTempFile, Model) {
+    use std::io::Write;
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+    let mut m = Model::load(f.path()).unwrap();
+    m.set_act_policy(policy);
+    (f, m)
+}
+
+/// llama-perplexity's protocol: chunks of `CTX` tokens, each evaluated from an empty cache,
+/// scoring the predictions of its second half; the running perplexity after every chunk.
+#[allow(dead_code)]
+pub fn running_perplexity(m: &Model, tokens: &[u32]) -> Vec<f64> {
+    let vocab = m.config().vocab;
+    let (mut nll, mut count, mut running) = (0f64, 0usize, Vec::new());
+    let mut ws = Workspace::new();
+    for chunk in tokens.chunks_exact(CTX).take(CHUNKS) {
+        let mut kv = KvCache::new(m.config(), CTX);
+        let s = kv.add_seq();
+        let mut b = Batch::new();
+        for (i, &t) in chunk.iter().enumerate() {
+            b.push(t, i, s, true);
+        }
+        let logits = m.forward(&b, &mut kv, &mut ws).unwrap();
+        for j in CTX / 2..CTX - 1 {
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            let max = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+            let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            nll += max + z.ln() - row[chunk[j + 1] as usize] as f64;
+            count += 1;
+        }
+        running.push((nll / count as f64).exp());
+    }
+    running
 }
