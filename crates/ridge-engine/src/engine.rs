@@ -50,8 +50,6 @@ pub struct EngineInfo {
     pub weight_bytes: usize,
     /// KV bytes per cached token.
     pub kv_bytes_per_token: usize,
-    /// Recurrent-state bytes per sequence (a hybrid's fixed-size state; 0 otherwise).
-    pub state_bytes_per_seq: usize,
     /// The speculative decoding method, when enabled.
     pub speculative: Option<&'static str>,
     /// Width of an embedding vector (the model's hidden size).
@@ -98,7 +96,6 @@ impl Engine {
             kv_total_blocks: core.kv_total_blocks(),
             weight_bytes: core.model().weight_bytes_per_token(),
             kv_bytes_per_token: cfg.kv_dtype.token_bytes(mcfg),
-            state_bytes_per_seq: mcfg.recurrent.as_ref().map_or(0, |r| r.state_bytes()),
             speculative: core.speculative(),
             embedding_width: mcfg.d_model,
             pooling: core.pooling(),

@@ -30,24 +30,23 @@ use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
 use crate::layer::{GateAct, Layer, LayerCtx};
-use crate::stack::{bind_layer, layer_bytes, layer_expert_bytes, skipped, Stack};
+use crate::stack::{skipped, SharedLayers, Stack};
 use crate::weights::{vector, MatRef};
 use crate::{Batch, KvCache, ModelError, Workspace};
 
 /// Gemma 3's layers: the shared weights and, per layer, its extra norms.
 pub(crate) struct Gemma3Stack {
-    layers: Vec<Layer>,
+    layers: SharedLayers,
     norms: Vec<LayerNorms>,
 }
 
 impl Gemma3Stack {
     /// Binds every layer and its extra norms.
     pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
-        let (mut layers, mut norms) = (Vec::new(), Vec::new());
-        for i in 0..cfg.n_layers {
-            layers.push(bind_layer(f, cfg, i)?);
-            norms.push(LayerNorms::bind(f, cfg, i)?);
-        }
+        let layers = SharedLayers::bind(f, cfg)?;
+        let norms = (0..cfg.n_layers)
+            .map(|i| LayerNorms::bind(f, cfg, i))
+            .collect::<Result<_, _>>()?;
         Ok(Gemma3Stack { layers, norms })
     }
 }
@@ -61,28 +60,20 @@ impl Stack for Gemma3Stack {
         ws: &mut Workspace,
         skip: Option<&[bool]>,
     ) {
-        layers(cx, &self.layers, &self.norms, batch, kv, ws, skip);
+        layers(cx, &self.layers.0, &self.norms, batch, kv, ws, skip);
     }
 
     fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
-        self.layers
-            .iter_mut()
-            .flat_map(|l| l.matrices_mut(cfg))
-            .collect()
+        self.layers.matrices_mut(cfg)
     }
 
     fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
         let norms: usize = self.norms.iter().map(LayerNorms::bytes).sum();
-        norms
-            + self
-                .layers
-                .iter()
-                .map(|l| layer_bytes(cx, l))
-                .sum::<usize>()
+        norms + self.layers.bytes_per_token(cx)
     }
 
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
-        self.layers.iter().map(|l| layer_expert_bytes(cx, l)).sum()
+        self.layers.expert_bytes(cx)
     }
 }
 

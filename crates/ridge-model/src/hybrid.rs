@@ -63,7 +63,8 @@ impl RecurrentConfig {
         4 * self.n_recurrent() * (self.conv_state_len() + self.delta_state_len())
     }
 
-    /// Reads the keys of `arch_name` (`d_model` for the bounds). Every message names the key.
+    /// Reads the keys of `arch_name` for a model of `n_layers` layers. Every message names
+    /// the key.
     pub(crate) fn from_gguf(
         f: &GgufFile,
         arch_name: &str,

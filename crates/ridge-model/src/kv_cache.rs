@@ -174,24 +174,21 @@ impl RecurrentStates {
         }
     }
 
-    /// Mutable views of several sequences' states at once.
+    /// Mutable views of the states of `ids`, in that order (`None` if one is unknown or
+    /// repeated).
     fn many(&mut self, ids: &[SeqId]) -> Option<Vec<&mut [f32]>> {
-        let mut want: Vec<(usize, usize)> = ids.iter().enumerate().map(|(k, s)| (s.0, k)).collect();
-        want.sort_unstable();
-        if want.windows(2).any(|w| w[0].0 == w[1].0) {
-            return None;
-        }
-        let mut out: Vec<Option<&mut [f32]>> = (0..ids.len()).map(|_| None).collect();
-        let mut it = want.iter().peekable();
-        for (i, st) in self.states.iter_mut().enumerate() {
-            if let Some(&&(id, k)) = it.peek() {
-                if id == i {
-                    out[k] = Some(st.as_mut()?.as_mut_slice());
-                    it.next();
-                }
-            }
-        }
-        out.into_iter().collect()
+        let mut live: Vec<(usize, &mut [f32])> = self
+            .states
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.as_mut()?.as_mut_slice())))
+            .collect();
+        ids.iter()
+            .map(|id| {
+                let k = live.iter().position(|(i, _)| *i == id.0)?;
+                Some(live.swap_remove(k).1)
+            })
+            .collect()
     }
 }
 

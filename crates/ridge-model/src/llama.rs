@@ -29,22 +29,17 @@ use ridge_kernels::ops;
 
 use crate::config::ModelConfig;
 use crate::layer::{GateAct, Layer, LayerCtx};
-use crate::stack::{bind_layer, layer_bytes, layer_expert_bytes, skipped, Stack};
+use crate::stack::{skipped, SharedLayers, Stack};
 use crate::weights::MatRef;
 use crate::{Batch, KvCache, ModelError, Workspace};
 
 /// The layers of llama and the architectures that share its layer (see the module doc).
-pub(crate) struct LlamaStack {
-    layers: Vec<Layer>,
-}
+pub(crate) struct LlamaStack(SharedLayers);
 
 impl LlamaStack {
     /// Binds every layer.
     pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
-        let layers = (0..cfg.n_layers)
-            .map(|i| bind_layer(f, cfg, i))
-            .collect::<Result<_, _>>()?;
-        Ok(LlamaStack { layers })
+        Ok(LlamaStack(SharedLayers::bind(f, cfg)?))
     }
 }
 
@@ -57,22 +52,19 @@ impl Stack for LlamaStack {
         ws: &mut Workspace,
         skip: Option<&[bool]>,
     ) {
-        layers(cx, &self.layers, batch, kv, ws, skip);
+        layers(cx, &self.0 .0, batch, kv, ws, skip);
     }
 
     fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
-        self.layers
-            .iter_mut()
-            .flat_map(|l| l.matrices_mut(cfg))
-            .collect()
+        self.0.matrices_mut(cfg)
     }
 
     fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
-        self.layers.iter().map(|l| layer_bytes(cx, l)).sum()
+        self.0.bytes_per_token(cx)
     }
 
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
-        self.layers.iter().map(|l| layer_expert_bytes(cx, l)).sum()
+        self.0.expert_bytes(cx)
     }
 }
 

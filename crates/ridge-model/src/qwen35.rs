@@ -35,11 +35,11 @@ use ridge_kernels::{matmul_many, ops};
 
 use crate::config::ModelConfig;
 use crate::hybrid::RecurrentConfig;
-use crate::layer::{Ffn, GateAct, LayerCtx, RopeTable, RoutedFfn};
-use crate::stack::{ffn_bytes, skipped, Stack};
+use crate::layer::{Ffn, GateAct, LayerCtx, RopeTable};
+use crate::stack::{experts, ffn_bytes, ffn_expert_bytes, skipped, Stack};
 use crate::weights::{f32_rows, matrix, vector, MatRef};
 use crate::workspace::fit;
-use crate::{moe, Batch, KvCache, ModelError, Workspace};
+use crate::{Batch, KvCache, ModelError, Workspace};
 
 /// Qwen3.5's layers.
 pub(crate) struct Qwen35Stack {
@@ -123,10 +123,7 @@ impl Qwen35Stack {
                 attn_norm: vector(f, &n("attn_norm"), d)?,
                 ffn_norm: vector(f, &n("post_attention_norm"), d)?,
                 mixer,
-                ffn: Ffn::bind(f, cfg, i, |m| {
-                    let e: Box<dyn RoutedFfn> = Box::new(moe::Experts::bind(f, cfg, m, i)?);
-                    Ok(e)
-                })?,
+                ffn: Ffn::bind(f, cfg, i, |m| experts(f, cfg, i, m))?,
             });
         }
         Ok(Qwen35Stack { layers })
@@ -238,10 +235,7 @@ impl Stack for Qwen35Stack {
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
         self.layers
             .iter()
-            .map(|l| match &l.ffn {
-                Ffn::Routed(e) => e.expert_bytes(cx),
-                Ffn::Dense { .. } => 0,
-            })
+            .map(|l| ffn_expert_bytes(cx, &l.ffn))
             .sum()
     }
 }
@@ -354,21 +348,29 @@ fn delta_net(
     };
     let (conv_len, delta_len) = (rc.conv_state_len(), rc.delta_state_len());
     let layer_at = r * (conv_len + delta_len);
-    // The convolution, token by token in each sequence's order, then SiLU and the per-head
-    // L2 norms of queries and keys.
+    // The convolution over each sequence's tokens in order (a run of consecutive rows in one
+    // call: prefill's window shifts once, not once per token), then SiLU and the per-head L2
+    // norms of queries and keys.
     for (si, toks) in h.tokens_of.iter().enumerate() {
         let st = &mut states[si][layer_at..layer_at + conv_len];
-        for &t in toks {
-            let row = t * cd..(t + 1) * cd;
+        let mut i = 0;
+        while i < toks.len() {
+            let first = toks[i];
+            let mut len = 1;
+            while i + len < toks.len() && toks[i + len] == first + len {
+                len += 1;
+            }
+            let rows = first * cd..(first + len) * cd;
             causal_conv1d(
-                &h.mixed[row.clone()],
-                1,
+                &h.mixed[rows.clone()],
+                len,
                 cd,
                 &net.conv,
                 rc.conv_kernel,
                 st,
-                &mut h.conv[row],
+                &mut h.conv[rows],
             );
+            i += len;
         }
     }
     for row in h.conv[..n * cd].chunks_exact_mut(cd) {
@@ -412,15 +414,10 @@ fn delta_net(
             gated_delta_step(s, q, k, v, gates, o);
         }
     });
-    // Gated RMS norm per head, then the output projection.
-    for (o, z) in h.out[..n * vd]
-        .chunks_exact_mut(hd)
-        .zip(h.z[..n * vd].chunks_exact(hd))
-    {
-        ops::rms_norm_rows_inplace(cx.isa, o, &net.norm, eps);
-        for (ov, &zv) in o.iter_mut().zip(z) {
-            *ov *= zv * sigmoid(zv);
-        }
+    // Gated RMS norm per head (rows of one head), then the output projection.
+    ops::rms_norm_rows_inplace(cx.isa, &mut h.out[..n * vd], &net.norm, eps);
+    for (ov, &zv) in h.out[..n * vd].iter_mut().zip(&h.z) {
+        *ov *= zv * sigmoid(zv);
     }
     cx.mm(
         cx.act.o,

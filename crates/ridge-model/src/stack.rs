@@ -15,7 +15,7 @@
 
 use ridge_gguf::GgufFile;
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, MoeConfig};
 use crate::layer::{Ffn, Layer, LayerCtx, QkNorm, QkvBias, RoutedFfn};
 use crate::weights::MatRef;
 use crate::{moe, Batch, KvCache, ModelError, Workspace};
@@ -44,13 +44,15 @@ pub(crate) trait Stack: Send + Sync {
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize;
 }
 
-/// Binds layer `i`'s shared weights, with the experts of a routed feed-forward bound by the
-/// file that owns them (`moe.rs`).
-pub(crate) fn bind_layer(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Layer, ModelError> {
-    Layer::bind(f, cfg, i, |m| {
-        let e: Box<dyn RoutedFfn> = Box::new(moe::Experts::bind(f, cfg, m, i)?);
-        Ok(e)
-    })
+/// Binds layer `i`'s routed feed-forward `m` (the experts live in `moe.rs`): what `Layer::bind`
+/// and `Ffn::bind` take for a mixture.
+pub(crate) fn experts(
+    f: &GgufFile,
+    cfg: &ModelConfig,
+    i: usize,
+    m: &MoeConfig,
+) -> Result<Box<dyn RoutedFfn>, ModelError> {
+    Ok(Box::new(moe::Experts::bind(f, cfg, m, i)?))
 }
 
 /// Bytes one token's step reads in a feed-forward.
@@ -63,25 +65,57 @@ pub(crate) fn ffn_bytes(cx: &LayerCtx<'_>, ffn: &Ffn) -> usize {
     }
 }
 
-/// Bytes one token's step reads in a shared layer: its products, norms, biases and sinks.
-pub(crate) fn layer_bytes(cx: &LayerCtx<'_>, l: &Layer) -> usize {
-    ffn_bytes(cx, &l.ffn)
-        + [l.wq, l.wk, l.wv, l.wo]
-            .iter()
-            .map(|m| cx.mat(m).data.len())
-            .sum::<usize>()
-        + 8 * cx.cfg.d_model
-        + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
-        + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
-        + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
-        + 4 * l.sinks.as_ref().map_or(0, Vec::len)
-}
-
-/// Bytes of one expert in a shared layer's routed feed-forward (0 when dense).
-pub(crate) fn layer_expert_bytes(cx: &LayerCtx<'_>, l: &Layer) -> usize {
-    match &l.ffn {
+/// Bytes of one expert of a feed-forward (0 when dense).
+pub(crate) fn ffn_expert_bytes(cx: &LayerCtx<'_>, ffn: &Ffn) -> usize {
+    match ffn {
         Ffn::Routed(e) => e.expert_bytes(cx),
         Ffn::Dense { .. } => 0,
+    }
+}
+
+/// The shared layers (`layer.rs`) of an architecture whose every layer is one, bound in order,
+/// with what a [`Stack`] reports of them (llama's and Gemma 3's stacks hold these).
+pub(crate) struct SharedLayers(pub(crate) Vec<Layer>);
+
+impl SharedLayers {
+    /// Binds every layer of `cfg`.
+    pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
+        let layers = (0..cfg.n_layers)
+            .map(|i| Layer::bind(f, cfg, i, |m| experts(f, cfg, i, m)))
+            .collect::<Result<_, _>>()?;
+        Ok(SharedLayers(layers))
+    }
+
+    /// Every layer's matrices that may be tiled or re-encoded.
+    pub(crate) fn matrices_mut(&mut self, cfg: &ModelConfig) -> Vec<&mut MatRef> {
+        self.0
+            .iter_mut()
+            .flat_map(|l| l.matrices_mut(cfg))
+            .collect()
+    }
+
+    /// Bytes one token's step reads: products, norms, biases and sinks of every layer.
+    pub(crate) fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
+        self.0
+            .iter()
+            .map(|l| {
+                ffn_bytes(cx, &l.ffn)
+                    + [l.wq, l.wk, l.wv, l.wo]
+                        .iter()
+                        .map(|m| cx.mat(m).data.len())
+                        .sum::<usize>()
+                    + 8 * cx.cfg.d_model
+                    + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
+                    + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
+                    + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
+                    + 4 * l.sinks.as_ref().map_or(0, Vec::len)
+            })
+            .sum()
+    }
+
+    /// Bytes of one routed expert over every layer.
+    pub(crate) fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
+        self.0.iter().map(|l| ffn_expert_bytes(cx, &l.ffn)).sum()
     }
 }
 

@@ -450,19 +450,6 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 );
                 norm(&mut w, &n("ssm_norm"), h.head_dim, i + 3);
             }
-            if spec.moe.is_none() {
-                mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
-                mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
-                mat(
-                    &mut w,
-                    &n("ffn_down"),
-                    d,
-                    ffn,
-                    spec.dtype,
-                    1.0 / (ffn as f32).sqrt(),
-                );
-                continue;
-            }
         } else {
             mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
             mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);

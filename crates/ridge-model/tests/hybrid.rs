@@ -185,6 +185,7 @@ fn the_recurrent_layers_keep_no_kv() {
     assert_eq!(r.state_bytes(), 4 * 6 * (3 * 128 + 4 * 16 * 16));
     let kv = KvCache::new(c, 64);
     assert_eq!(kv.bytes(), 2 * 2 * 64 * 2 * 64);
+    assert_eq!(kv.recurrent_bytes_per_seq(), r.state_bytes());
 }
 
 /// A file whose metadata contradicts its tensors is refused with one line naming the key or
