@@ -12,28 +12,11 @@
 //! prompt it arrives in and whatever else is in the batch (each (sequence, head) is one
 //! independent loop), which keeps chunked prefill, batch invariance and prefix checkpoints
 //! exact. Each state row is updated and read in one pass, so a head's state is streamed once
-//! per token. Dot products keep eight partial sums in a fixed order, which the compiler turns
-//! into vector code on every instruction set with the same result.
+//! per token. Dot products keep eight partial sums in a fixed order and nothing is fused, so
+//! the AVX2 build of the same body (`x86::avx2::recurrent`) gives the reference's bits.
 
-/// Eight-lane dot product in a fixed reduction order (the same bits on every CPU).
-#[inline]
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let mut acc = [0f32; 8];
-    let mut i = 0;
-    while i + 8 <= n {
-        for l in 0..8 {
-            acc[l] += a[i + l] * b[i + l];
-        }
-        i += 8;
-    }
-    let mut tail = 0f32;
-    while i < n {
-        tail += a[i] * b[i];
-        i += 1;
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
+pub use crate::scalar::recurrent::DeltaGates;
+use crate::Isa;
 
 /// Causal depthwise convolution of `n` tokens of `ch` channels (`x`, token-major) with a
 /// kernel of `kernel` taps per channel (`w`, channel-major: `w[c·kernel + j]`), continuing
@@ -85,22 +68,13 @@ pub fn causal_conv1d(
     }
 }
 
-/// The scalars of one token's delta-rule update of one head.
-#[derive(Clone, Copy, Debug)]
-pub struct DeltaGates {
-    /// `e^g` (g ≤ 0, the gate): how much of the state survives the token.
-    pub decay: f32,
-    /// The write strength β.
-    pub beta: f32,
-    /// The output's factor (`1/√d_k`).
-    pub scale: f32,
-}
-
 /// One token of the gated delta rule for one head. `s` is the head's state, `d_v` rows of
 /// `d_k` (row `j` holds `S[j][·]`); `q` and `k` are `d_k` long (already L2-normalized), `v`
 /// and `out` are `d_v` long. Row by row: `S_j ← decay·S_j`, `δ_j = (v_j − S_j·k)·β`,
-/// `S_j ← S_j + δ_j k`, `out_j = (S_j·q)·scale`.
+/// `S_j ← S_j + δ_j k`, `out_j = (S_j·q)·scale` — computed in two passes over the row (the
+/// decay folded into the first dot product), with the same bits on every path.
 pub fn gated_delta_step(
+    isa: Isa,
     s: &mut [f32],
     q: &[f32],
     k: &[f32],
@@ -108,18 +82,14 @@ pub fn gated_delta_step(
     g: DeltaGates,
     out: &mut [f32],
 ) {
-    let DeltaGates { decay, beta, scale } = g;
-    let dk = k.len();
-    for ((row, &vj), oj) in s.chunks_exact_mut(dk).zip(v).zip(out.iter_mut()) {
-        for r in row.iter_mut() {
-            *r *= decay;
-        }
-        let delta = (vj - dot8(row, k)) * beta;
-        for (r, &kk) in row.iter_mut().zip(k) {
-            *r += delta * kk;
-        }
-        *oj = dot8(row, q) * scale;
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: an Isa whose avx2() is true is made only after detection found AVX2.
+        unsafe { crate::x86::avx2::recurrent::delta_step(s, q, k, v, g, out) };
+        return;
     }
+    let _ = isa;
+    crate::scalar::recurrent::delta_step(s, q, k, v, g, out)
 }
 
 /// `x ← x / √(Σx² + eps)` (llama.cpp's L2 norm for Gated DeltaNet: an RMS norm with `eps/n`,
@@ -207,7 +177,7 @@ mod tests {
                 beta,
                 scale,
             };
-            gated_delta_step(&mut s, &q, &k, &v, gates, &mut out);
+            gated_delta_step(Isa::SCALAR, &mut s, &q, &k, &v, gates, &mut out);
             for j in 0..dv {
                 let row = &mut s64[j * dk..(j + 1) * dk];
                 for r in row.iter_mut() {
@@ -225,6 +195,40 @@ mod tests {
         }
         for (a, b) in s.iter().zip(&s64) {
             assert!((*a as f64 - b).abs() < 1e-5);
+        }
+    }
+
+    /// Every path gives the reference's bits.
+    #[test]
+    fn delta_step_paths_agree_bitwise() {
+        let (dk, dv) = (128, 128);
+        let s0: Vec<f32> = (0..dk * dv)
+            .map(|i| ((i * 29 % 17) as f32 - 8.0) * 0.05)
+            .collect();
+        let f = |m: usize, t: usize| -> Vec<f32> {
+            (0..m)
+                .map(|i| (((i + t) * 31 % 13) as f32 - 6.0) * 0.1)
+                .collect()
+        };
+        let run = |isa: Isa| {
+            let mut s = s0.clone();
+            let mut outs = Vec::new();
+            for t in 0..4 {
+                let (q, k, v) = (f(dk, t), f(dk, t + 5), f(dv, t + 9));
+                let gates = DeltaGates {
+                    decay: 0.9,
+                    beta: 0.6,
+                    scale: 0.088,
+                };
+                let mut out = vec![0f32; dv];
+                gated_delta_step(isa, &mut s, &q, &k, &v, gates, &mut out);
+                outs.extend(out);
+            }
+            (s, outs)
+        };
+        let want = run(Isa::SCALAR);
+        for isa in Isa::available() {
+            assert!(run(isa) == want, "{:?}", isa.kind());
         }
     }
 

@@ -411,7 +411,7 @@ fn delta_net(
                 beta: beta[i],
                 scale,
             };
-            gated_delta_step(s, q, k, v, gates, o);
+            gated_delta_step(cx.isa, s, q, k, v, gates, o);
         }
     });
     // Gated RMS norm per head (rows of one head), then the output projection.

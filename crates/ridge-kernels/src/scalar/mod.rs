@@ -5,3 +5,4 @@
 
 pub mod dot;
 pub(crate) mod elementwise;
+pub(crate) mod recurrent;
