@@ -26,6 +26,9 @@
 //! (always leaving at least one token to compute, since sampling needs its logits). After each
 //! step, newly completed blocks are indexed. Choices 1..n of a request wait until choice 0 has
 //! computed the prompt, then find its blocks in the cache: the prompt is shared, not copied.
+//! On a hybrid model a prefix is reused only up to a checkpoint of the recurrent state, so a
+//! prefill chunk stops at the boundaries where checkpoints are kept ([`EngineCore`]'s
+//! `chunk`), and running sequences are bounded by their states' memory.
 //!
 //! # Embeddings
 //!
@@ -39,7 +42,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ridge_model::{Batch, KvCache, KvDtype, KvEvent, Model, SeqId, Workspace, KV_BLOCK_SIZE};
+use ridge_model::{
+    Batch, KvCache, KvDtype, KvEvent, Model, SeqId, Workspace, CHECKPOINT_INTERVAL, KV_BLOCK_SIZE,
+};
 use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::constraint::{sample_constrained, Constraint, GrammarError};
@@ -78,6 +83,12 @@ pub struct EngineConfig {
     pub llc_bandwidth_gbs: Option<f64>,
     /// Element type of the KV cache.
     pub kv_dtype: KvDtype,
+    /// A hybrid model's memory for recurrent-state checkpoints (what prefix caching reuses on
+    /// it; 0 turns its prefix reuse off).
+    pub state_checkpoint_bytes: usize,
+    /// A hybrid model's memory for the recurrent states of running sequences (each holds its
+    /// state and a copy at its latest block boundary): bounds how many run at once.
+    pub state_pool_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -93,6 +104,8 @@ impl Default for EngineConfig {
             dram_bandwidth_gbs: None,
             llc_bandwidth_gbs: None,
             kv_dtype: KvDtype::F16,
+            state_checkpoint_bytes: ridge_model::DEFAULT_CHECKPOINT_BYTES,
+            state_pool_bytes: 4 << 30,
         }
     }
 }
@@ -209,6 +222,7 @@ impl EngineCore {
         let mut kv =
             KvCache::with_dtype(&mcfg, cfg.kv_cache_tokens.max(KV_BLOCK_SIZE), cfg.kv_dtype)?;
         kv.set_prefix_caching(cfg.prefix_caching);
+        kv.set_checkpoint_bytes(cfg.state_checkpoint_bytes);
         let stats = Arc::new(EngineStats::default());
         EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
         let mut eog = tokenizer.eog_ids();
@@ -512,6 +526,12 @@ impl EngineCore {
         }
     }
 
+    /// Checkpoints of a hybrid model's recurrent state held for prefix reuse (0 for a model
+    /// without recurrent layers).
+    pub fn state_checkpoints(&self) -> usize {
+        self.kv.checkpoints()
+    }
+
     /// The chained hashes of the blocks in the prefix index, sorted (what a KV-event
     /// subscriber's view must equal).
     pub fn indexed_blocks(&self) -> Vec<u64> {
@@ -737,6 +757,10 @@ impl EngineCore {
                     }
                     if let Some(seq) = s.kv {
                         kv.commit_blocks(seq, &s.tokens);
+                        if p.n > 1 {
+                            // A prefill chunk cut at a checkpoint boundary (see `chunk`).
+                            kv.checkpoint(seq);
+                        }
                     }
                 }
             }
@@ -838,7 +862,8 @@ impl EngineCore {
             .is_some_and(|sp| self.running.len() <= sp.cfg.max_running);
         let ctx = self.model.config().ctx_len;
         while i < self.running.len() && budget > 0 {
-            let n = (self.running[i].tokens.len() - self.running[i].computed).min(budget);
+            let s = &self.running[i];
+            let n = self.chunk(s.tokens.len(), s.computed, budget);
             let Some(seq) = self.running[i].kv else {
                 i += 1;
                 continue;
@@ -899,7 +924,8 @@ impl EngineCore {
             return;
         }
         let mut w = 0;
-        while budget > 0 && self.running.len() < self.cfg.max_seqs && w < self.waiting.len() {
+        let max_seqs = self.cfg.max_seqs.min(self.max_live_states());
+        while budget > 0 && self.running.len() < max_seqs && w < self.waiting.len() {
             if self.waits_for_leader(&self.waiting[w]) {
                 w += 1;
                 continue;
@@ -912,7 +938,7 @@ impl EngineCore {
                 self.kv
                     .attach_cached_prefix(seq, &s.tokens, s.tokens.len() - 1)
             };
-            let n = (s.tokens.len() - cached).min(budget);
+            let n = self.chunk(s.tokens.len(), cached, budget);
             let need = self.kv.blocks_needed(seq, cached + n);
             if need + self.running.len() > self.kv.free_blocks()
                 || self.kv.reserve(seq, cached + n).is_err()
@@ -941,6 +967,36 @@ impl EngineCore {
                 k: 0,
             });
             budget -= n;
+        }
+    }
+
+    /// How many of a sequence's `len` tokens, `computed` of them done, it computes this step
+    /// within `budget`. On a hybrid with prefix caching a prefill chunk that crosses a
+    /// checkpoint boundary — a multiple of `CHECKPOINT_INTERVAL`, or the end of the last full
+    /// block before the last token, where a repeated prompt or a sibling choice resumes —
+    /// stops there, so the state there can be kept (see `ridge_model`'s `recurrent_state.rs`).
+    /// A prompt shorter than the interval is cut once; a long one about once per interval.
+    fn chunk(&self, len: usize, computed: usize, budget: usize) -> usize {
+        let n = (len - computed).min(budget);
+        if n <= 1 || !self.cfg.prefix_caching || self.kv.recurrent_bytes_per_seq() == 0 {
+            return n;
+        }
+        let end = computed + n;
+        let interval = (computed / CHECKPOINT_INTERVAL + 1) * CHECKPOINT_INTERVAL;
+        let prompt_end = (len - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
+        let cut = [interval, prompt_end]
+            .into_iter()
+            .filter(|&b| b > computed && b < end)
+            .min();
+        cut.map_or(n, |b| b - computed)
+    }
+
+    /// Most sequences whose recurrent states fit `state_pool_bytes` (each holds its state and
+    /// a copy at its latest block boundary); unbounded without recurrent layers.
+    fn max_live_states(&self) -> usize {
+        match self.kv.recurrent_bytes_per_seq() {
+            0 => usize::MAX,
+            b => (self.cfg.state_pool_bytes / (2 * b)).max(1),
         }
     }
 

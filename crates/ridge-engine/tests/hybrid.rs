@@ -2,8 +2,10 @@
 //! state per sequence beside attention layers' paged K/V): under random arrivals, aborts and a
 //! cache small enough to force preemption, with prefix caching on and `n > 1` requests, every
 //! request's tokens equal the same request run alone — the recurrent state is started,
-//! carried, dropped and recomputed with its sequence. Speculative decoding is refused (the
-//! state cannot be rolled back yet).
+//! carried, dropped and recomputed with its sequence. A cached prefix resumes from a checkpoint
+//! of the state (a repeated prompt, the next turn of a conversation, a sibling choice, a long
+//! shared system prompt) with the same tokens as computing it. Speculative decoding is refused
+//! (the state cannot be rolled back yet).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -20,11 +22,15 @@ use ridge_model::synthetic::{SyntheticHybrid, SyntheticSpec};
 use ridge_model::Architecture;
 
 fn hybrid_fixture() -> Fixture {
+    hybrid_fixture_ctx(256)
+}
+
+fn hybrid_fixture_ctx(ctx_len: usize) -> Fixture {
     fixture_with(SyntheticSpec {
         arch: Architecture::Qwen35,
         n_layers: 4,
         head_dim: Some(16),
-        ctx_len: 256,
+        ctx_len,
         dtype: DType::Q4_0,
         hybrid: Some(SyntheticHybrid {
             n_k_heads: 2,
@@ -47,7 +53,7 @@ fn hybrid_load_matches_requests_run_alone() {
     let mut core = fx.core(EngineConfig {
         max_batch_tokens: 40,
         max_seqs: 6,
-        kv_cache_tokens: 14 * 16,
+        kv_cache_tokens: 10 * 16,
         prefix_caching: true,
         ..Default::default()
     });
@@ -101,6 +107,169 @@ fn hybrid_load_matches_requests_run_alone() {
         }
     }
     assert!(finished >= 10, "{finished}");
+    assert!(
+        core.stats().prefix_hits.load(Relaxed) > 0,
+        "no prefix resumed from a checkpoint"
+    );
+}
+
+/// Each generated token of a choice with its log-probability's bits: a recurrent state that
+/// differs by one bit shows in them even where the greedy token does not change.
+type Choice = Vec<(u32, u32)>;
+
+/// Submits `r` (asking for log-probabilities), runs the engine until it is done, and returns
+/// its choices and the prompt tokens it found cached.
+fn run_one(core: &mut ridge_engine::EngineCore, id: u64, mut r: Request) -> (Vec<Choice>, usize) {
+    r.logprobs = Some(1);
+    let n = r.n;
+    let (s, log) = sink();
+    let hits = core.stats().prefix_hits.load(Relaxed);
+    core.submit(id, r, s, Instant::now()).unwrap();
+    run_to_end(core);
+    let mut out = vec![Vec::new(); n];
+    for e in log.lock().unwrap().iter() {
+        match e {
+            ridge_engine::Event::Token(t) => {
+                let lp = t.logprobs.as_ref().map_or(0, |l| l.logprob.to_bits());
+                out[t.index].push((t.token, lp));
+            }
+            ridge_engine::Event::Finish(f) => assert_eq!(f.reason, FinishReason::Length),
+        }
+    }
+    (
+        out,
+        (core.stats().prefix_hits.load(Relaxed) - hits) as usize,
+    )
+}
+
+/// The same request computed from scratch by an engine without prefix caching.
+fn cold(fx: &Fixture, r: &Request) -> Vec<Choice> {
+    let mut core = fx.core(EngineConfig {
+        prefix_caching: false,
+        ..Default::default()
+    });
+    run_one(&mut core, 1, r.clone()).0
+}
+
+fn tokens(c: &Choice) -> Vec<u32> {
+    c.iter().map(|&(t, _)| t).collect()
+}
+
+fn greedy(p: &[u32], max_tokens: usize) -> Request {
+    let mut r = Request::greedy(p.to_vec(), max_tokens);
+    r.ignore_eos = true;
+    r
+}
+
+#[test]
+fn a_repeated_prompt_and_the_next_turn_resume_from_checkpoints() {
+    let fx = hybrid_fixture();
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 48,
+        ..Default::default()
+    });
+    let p = prompt(&mut rng, 70);
+    let want = cold(&fx, &greedy(&p, 20));
+    assert_eq!(tokens(&want[0]), alone(&fx, &p, 20));
+    let (first, hits) = run_one(&mut core, 1, greedy(&p, 20));
+    assert_eq!((first, hits), (want.clone(), 0));
+    // The prompt's last full block before its last token: 64 of 70 tokens.
+    let (again, hits) = run_one(&mut core, 2, greedy(&p, 20));
+    assert_eq!((again, hits), (want.clone(), 64));
+    // The next turn: prompt + answer + a new message. The first request computed 89 tokens;
+    // its state at its last boundary (80) was kept when it finished.
+    let mut turn = p.clone();
+    turn.extend(tokens(&want[0]));
+    turn.extend(prompt(&mut rng, 9));
+    let (next, hits) = run_one(&mut core, 3, greedy(&turn, 12));
+    assert_eq!((next, hits), (cold(&fx, &greedy(&turn, 12)), 80));
+    // Two choices: the second resumes from the first's prompt checkpoint.
+    let q = prompt(&mut rng, 37);
+    let mut r = greedy(&q, 10);
+    r.n = 2;
+    let (both, hits) = run_one(&mut core, 4, r);
+    let want_q = cold(&fx, &greedy(&q, 10)).remove(0);
+    assert_eq!((both, hits), (vec![want_q.clone(), want_q], 32));
+    assert!(core.state_checkpoints() > 0);
+    // Flushing the prefix cache drops the checkpoints with the blocks.
+    core.flush_prefix_cache();
+    assert_eq!(core.state_checkpoints(), 0);
+    let (again, hits) = run_one(&mut core, 5, greedy(&p, 20));
+    assert_eq!((again, hits), (want, 0));
+}
+
+#[test]
+fn a_shared_system_prompt_resumes_at_the_checkpoint_interval() {
+    let interval = ridge_model::CHECKPOINT_INTERVAL;
+    let fx = hybrid_fixture_ctx(interval + 256);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 200,
+        kv_cache_tokens: 4 * interval,
+        ..Default::default()
+    });
+    let system = prompt(&mut rng, interval + 2);
+    let ask = |rng: &mut ChaCha8Rng| {
+        let mut p = system.clone();
+        p.extend(prompt(rng, 3));
+        greedy(&p, 6)
+    };
+    let (a, b) = (ask(&mut rng), ask(&mut rng));
+    let (first, hits) = run_one(&mut core, 1, a.clone());
+    assert_eq!((first, hits), (cold(&fx, &a), 0));
+    // Chunks of 200 tokens were cut at the interval, where the state was kept.
+    let (second, hits) = run_one(&mut core, 2, b.clone());
+    assert_eq!((second, hits), (cold(&fx, &b), interval));
+}
+
+#[test]
+fn without_checkpoint_memory_a_hybrid_computes_every_prompt() {
+    let fx = hybrid_fixture();
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    let mut core = fx.core(EngineConfig {
+        state_checkpoint_bytes: 0,
+        ..Default::default()
+    });
+    let r = greedy(&prompt(&mut rng, 50), 8);
+    let want = cold(&fx, &r);
+    for id in 1..=2 {
+        let (out, hits) = run_one(&mut core, id, r.clone());
+        assert_eq!((out, hits), (want.clone(), 0));
+    }
+    assert_eq!(core.state_checkpoints(), 0);
+}
+
+#[test]
+fn the_state_pool_bounds_running_hybrid_sequences() {
+    let fx = hybrid_fixture();
+    let per_seq = {
+        let m = fx.model();
+        m.config().recurrent.as_ref().unwrap().state_bytes()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    // Room for two sequences' states and their boundary copies.
+    let mut core = fx.core(EngineConfig {
+        state_pool_bytes: 4 * per_seq + 1,
+        ..Default::default()
+    });
+    let mut logs = Vec::new();
+    let mut prompts = Vec::new();
+    for id in 1..=5u64 {
+        let p = prompt(&mut rng, 20);
+        let (s, log) = sink();
+        core.submit(id, greedy(&p, 6), s, Instant::now()).unwrap();
+        logs.push(log);
+        prompts.push(p);
+    }
+    let mut most = 0;
+    while core.step() {
+        most = most.max(core.counts().0);
+    }
+    assert_eq!(most, 2);
+    for (p, log) in prompts.iter().zip(&logs) {
+        assert_eq!(choice(log, 0).0, alone(&fx, p, 6));
+    }
 }
 
 #[test]
@@ -119,4 +288,32 @@ fn speculation_is_refused_with_one_line() {
         "{msg}"
     );
     assert_eq!(msg.lines().count(), 1);
+}
+
+#[test]
+fn checkpoints_stay_within_their_budget_oldest_out_first() {
+    let fx = hybrid_fixture();
+    let per_seq = fx
+        .model()
+        .config()
+        .recurrent
+        .as_ref()
+        .unwrap()
+        .state_bytes();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let mut core = fx.core(EngineConfig {
+        state_checkpoint_bytes: 2 * per_seq,
+        ..Default::default()
+    });
+    // Each 40-token prompt leaves a checkpoint at 32 (its prompt) and at 48 (its last
+    // boundary, kept when it ends).
+    let reqs: Vec<Request> = (0..3).map(|_| greedy(&prompt(&mut rng, 40), 10)).collect();
+    for (id, r) in reqs.iter().enumerate() {
+        run_one(&mut core, id as u64 + 1, r.clone());
+        assert!(core.state_checkpoints() <= 2);
+    }
+    let (last, hits) = run_one(&mut core, 10, reqs[2].clone());
+    assert_eq!((last, hits), (cold(&fx, &reqs[2]), 32));
+    let (first, hits) = run_one(&mut core, 11, reqs[0].clone());
+    assert_eq!((first, hits), (cold(&fx, &reqs[0]), 0));
 }

@@ -249,6 +249,11 @@ impl BlockPool {
         Some((b, h))
     }
 
+    /// Whether a block with the chained hash `hash` is in the index (owned or evictable).
+    pub(crate) fn contains(&self, hash: u64) -> bool {
+        self.index.contains_key(&hash)
+    }
+
     /// Whether the block holding `tokens` after the prefix `parent` is in the index (owned or
     /// evictable), without taking it.
     pub(crate) fn is_cached(&self, parent: u64, tokens: &[u32]) -> bool {

@@ -28,9 +28,9 @@
 //!
 //! A hybrid model's recurrent layers (Qwen3.5's Gated DeltaNet) keep no K/V: their layers get
 //! no storage here, and each sequence instead owns one fixed-size `f32` state over all of them
-//! (`RecurrentStates`), zeroed when it starts and dropped when it ends. There are no
-//! checkpoints of that state yet, so a hybrid's sequence is never rewound
-//! ([`KvCache::can_rewind`]) and attaches no cached prefix: its prompt is computed again.
+//! (`recurrent_state.rs`), zeroed when it starts and dropped when it ends. A cached prefix is
+//! reused only up to a block that ends with a checkpoint of that state (taken at chosen block
+//! boundaries, see that file); a hybrid's sequence is never rewound ([`KvCache::can_rewind`]).
 //!
 //! Dropping happens when the engine commits a sequence's accepted tokens
 //! ([`KvCache::commit_blocks`]): accepted tokens are never rewound, so no later rewind (a
@@ -40,6 +40,7 @@
 pub use crate::block_pool::KvEvent;
 pub use crate::block_pool::KV_BLOCK_SIZE;
 use crate::block_pool::{BlockPool, ROOT_HASH};
+use crate::recurrent_state::{RecurrentStates, CHECKPOINT_INTERVAL};
 use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
 use half::f16;
@@ -139,56 +140,6 @@ impl Group {
     fn first_live_block(&self, pos: usize) -> usize {
         self.window
             .map_or(0, |w| (pos + 1).saturating_sub(w) / KV_BLOCK_SIZE)
-    }
-}
-
-/// The fixed-size states of a hybrid model's recurrent layers, one zeroed `f32` array per
-/// live sequence: for each recurrent layer in order, its convolution window
-/// (`conv_state_len`) then its delta-rule state (`delta_state_len`). A sequence's state is
-/// allocated when it starts and dropped when it ends (its size is known up front, so the
-/// engine budgets sequences, not blocks, for it).
-struct RecurrentStates {
-    per_seq: usize,
-    states: Vec<Option<Vec<f32>>>,
-}
-
-impl RecurrentStates {
-    fn new(cfg: &crate::RecurrentConfig) -> Self {
-        RecurrentStates {
-            per_seq: cfg.n_recurrent() * (cfg.conv_state_len() + cfg.delta_state_len()),
-            states: Vec::new(),
-        }
-    }
-
-    /// A zeroed state for sequence `i`.
-    fn start(&mut self, i: usize) {
-        if self.states.len() <= i {
-            self.states.resize_with(i + 1, || None);
-        }
-        self.states[i] = Some(vec![0.0; self.per_seq]);
-    }
-
-    fn end(&mut self, i: usize) {
-        if let Some(s) = self.states.get_mut(i) {
-            *s = None;
-        }
-    }
-
-    /// Mutable views of the states of `ids`, in that order (`None` if one is unknown or
-    /// repeated).
-    fn many(&mut self, ids: &[SeqId]) -> Option<Vec<&mut [f32]>> {
-        let mut live: Vec<(usize, &mut [f32])> = self
-            .states
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, s)| Some((i, s.as_mut()?.as_mut_slice())))
-            .collect();
-        ids.iter()
-            .map(|id| {
-                let k = live.iter().position(|(i, _)| *i == id.0)?;
-                Some(live.swap_remove(k).1)
-            })
-            .collect()
     }
 }
 
@@ -347,6 +298,9 @@ impl KvCache {
         for s in self.seqs.iter_mut().flatten() {
             s.hashes.clear();
         }
+        if let (Some(r), false) = (&mut self.recurrent, on) {
+            r.clear_checkpoints();
+        }
     }
 
     /// Starts recording changes to the prefix index for [`KvCache::take_events`].
@@ -376,6 +330,9 @@ impl KvCache {
     /// Drops the prefix cache's unused blocks (those no sequence holds), in every layer group;
     /// returns how many blocks were dropped. Running sequences keep theirs.
     pub fn flush_prefix_cache(&mut self) -> usize {
+        if let Some(r) = &mut self.recurrent {
+            r.clear_checkpoints();
+        }
         self.groups.iter_mut().map(|g| g.pool.drop_cached()).sum()
     }
 
@@ -401,7 +358,10 @@ impl KvCache {
     /// Ends a sequence and drops its references to its blocks. Unknown ids are ignored.
     pub fn remove_seq(&mut self, id: SeqId) {
         if let Some(r) = &mut self.recurrent {
-            r.end(id.0);
+            // Before its blocks are released: the copy at its latest boundary is kept only
+            // while that block is indexed.
+            let pool = &self.groups[0].pool;
+            r.end(id.0, &|h| pool.contains(h));
         }
         if let Some(s) = self.seqs.get_mut(id.0).and_then(Option::take) {
             for (g, table) in self.groups.iter_mut().zip(&s.tables) {
@@ -417,11 +377,6 @@ impl KvCache {
     /// windowed layer group the prefix also needs that group's blocks within the window of its
     /// next token, so it may come out shorter than the global layers' cached chain.
     pub fn attach_cached_prefix(&mut self, id: SeqId, tokens: &[u32], max_tokens: usize) -> usize {
-        // A hybrid's recurrent state at the end of a cached prefix is not kept (no
-        // checkpoints yet): its prompt is computed from the start.
-        if self.recurrent.is_some() {
-            return 0;
-        }
         let Some(Some(s)) = self.seqs.get_mut(id.0) else {
             return 0;
         };
@@ -456,6 +411,12 @@ impl KvCache {
                 keep -= 1;
             }
         }
+        // A hybrid's prefix ends where a checkpoint of its recurrent state does.
+        if let Some(r) = &self.recurrent {
+            while keep > 0 && !r.has(s.hashes[keep - 1]) {
+                keep -= 1;
+            }
+        }
         while s.tables[0].len() > keep {
             if let Some(b) = s.tables[0].pop() {
                 self.groups[0].pool.release(b);
@@ -476,6 +437,9 @@ impl KvCache {
             }
         }
         s.len = keep * KV_BLOCK_SIZE;
+        if let (Some(r), Some(&h)) = (&mut self.recurrent, s.hashes.last()) {
+            complete &= r.restore(id.0, h);
+        }
         if !complete {
             self.truncate_all(id);
         }
@@ -520,7 +484,52 @@ impl KvCache {
         }
         // The next token to compute sits at position min(len, tokens).
         let next = s.len.min(tokens.len());
+        if let Some(r) = &mut self.recurrent {
+            // At a block boundary the state is copied as the sequence's latest, and every
+            // `CHECKPOINT_INTERVAL` tokens stored.
+            let n = s.len / KV_BLOCK_SIZE;
+            if s.len > 0
+                && s.len.is_multiple_of(KV_BLOCK_SIZE)
+                && next == s.len
+                && n <= s.hashes.len()
+            {
+                let h = s.hashes[n - 1];
+                r.mark_boundary(id.0, h);
+                if s.len.is_multiple_of(CHECKPOINT_INTERVAL) {
+                    let pool = &self.groups[0].pool;
+                    r.store(id.0, h, &|h| pool.contains(h));
+                }
+            }
+        }
         self.release_behind_window(id, next);
+    }
+
+    /// Stores a hybrid sequence's recurrent state as a checkpoint when it holds exactly a
+    /// whole number of indexed blocks (call after [`KvCache::commit_blocks`]); a later sequence
+    /// with the same tokens can then start there. Does nothing otherwise, or without recurrent
+    /// layers.
+    pub fn checkpoint(&mut self, id: SeqId) {
+        let (Some(r), Some(Some(s))) = (&mut self.recurrent, self.seqs.get(id.0)) else {
+            return;
+        };
+        let n = s.len / KV_BLOCK_SIZE;
+        if s.len > 0 && s.len.is_multiple_of(KV_BLOCK_SIZE) && n <= s.hashes.len() {
+            let pool = &self.groups[0].pool;
+            r.store(id.0, s.hashes[n - 1], &|h| pool.contains(h));
+        }
+    }
+
+    /// Bounds the memory kept for checkpoints of a hybrid model's recurrent state (0 keeps
+    /// none: a hybrid then reuses no cached prefix). The default is 1 GiB.
+    pub fn set_checkpoint_bytes(&mut self, bytes: usize) {
+        if let Some(r) = &mut self.recurrent {
+            r.set_budget(bytes);
+        }
+    }
+
+    /// Checkpoints of recurrent state held (0 without recurrent layers).
+    pub fn checkpoints(&self) -> usize {
+        self.recurrent.as_ref().map_or(0, |r| r.checkpoints())
     }
 
     /// Gives back the windowed layers' blocks that no token at position `next` or later can
@@ -687,7 +696,7 @@ impl KvCache {
 
     /// Bytes of recurrent state one sequence holds (0 for a model without recurrent layers).
     pub fn recurrent_bytes_per_seq(&self) -> usize {
-        self.recurrent.as_ref().map_or(0, |r| 4 * r.per_seq)
+        self.recurrent.as_ref().map_or(0, |r| 4 * r.per_seq())
     }
 
     /// The recurrent states of the sequences `ids` (in that order), each one `f32` slice
@@ -695,7 +704,7 @@ impl KvCache {
     /// unknown, repeated, or the model has no recurrent layers.
     pub(crate) fn recurrent_states(&mut self, ids: &[SeqId]) -> Option<Vec<&mut [f32]>> {
         let r = self.recurrent.as_mut()?;
-        r.many(ids)
+        r.many(ids.iter().map(|id| id.0))
     }
 
     /// Records that a sequence now holds `len` tokens (after a forward pass wrote them).

@@ -70,6 +70,10 @@ pub struct Args {
     /// Disable prefix caching.
     #[arg(long)]
     no_prefix_caching: bool,
+    /// Memory in MiB for checkpoints of a hybrid model's recurrent state, which prefix caching
+    /// resumes from on it (0: a hybrid reuses no cached prefix).
+    #[arg(long, default_value_t = ridge_model::DEFAULT_CHECKPOINT_BYTES >> 20)]
+    state_cache_mem: usize,
     /// Largest request body, bytes.
     #[arg(long, default_value_t = ridge_server::DEFAULT_MAX_BODY)]
     max_body_bytes: usize,
@@ -229,6 +233,7 @@ pub fn main(a: Args) -> Result<()> {
         kv_cache_mem: a.kv_cache_mem,
         kv_dtype: a.kv_cache_dtype,
         prefix_caching: !a.no_prefix_caching,
+        state_cache_mem: a.state_cache_mem,
         bandwidth_gbs: a.bandwidth_gbs,
         chat_template_file: a.chat_template_file.clone(),
         parse_reasoning: a.reasoning_format == "auto",

@@ -34,6 +34,8 @@ pub struct LoadSettings {
     pub kv_dtype: KvDtype,
     /// Prefix caching.
     pub prefix_caching: bool,
+    /// MiB for a hybrid model's recurrent-state checkpoints.
+    pub state_cache_mem: usize,
     /// Read bandwidth named by the user, GB/s.
     pub bandwidth_gbs: Option<f64>,
     /// A chat template replacing each model's own.
@@ -198,6 +200,8 @@ impl CliLoader {
                 dram_bandwidth_gbs: floor.dram_gbs,
                 llc_bandwidth_gbs: floor.llc.map(|c| c.read_bandwidth_gbs),
                 kv_dtype: s.kv_dtype,
+                state_checkpoint_bytes: s.state_cache_mem << 20,
+                ..Default::default()
             },
         )?;
         if let Some(sp) = speculator {
