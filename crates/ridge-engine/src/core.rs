@@ -271,14 +271,16 @@ impl EngineCore {
         self.speculator.take()
     }
 
-    /// Enables speculative decoding with this proposer and limits. Refused for a model whose
-    /// cache cannot go back to an earlier position (a hybrid's recurrent state keeps no
-    /// checkpoints yet, so rejected draft tokens could not be taken back).
+    /// Enables speculative decoding with this proposer and limits. On a hybrid model the
+    /// verify pass journals the recurrent state so rejected drafts are taken back
+    /// ([`Model::rewind`]); self-speculation is refused there (its drafting passes would run
+    /// every recurrent layer: no cheaper than the model).
     pub fn set_speculator(&mut self, spec: Speculator) -> Result<(), EngineError> {
-        if !self.kv.can_rewind() {
+        if !self.kv.can_rewind() && spec.proposer.method() == crate::spec::SpecMethod::SelfSkip {
             return Err(EngineError::InvalidParam(format!(
-                "speculative decoding is not supported for {} (a hybrid model: its recurrent \
-                 state cannot be rolled back to reject draft tokens yet)",
+                "self-speculation is not supported for {} (a hybrid model: its recurrent layers \
+                 cannot be skipped, so the draft would cost as much as the model); use ngram or \
+                 a draft model",
                 self.model.config().arch.gguf_name()
             )));
         }
@@ -648,7 +650,9 @@ impl EngineCore {
                     self.batch
                         .push_seq(&s.tokens[from..from + p.n], from, seq, last);
                 } else {
-                    // The last token and every draft, each with logits.
+                    // The last token and every draft, each with logits; a hybrid records
+                    // what it needs to take rejected drafts back.
+                    self.kv.open_journal(seq);
                     self.batch.push(s.tokens[from], from, seq, true);
                     for (j, &t) in s.draft.iter().enumerate() {
                         self.batch.push(t, from + 1 + j, seq, true);
@@ -726,7 +730,7 @@ impl EngineCore {
                         let rows = s.draft.len() + 1;
                         let l = &logits[row * vocab..(row + rows) * vocab];
                         row += rows;
-                        verify(s, l, vocab, tokenizer, eog, stats, kv, *roof);
+                        verify(s, l, vocab, tokenizer, eog, stats, model, kv, *roof);
                         continue;
                     }
                     s.computed += p.n;
@@ -1153,6 +1157,7 @@ fn verify(
     tokenizer: &Tokenizer,
     eog: &[u32],
     stats: &EngineStats,
+    model: &Model,
     kv: &mut KvCache,
     roof: Option<Roof>,
 ) {
@@ -1199,6 +1204,7 @@ fn verify(
     if let Some(seq) = s.kv {
         // The last token and the accepted drafts are now computed; the rest is dropped.
         s.computed = base + 1 + accepted;
+        model.rewind(kv, seq, s.computed);
         kv.truncate(seq, s.computed);
         kv.commit_blocks(seq, &s.tokens);
     }

@@ -4,8 +4,8 @@
 //! request's tokens equal the same request run alone — the recurrent state is started,
 //! carried, dropped and recomputed with its sequence. A cached prefix resumes from a checkpoint
 //! of the state (a repeated prompt, the next turn of a conversation, a sibling choice, a long
-//! shared system prompt) with the same tokens as computing it. Speculative decoding is refused
-//! (the state cannot be rolled back yet).
+//! shared system prompt) with the same tokens as computing it; n-gram speculation takes
+//! rejected drafts back out of the state and gives the bits of plain decoding.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ridge_engine::spec::{NgramProposer, SpecConfig, Speculator};
+use ridge_engine::spec::{LayerSkipProposer, NgramProposer, SpecConfig, Speculator};
 use ridge_engine::{EngineConfig, FinishReason, Request};
 use ridge_kernels::DType;
 use ridge_model::synthetic::{SyntheticHybrid, SyntheticSpec};
@@ -113,14 +113,15 @@ fn hybrid_load_matches_requests_run_alone() {
     );
 }
 
-/// Each generated token of a choice with its log-probability's bits: a recurrent state that
-/// differs by one bit shows in them even where the greedy token does not change.
-type Choice = Vec<(u32, u32)>;
+/// Each generated token of a choice with the bits of its log-probability and of the four most
+/// likely tokens': a recurrent state that differs by one bit shows in them even where the
+/// greedy token does not change (the chosen token's log-probability alone can sit at 0).
+type Choice = Vec<(u32, Vec<u32>)>;
 
 /// Submits `r` (asking for log-probabilities), runs the engine until it is done, and returns
 /// its choices and the prompt tokens it found cached.
 fn run_one(core: &mut ridge_engine::EngineCore, id: u64, mut r: Request) -> (Vec<Choice>, usize) {
-    r.logprobs = Some(1);
+    r.logprobs = Some(4);
     let n = r.n;
     let (s, log) = sink();
     let hits = core.stats().prefix_hits.load(Relaxed);
@@ -130,8 +131,12 @@ fn run_one(core: &mut ridge_engine::EngineCore, id: u64, mut r: Request) -> (Vec
     for e in log.lock().unwrap().iter() {
         match e {
             ridge_engine::Event::Token(t) => {
-                let lp = t.logprobs.as_ref().map_or(0, |l| l.logprob.to_bits());
-                out[t.index].push((t.token, lp));
+                let mut bits = Vec::new();
+                if let Some(l) = &t.logprobs {
+                    bits.push(l.logprob.to_bits());
+                    bits.extend(l.top.iter().flat_map(|&(id, lp)| [id, lp.to_bits()]));
+                }
+                out[t.index].push((t.token, bits));
             }
             ridge_engine::Event::Finish(f) => assert_eq!(f.reason, FinishReason::Length),
         }
@@ -152,7 +157,7 @@ fn cold(fx: &Fixture, r: &Request) -> Vec<Choice> {
 }
 
 fn tokens(c: &Choice) -> Vec<u32> {
-    c.iter().map(|&(t, _)| t).collect()
+    c.iter().map(|(t, _)| *t).collect()
 }
 
 fn greedy(p: &[u32], max_tokens: usize) -> Request {
@@ -273,21 +278,59 @@ fn the_state_pool_bounds_running_hybrid_sequences() {
 }
 
 #[test]
-fn speculation_is_refused_with_one_line() {
+fn self_speculation_is_refused_with_one_line() {
     let fx = hybrid_fixture();
     let mut core = fx.core(EngineConfig::default());
     let e = core
         .set_speculator(Speculator {
-            proposer: Box::new(NgramProposer { min_n: 1, max_n: 3 }),
+            proposer: Box::new(LayerSkipProposer::new(LayerSkipProposer::default_skip(4))),
             cfg: SpecConfig::default(),
         })
-        .expect_err("a hybrid cannot take back draft tokens");
+        .expect_err("a hybrid's recurrent layers cannot be skipped");
     let msg = e.to_string();
     assert!(
-        msg.contains("qwen35") && msg.contains("speculative"),
+        msg.contains("qwen35") && msg.contains("self-speculation"),
         "{msg}"
     );
     assert_eq!(msg.lines().count(), 1);
+}
+
+#[test]
+fn ngram_speculation_takes_rejected_drafts_out_of_the_state() {
+    let fx = hybrid_fixture();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let mut core = fx.core(EngineConfig::default());
+    core.set_speculator(Speculator {
+        proposer: Box::new(NgramProposer { min_n: 1, max_n: 3 }),
+        cfg: SpecConfig {
+            max_draft: 4,
+            max_running: 8,
+            adaptive: false,
+        },
+    })
+    .unwrap();
+    // The model repeats the prompt's last token `a`. A prompt holding `a a b c d e` earlier
+    // makes the proposer draft `b c d e` once the output reads `a a`: rejected, taken back.
+    for id in 1..=4u64 {
+        let mut p = prompt(&mut rng, 7);
+        let a = p[0];
+        p.extend([a, a]);
+        p.extend(prompt(&mut rng, 4));
+        p.extend(prompt(&mut rng, 5));
+        p.push(a);
+        let r = greedy(&p, 24);
+        let (out, _) = run_one(&mut core, id, r.clone());
+        assert_eq!(out, cold(&fx, &r), "request {id}");
+    }
+    let st = core.stats();
+    let (drafted, accepted) = (
+        st.spec_draft_tokens.load(Relaxed),
+        st.spec_accepted_tokens.load(Relaxed),
+    );
+    assert!(
+        accepted > 0 && accepted < drafted,
+        "{accepted} of {drafted}"
+    );
 }
 
 #[test]

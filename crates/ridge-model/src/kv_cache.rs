@@ -40,7 +40,7 @@
 pub use crate::block_pool::KvEvent;
 pub use crate::block_pool::KV_BLOCK_SIZE;
 use crate::block_pool::{BlockPool, ROOT_HASH};
-use crate::recurrent_state::{RecurrentStates, CHECKPOINT_INTERVAL};
+use crate::recurrent_state::{Journal, RecurrentStates, CHECKPOINT_INTERVAL};
 use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
 use half::f16;
@@ -646,12 +646,18 @@ impl KvCache {
     /// but keeps its blocks reserved. Positions below `len` are untouched; indexed (full,
     /// committed) blocks are never cut, and a windowed group's given-back blocks are never
     /// needed again, so `len` is clamped to keep both true.
+    ///
+    /// A hybrid's recurrent state is taken back by [`crate::Model::rewind`] (which calls
+    /// this); here a hybrid's sequence keeps its length, since its state would not follow.
     pub fn rewind(&mut self, id: SeqId, len: usize) {
-        // A recurrent state cannot go back (no checkpoints): a hybrid's sequences keep
-        // their length (the engine does not speculate on hybrids, see `can_rewind`).
         if self.recurrent.is_some() {
             return;
         }
+        self.rewind_positions(id, len);
+    }
+
+    /// The positions part of [`KvCache::rewind`], for any model; returns the new length.
+    pub(crate) fn rewind_positions(&mut self, id: SeqId, len: usize) -> usize {
         if let Some(Some(s)) = self.seqs.get_mut(id.0) {
             // The lowest length whose next token sees no dropped block: with `d` blocks
             // dropped, (len + 1 − window) / B ≥ d.
@@ -670,6 +676,7 @@ impl KvCache {
                 .max(window_floor)
                 .min(s.len);
         }
+        self.seq_len(id)
     }
 
     /// As [`KvCache::rewind`], and returns the blocks past the new length to the pool.
@@ -688,10 +695,49 @@ impl KvCache {
         }
     }
 
-    /// Whether a sequence can be rewound below its length ([`KvCache::rewind`]): not for a
-    /// hybrid model, whose recurrent state has no checkpoints to go back to.
+    /// Whether [`KvCache::rewind`] alone takes a sequence back: not for a hybrid model, whose
+    /// recurrent state goes back through a journal ([`KvCache::open_journal`],
+    /// [`crate::Model::rewind`]).
     pub fn can_rewind(&self) -> bool {
         self.recurrent.is_none()
+    }
+
+    /// Before a pass whose last rows may be taken back (draft tokens): a hybrid sequence copies
+    /// its recurrent state and its recurrent layers record what each row's update reads, until
+    /// [`crate::Model::rewind`] closes the journal (see `recurrent_state.rs`). Nothing to do
+    /// without recurrent layers.
+    pub fn open_journal(&mut self, id: SeqId) {
+        let len = self.seq_len(id);
+        if let Some(r) = &mut self.recurrent {
+            r.open_journal(id.0, len);
+        }
+    }
+
+    /// A sequence's open journal, for its recurrent layers to record into.
+    pub(crate) fn journal_mut(&mut self, id: SeqId) -> Option<&mut Journal> {
+        self.recurrent.as_mut()?.journal_mut(id.0)
+    }
+
+    /// Closes a sequence's journal, handing it back.
+    pub(crate) fn close_journal(&mut self, id: SeqId) -> Option<Journal> {
+        self.recurrent.as_mut()?.close_journal(id.0)
+    }
+
+    /// A sequence's recurrent state with the journal it was closed with, whose memory it keeps
+    /// for its next one.
+    pub(crate) fn with_state(
+        &mut self,
+        id: SeqId,
+        j: Journal,
+        f: impl FnOnce(&Journal, &mut [f32]),
+    ) {
+        let Some(r) = self.recurrent.as_mut() else {
+            return;
+        };
+        if let Some(Some(state)) = r.many([id.0]).map(|mut v| v.pop()) {
+            f(&j, state);
+        }
+        r.recycle_journal(id.0, j);
     }
 
     /// Bytes of recurrent state one sequence holds (0 for a model without recurrent layers).

@@ -27,6 +27,7 @@ mod attend;
 mod batch;
 mod block_pool;
 mod config;
+mod delta_net;
 mod error;
 mod gemma3;
 mod hybrid;

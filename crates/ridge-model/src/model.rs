@@ -362,6 +362,30 @@ impl Model {
         self.forward_skipping(batch, kv, ws, None)
     }
 
+    /// Takes sequence `id` back to its first `len` tokens (rejected draft tokens), as
+    /// [`KvCache::rewind`] does — and on a hybrid model its recurrent state too: the journal
+    /// opened before the pass ([`KvCache::open_journal`]) is closed and the kept rows are
+    /// replayed from the state it copied. A hybrid's sequence without an open journal keeps
+    /// its length (its state could not follow), and never goes below where the journal
+    /// opened.
+    pub fn rewind(&self, kv: &mut KvCache, id: crate::SeqId, len: usize) {
+        if kv.can_rewind() {
+            kv.rewind(id, len);
+            return;
+        }
+        let Some(j) = kv.close_journal(id) else {
+            return;
+        };
+        let old = kv.seq_len(id);
+        let new = kv.rewind_positions(id, len.max(j.from));
+        let cx = self.ctx();
+        kv.with_state(id, j, |j, state| {
+            if new < old {
+                self.layers.replay(&cx, j, new - j.from, state);
+            }
+        });
+    }
+
     /// As [`Model::forward`], but layers with `skip[i]` set are left out (the residual stream
     /// passes them unchanged, and their K/V at the batch's positions are not written): a
     /// cheaper, approximate model sharing this one's weights and cache — self-speculation's

@@ -19,6 +19,18 @@
 //! sequence resumed after preemption). Checkpoints live in an LRU bounded in bytes and leave
 //! with their block: one whose block has been evicted from the prefix index can never be
 //! found again, so it is dropped before anything else.
+//!
+//! # Taking draft tokens back
+//!
+//! Speculative decoding feeds a sequence its last token and `k` guesses in one pass, then keeps
+//! only the accepted ones; K/V rows past them are simply forgotten, but the recurrent state has
+//! folded every guess in. Before such a pass the engine opens a [`Journal`]: the state is copied
+//! once, and each recurrent layer records the inputs its update read for every row (for a Gated
+//! DeltaNet layer, the convolution's input and the two gates: a few kilobytes per row, not a
+//! state per row). Taking rows back restores the copy and replays the recorded inputs of the
+//! kept rows through the same kernels — no weights are read again, and the bits are those a pass
+//! over the kept rows alone would give, since each row's update depends only on the state
+//! before it and its own inputs.
 
 use std::collections::HashMap;
 
@@ -35,6 +47,22 @@ struct Live {
     state: Vec<f32>,
     /// The chained hash of the block the copy ends, and the copy.
     at_boundary: Option<(u64, Vec<f32>)>,
+    /// Open while draft rows may be taken back.
+    journal: Option<Journal>,
+}
+
+/// What taking rows back needs (see the module docs): the state before them and, per
+/// recurrent layer, the inputs each row's update read, rows in order.
+#[derive(Default)]
+pub(crate) struct Journal {
+    /// Recording (the memory of a closed journal is kept for the next one).
+    open: bool,
+    /// The sequence's length when the journal opened.
+    pub(crate) from: usize,
+    /// The state then.
+    pub(crate) base: Vec<f32>,
+    /// Per recurrent layer, the recorded inputs of its rows, one fixed-size record per row.
+    pub(crate) records: Vec<Vec<f32>>,
 }
 
 /// A stored state and when it was last used.
@@ -47,6 +75,8 @@ struct Checkpoint {
 /// window, then its delta-rule or SSM state) and the checkpoint cache.
 pub(crate) struct RecurrentStates {
     per_seq: usize,
+    /// Recurrent layers (a journal records per layer).
+    layers: usize,
     live: Vec<Option<Live>>,
     checkpoints: HashMap<u64, Checkpoint>,
     /// Most checkpoints kept (the byte budget over one state's bytes).
@@ -59,6 +89,7 @@ impl RecurrentStates {
         let per_seq = cfg.n_recurrent() * (cfg.conv_state_len() + cfg.delta_state_len());
         let mut r = RecurrentStates {
             per_seq,
+            layers: cfg.n_recurrent(),
             live: Vec::new(),
             checkpoints: HashMap::new(),
             capacity: 0,
@@ -100,6 +131,7 @@ impl RecurrentStates {
         self.live[i] = Some(Live {
             state: vec![0.0; self.per_seq],
             at_boundary: None,
+            journal: None,
         });
     }
 
@@ -202,6 +234,46 @@ impl RecurrentStates {
         c.used = tick;
         live.state.copy_from_slice(&c.state);
         true
+    }
+
+    /// Opens sequence `i`'s journal at length `len`: copies its state (reusing an earlier
+    /// journal's memory) and forgets earlier records.
+    pub(crate) fn open_journal(&mut self, i: usize, len: usize) {
+        let layers = self.layers;
+        let Some(Some(live)) = self.live.get_mut(i) else {
+            return;
+        };
+        let j = live.journal.get_or_insert_with(Journal::default);
+        j.open = true;
+        j.from = len;
+        j.base.clear();
+        j.base.extend_from_slice(&live.state);
+        j.records.resize_with(layers, Vec::new);
+        for r in &mut j.records {
+            r.clear();
+        }
+    }
+
+    /// Sequence `i`'s open journal, to record into.
+    pub(crate) fn journal_mut(&mut self, i: usize) -> Option<&mut Journal> {
+        self.live
+            .get_mut(i)?
+            .as_mut()?
+            .journal
+            .as_mut()
+            .filter(|j| j.open)
+    }
+
+    /// Closes sequence `i`'s journal, handing it back.
+    pub(crate) fn close_journal(&mut self, i: usize) -> Option<Journal> {
+        self.live.get_mut(i)?.as_mut()?.journal.take_if(|j| j.open)
+    }
+
+    /// Keeps a closed journal's memory for the sequence's next one.
+    pub(crate) fn recycle_journal(&mut self, i: usize, j: Journal) {
+        if let Some(Some(live)) = self.live.get_mut(i) {
+            live.journal = Some(Journal { open: false, ..j });
+        }
     }
 
     /// Mutable views of the states of the sequences numbered `ids`, in that order (`None` if

@@ -17,6 +17,7 @@ use ridge_gguf::GgufFile;
 
 use crate::config::{ModelConfig, MoeConfig};
 use crate::layer::{Ffn, Layer, LayerCtx, QkNorm, QkvBias, RoutedFfn};
+use crate::recurrent_state::Journal;
 use crate::weights::MatRef;
 use crate::{moe, Batch, KvCache, ModelError, Workspace};
 
@@ -42,6 +43,11 @@ pub(crate) trait Stack: Send + Sync {
 
     /// Bytes of one routed expert over every layer (0 for a dense model).
     fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize;
+
+    /// Sets a sequence's recurrent `state` to what it was after the first `keep` rows its
+    /// journal recorded (see `recurrent_state.rs`): how a hybrid takes rejected draft tokens
+    /// back. Nothing to do for a stack without recurrent layers.
+    fn replay(&self, _cx: &LayerCtx<'_>, _j: &Journal, _keep: usize, _state: &mut [f32]) {}
 }
 
 /// Binds layer `i`'s routed feed-forward `m` (the experts live in `moe.rs`): what `Layer::bind`

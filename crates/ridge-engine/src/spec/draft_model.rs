@@ -45,6 +45,14 @@ impl DraftModelProposer {
                 "the draft model's vocabulary has {vocab} tokens, the target's {target_vocab}: they must share one"
             )));
         }
+        if model.config().recurrent.is_some() {
+            // Its own cache takes back the guesses the target rejects; a hybrid's state would
+            // need a journal per drafting round.
+            return Err(ModelError::BadBatch(format!(
+                "a hybrid draft model ({}) is not supported; use a model whose every layer attends",
+                model.config().arch.gguf_name()
+            )));
+        }
         let kv = KvCache::with_dtype(model.config(), cache_tokens, KvDtype::F16)?;
         Ok(DraftModelProposer {
             model,
