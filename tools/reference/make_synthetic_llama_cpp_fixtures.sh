@@ -7,7 +7,8 @@
 #
 # Usage (repo root): BIN=/path/to/llama.cpp/build/bin bash tools/reference/make_synthetic_llama_cpp_fixtures.sh
 #   (BIN: the folder `bash shared/peers/llama-cpp.sh` prints)
-# SET=hybrid: the hybrid models (qwen35, llama_cpp::hybrid_specs) into llama_cpp_hybrid.json,
+# KEEP=1 keeps the temporary folder (files and llama.cpp logs) and prints its path.
+# SET=hybrid: the hybrid models (qwen35, lfm2: llama_cpp::hybrid_specs) into llama_cpp_hybrid.json,
 #   against llama.cpp b11434 (the first that reads them).
 set -euo pipefail
 BIN=${BIN:?set BIN to llama.cpp build/bin}
@@ -15,7 +16,7 @@ export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 SET=${SET:-}
 OUT=crates/ridge-model/tests/data/llama_cpp_synthetic.json
 [[ $SET == hybrid ]] && OUT=crates/ridge-model/tests/data/llama_cpp_hybrid.json
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+TMP=$(mktemp -d); [[ -n ${KEEP:-} ]] || trap 'rm -rf "$TMP"' EXIT; echo "TMP=$TMP" >&2
 
 cargo run --release -q -p ridge-model --example write_synthetic -- "$TMP" $SET > "$TMP/list.txt"
 read -r CTX CHUNKS < "$TMP/list.txt"

@@ -25,6 +25,27 @@ fn hybrid_fixture() -> Fixture {
     hybrid_fixture_ctx(256)
 }
 
+/// LFM2's layout: gated short convolutions (3 taps), every third layer attending.
+fn lfm2_fixture() -> Fixture {
+    fixture_with(SyntheticSpec {
+        arch: Architecture::Lfm2,
+        n_layers: 6,
+        ctx_len: 256,
+        dtype: DType::Q4_0,
+        hybrid: Some(SyntheticHybrid {
+            n_k_heads: 0,
+            n_v_heads: 0,
+            head_dim: 0,
+            conv_kernel: 3,
+            interval: 3,
+            rope_dim: 0,
+            sections: [0; 4],
+        }),
+        seed: 57,
+        ..Default::default()
+    })
+}
+
 fn hybrid_fixture_ctx(ctx_len: usize) -> Fixture {
     fixture_with(SyntheticSpec {
         arch: Architecture::Qwen35,
@@ -359,4 +380,37 @@ fn checkpoints_stay_within_their_budget_oldest_out_first() {
     assert_eq!((last, hits), (cold(&fx, &reqs[2]), 32));
     let (first, hits) = run_one(&mut core, 11, reqs[0].clone());
     assert_eq!((first, hits), (cold(&fx, &reqs[0]), 0));
+}
+
+#[test]
+fn lfm2_resumes_from_checkpoints_and_takes_drafts_back() {
+    let fx = lfm2_fixture();
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let mut core = fx.core(EngineConfig::default());
+    core.set_speculator(Speculator {
+        proposer: Box::new(NgramProposer { min_n: 1, max_n: 3 }),
+        cfg: SpecConfig {
+            max_draft: 4,
+            max_running: 8,
+            adaptive: false,
+        },
+    })
+    .unwrap();
+    let mut p = prompt(&mut rng, 7);
+    let a = p[0];
+    p.extend([a, a]);
+    p.extend(prompt(&mut rng, 30));
+    p.push(a);
+    let r = greedy(&p, 24);
+    let want = cold(&fx, &r);
+    let (first, hits) = run_one(&mut core, 1, r.clone());
+    assert_eq!((first, hits), (want.clone(), 0));
+    let (again, hits) = run_one(&mut core, 2, r);
+    assert_eq!((again, hits), (want, 32));
+    let st = core.stats();
+    let (drafted, accepted) = (
+        st.spec_draft_tokens.load(Relaxed),
+        st.spec_accepted_tokens.load(Relaxed),
+    );
+    assert!(accepted < drafted, "{accepted} of {drafted}");
 }

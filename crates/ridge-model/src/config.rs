@@ -2,7 +2,7 @@
 
 use crate::hybrid::RecurrentConfig;
 use crate::ModelError;
-use ridge_gguf::GgufFile;
+use ridge_gguf::{GgufFile, MetadataValue};
 
 /// Supported architectures (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,12 @@ pub enum Architecture {
     /// qwen3moe's routed feed-forward (softmax router, top-k renormalised) plus a shared expert
     /// scaled by a sigmoid gate, as qwen2moe has.
     Qwen35Moe,
+    /// Liquid's LFM2 (350M–2.6B): a hybrid whose recurrent layers are gated short
+    /// convolutions (`in_proj` → `b, c, x`; `c ⊙ conv(b ⊙ x)` → `out_proj`, a window of
+    /// `shortconv.l_cache − 1` rows per sequence) beside attention layers with per-head Q/K
+    /// norms; the layers with no K/V heads in `attention.head_count_kv` are the recurrent
+    /// ones; the final norm is `token_embd_norm`.
+    Lfm2,
 }
 
 impl Architecture {
@@ -60,11 +66,12 @@ impl Architecture {
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
+            Architecture::Lfm2 => "lfm2",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 10] = [
+    pub const ALL: [Architecture; 11] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -75,6 +82,7 @@ impl Architecture {
         Architecture::GptOss,
         Architecture::Qwen35,
         Architecture::Qwen35Moe,
+        Architecture::Lfm2,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -88,12 +96,24 @@ impl Architecture {
                 | Architecture::Olmoe
                 | Architecture::Qwen35
                 | Architecture::Qwen35Moe
+                | Architecture::Lfm2
         )
     }
 
     /// Whether some layers are recurrent (a hybrid: see [`RecurrentConfig`]).
     pub fn is_hybrid(self) -> bool {
-        matches!(self, Architecture::Qwen35 | Architecture::Qwen35Moe)
+        matches!(
+            self,
+            Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Lfm2
+        )
+    }
+
+    /// The final norm's tensor (LFM2's converter names it after the embeddings).
+    pub fn output_norm_tensor(self) -> &'static str {
+        match self {
+            Architecture::Lfm2 => "token_embd_norm.weight",
+            _ => "output_norm.weight",
+        }
     }
 
     /// Whether the Q/K norms span the whole query and key vectors (OLMoE) rather than a head.
@@ -331,9 +351,19 @@ impl ModelConfig {
         let n_layers = f.get_usize_in(&k("block_count"), 1..=1024)?;
         let d_model = f.get_usize_in(&k("embedding_length"), 1..=1 << 16)?;
         let n_heads = f.get_usize_in(&k("attention.head_count"), 1..=1024)?;
-        let n_kv_heads = match f.get(&k("attention.head_count_kv")) {
-            Some(_) => f.get_usize_in(&k("attention.head_count_kv"), 1..=n_heads)?,
-            None => n_heads,
+        // LFM2 gives one count per layer, 0 for its recurrent layers.
+        let kv_key = k("attention.head_count_kv");
+        let (n_kv_heads, no_kv_layers) = match f.get(&kv_key) {
+            Some(MetadataValue::Array(a)) if arch == Architecture::Lfm2 => {
+                per_layer_kv_heads(a, &kv_key, n_layers, n_heads).map_err(|message| {
+                    ModelError::Unsupported {
+                        path: path.clone(),
+                        message,
+                    }
+                })?
+            }
+            Some(_) => (f.get_usize_in(&kv_key, 1..=n_heads)?, None),
+            None => (n_heads, None),
         };
         let head_dim = match f.get(&k("attention.key_length")) {
             Some(_) => f.get_usize_in(&k("attention.key_length"), 1..=4096)?,
@@ -418,7 +448,21 @@ impl ModelConfig {
             }
         }
         let moe = moe_config(f, arch, arch_name, ffn_dim).map_err(bad)?;
-        let (recurrent, rope_rotated) = if arch.is_hybrid() {
+        let (recurrent, rope_rotated) = if arch == Architecture::Lfm2 {
+            if f.get(&k("attention.sliding_window")).is_some() {
+                return Err(bad(
+                    "lfm2 with sliding-window attention (`attention.sliding_window`) is not supported yet"
+                        .into(),
+                ));
+            }
+            let Some(layers) = no_kv_layers else {
+                return Err(bad(format!(
+                    "`{kv_key}` must list one K/V head count per layer (0 for a convolution layer)"
+                )));
+            };
+            let r = RecurrentConfig::short_conv(f, arch_name, d_model, layers).map_err(bad)?;
+            (Some(r), None)
+        } else if arch.is_hybrid() {
             let r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
             if !r.layers.iter().any(|&l| !l) {
                 return Err(bad(format!(
@@ -682,4 +726,34 @@ fn rope_scaling(
             k("rope.scaling.type")
         )),
     }
+}
+
+/// LFM2's `attention.head_count_kv`: one count per layer, 0 on its convolution layers. Returns
+/// the attention layers' count (they must agree and divide `n_heads`) and which layers have
+/// none.
+fn per_layer_kv_heads(
+    a: &ridge_gguf::ArrayValue,
+    key: &str,
+    n_layers: usize,
+    n_heads: usize,
+) -> Result<(usize, Option<Vec<bool>>), String> {
+    let v = a
+        .to_i64_vec()
+        .ok_or_else(|| format!("`{key}` must be an array of integers"))?;
+    if v.len() != n_layers {
+        return Err(format!(
+            "`{key}` has {} entries for {n_layers} layers",
+            v.len()
+        ));
+    }
+    let mut heads = v.iter().copied().filter(|&h| h != 0);
+    let Some(first) = heads.next() else {
+        return Err(format!("`{key}` has no attention layer (every entry is 0)"));
+    };
+    if heads.any(|h| h != first) || first < 1 || first as usize > n_heads {
+        return Err(format!(
+            "`{key}` must give every attention layer the same count, 1..={n_heads}"
+        ));
+    }
+    Ok((first as usize, Some(v.iter().map(|&h| h == 0).collect())))
 }

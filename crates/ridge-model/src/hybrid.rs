@@ -1,19 +1,37 @@
 //! The shape of a hybrid model's recurrent layers, read from the `ssm.*` keys llama.cpp's
 //! converter writes, and checked before anything is sized from it.
 //!
-//! A hybrid (Qwen3.5 and Qwen3.6: three Gated DeltaNet layers to one attention layer) keeps,
-//! per sequence and per recurrent layer, a convolution window of `conv_kernel − 1` inputs and
-//! a delta-rule state of `n_v_heads` matrices `head_dim × head_dim`: a fixed size, however
-//! long the context. Which layers are recurrent is `attention.recurrent_layers` (one flag per
-//! layer) or else every layer but each `full_attention_interval`-th (llama.cpp's default 4).
+//! A hybrid keeps, per sequence and per recurrent layer, a fixed-size state, however long the
+//! context. Qwen3.5 and Qwen3.6 (three Gated DeltaNet layers to one attention layer) keep a
+//! convolution window of `conv_kernel − 1` inputs and a delta-rule state of `n_v_heads`
+//! matrices `head_dim × head_dim`; which layers are recurrent is `attention.recurrent_layers`
+//! (one flag per layer) or else every layer but each `full_attention_interval`-th (llama.cpp's
+//! default 4). LFM2's short-convolution layers keep only a window of `shortconv.l_cache − 1`
+//! rows of `d_model` channels; its recurrent layers are those whose `attention.head_count_kv`
+//! entry is 0.
 
 use ridge_gguf::{ArrayValue, GgufFile, MetadataValue};
 
-/// A hybrid model's recurrent (linear-attention) layers.
+/// What a recurrent layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecurrentKind {
+    /// Qwen3.5's Gated DeltaNet: a convolution over queries, keys and values, then the gated
+    /// delta rule over a matrix state per value head (`delta_net.rs`).
+    GatedDeltaNet,
+    /// LFM2's gated short convolution over `d_model` channels (`short_conv.rs`): no state
+    /// beyond the convolution's window.
+    ShortConv,
+}
+
+/// A hybrid model's recurrent (linear-attention or convolution) layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecurrentConfig {
-    /// Taps of the causal convolution (`ssm.conv_kernel`).
+    /// What the recurrent layers run.
+    pub kind: RecurrentKind,
+    /// Taps of the causal convolution (`ssm.conv_kernel`, `shortconv.l_cache`).
     pub conv_kernel: usize,
+    /// Channels of a short convolution (`d_model`; unused by a Gated DeltaNet).
+    pub conv_channels: usize,
     /// Query/key heads (`ssm.group_count`).
     pub n_k_heads: usize,
     /// Value heads (`ssm.time_step_rank`), a multiple of `n_k_heads`: value head `h` reads
@@ -37,9 +55,13 @@ impl RecurrentConfig {
         self.n_v_heads * self.head_dim
     }
 
-    /// Channels of the convolution: queries, keys and values side by side.
+    /// Channels of the convolution: a Gated DeltaNet's queries, keys and values side by
+    /// side, or a short convolution's `d_model`.
     pub fn conv_dim(&self) -> usize {
-        2 * self.key_dim() + self.value_dim()
+        match self.kind {
+            RecurrentKind::GatedDeltaNet => 2 * self.key_dim() + self.value_dim(),
+            RecurrentKind::ShortConv => self.conv_channels,
+        }
     }
 
     /// f32 values of one layer's convolution window.
@@ -47,9 +69,35 @@ impl RecurrentConfig {
         (self.conv_kernel - 1) * self.conv_dim()
     }
 
-    /// f32 values of one layer's delta-rule state.
+    /// f32 values of one layer's delta-rule state (0 for a short convolution).
     pub fn delta_state_len(&self) -> usize {
         self.n_v_heads * self.head_dim * self.head_dim
+    }
+
+    /// LFM2's short-convolution layers: `l_cache` taps over `d_model` channels on the layers
+    /// `layers` marks (those with no K/V heads). The message names the key.
+    pub(crate) fn short_conv(
+        f: &GgufFile,
+        arch_name: &str,
+        d_model: usize,
+        layers: Vec<bool>,
+    ) -> Result<Self, String> {
+        let key = format!("{arch_name}.shortconv.l_cache");
+        let conv_kernel = f
+            .get_usize_in(&key, 2..=64)
+            .map_err(|_| match f.get(&key) {
+                None => format!("`{key}` is missing (a hybrid model needs it)"),
+                Some(_) => format!("`{key}` must be an integer in 2..=64"),
+            })?;
+        Ok(RecurrentConfig {
+            kind: RecurrentKind::ShortConv,
+            conv_kernel,
+            conv_channels: d_model,
+            n_k_heads: 0,
+            n_v_heads: 0,
+            head_dim: 0,
+            layers,
+        })
     }
 
     /// Recurrent layers.
@@ -129,7 +177,9 @@ impl RecurrentConfig {
             }
         };
         Ok(RecurrentConfig {
+            kind: RecurrentKind::GatedDeltaNet,
             conv_kernel,
+            conv_channels: 0,
             n_k_heads,
             n_v_heads,
             head_dim,

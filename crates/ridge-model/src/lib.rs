@@ -33,6 +33,7 @@ mod gemma3;
 mod hybrid;
 mod kv_cache;
 mod layer;
+mod lfm2;
 mod llama;
 mod model;
 mod moe;
@@ -42,6 +43,7 @@ mod rank;
 mod recurrent_state;
 pub mod registry;
 mod rope;
+mod short_conv;
 mod stack;
 pub mod synthetic;
 mod weights;
@@ -55,7 +57,7 @@ pub use config::{
     GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use error::ModelError;
-pub use hybrid::RecurrentConfig;
+pub use hybrid::{RecurrentConfig, RecurrentKind};
 pub use kv_cache::{KvCache, KvDtype, KvEvent, SeqId, DROPPED, KV_BLOCK_SIZE};
 pub use model::{Model, Outputs};
 pub use pooling::Pooling;

@@ -91,7 +91,7 @@ impl Model {
             embd
         };
         let mut layers = arches::bind(f, &cfg)?;
-        let output_norm = vector(f, "output_norm.weight", d)?;
+        let output_norm = vector(f, cfg.arch.output_norm_tensor(), d)?;
         // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair
         // (`config.rs` lets only llama files carry them).
         let rope_freqs = if f.has_tensor("rope_freqs.weight") {

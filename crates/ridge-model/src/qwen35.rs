@@ -28,7 +28,7 @@ use crate::config::ModelConfig;
 use crate::delta_net::{self, delta_net, DeltaNet};
 use crate::layer::{Ffn, GateAct, LayerCtx, RopeTable};
 use crate::recurrent_state::Journal;
-use crate::stack::{experts, ffn_bytes, ffn_expert_bytes, skipped, Stack};
+use crate::stack::{experts, ffn_bytes, ffn_expert_bytes, group_tokens, skipped, Stack};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{Batch, KvCache, ModelError, Workspace};
@@ -175,19 +175,6 @@ impl Stack for Qwen35Stack {
             .iter()
             .map(|l| ffn_expert_bytes(cx, &l.ffn))
             .sum()
-    }
-}
-
-/// Fills `ws.hybrid.tokens_of`: per sequence of `ws.seq_of`, its tokens in batch order
-/// (which `Model::prepare` checked to be its positions in order).
-fn group_tokens(batch: &Batch, ws: &mut Workspace) {
-    let per = &mut ws.hybrid.tokens_of;
-    per.resize_with(ws.seq_of.len(), Vec::new);
-    for p in per.iter_mut() {
-        p.clear();
-    }
-    for t in 0..batch.len() {
-        per[ws.table_of[t]].push(t);
     }
 }
 

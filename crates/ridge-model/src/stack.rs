@@ -102,26 +102,40 @@ impl SharedLayers {
 
     /// Bytes one token's step reads: products, norms, biases and sinks of every layer.
     pub(crate) fn bytes_per_token(&self, cx: &LayerCtx<'_>) -> usize {
-        self.0
-            .iter()
-            .map(|l| {
-                ffn_bytes(cx, &l.ffn)
-                    + [l.wq, l.wk, l.wv, l.wo]
-                        .iter()
-                        .map(|m| cx.mat(m).data.len())
-                        .sum::<usize>()
-                    + 8 * cx.cfg.d_model
-                    + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
-                    + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
-                    + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
-                    + 4 * l.sinks.as_ref().map_or(0, Vec::len)
-            })
-            .sum()
+        self.0.iter().map(|l| layer_bytes(cx, l)).sum()
     }
 
     /// Bytes of one routed expert over every layer.
     pub(crate) fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
         self.0.iter().map(|l| ffn_expert_bytes(cx, &l.ffn)).sum()
+    }
+}
+
+/// Bytes one token's step reads in a shared layer: products, norms, biases and sinks.
+pub(crate) fn layer_bytes(cx: &LayerCtx<'_>, l: &Layer) -> usize {
+    ffn_bytes(cx, &l.ffn)
+        + [l.wq, l.wk, l.wv, l.wo]
+            .iter()
+            .map(|m| cx.mat(m).data.len())
+            .sum::<usize>()
+        + 8 * cx.cfg.d_model
+        + l.qkv_bias.as_ref().map_or(0, QkvBias::bytes)
+        + l.qk_norm.as_ref().map_or(0, QkNorm::bytes)
+        + 4 * l.o_bias.as_ref().map_or(0, Vec::len)
+        + 4 * l.sinks.as_ref().map_or(0, Vec::len)
+}
+
+/// Fills `ws.hybrid.tokens_of`: per sequence of `ws.seq_of`, its tokens in batch order
+/// (which `Model::prepare` checked to be its positions in order) — how a hybrid's recurrent
+/// layers walk each sequence's rows.
+pub(crate) fn group_tokens(batch: &Batch, ws: &mut Workspace) {
+    let per = &mut ws.hybrid.tokens_of;
+    per.resize_with(ws.seq_of.len(), Vec::new);
+    for p in per.iter_mut() {
+        p.clear();
+    }
+    for t in 0..batch.len() {
+        per[ws.table_of[t]].push(t);
     }
 }
 

@@ -254,7 +254,14 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let qwen3 = matches!(spec.arch, Architecture::Qwen3 | Architecture::Qwen3Moe);
     let olmoe = spec.arch == Architecture::Olmoe;
     let gpt_oss = spec.arch == Architecture::GptOss;
-    let hybrid = spec.hybrid.as_ref().filter(|_| spec.arch.is_hybrid());
+    let lfm2 = spec.arch == Architecture::Lfm2;
+    // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec.
+    let hybrid = spec
+        .hybrid
+        .as_ref()
+        .filter(|_| spec.arch.is_hybrid() && !lfm2);
+    let short_conv = spec.hybrid.as_ref().filter(|_| lfm2);
+    let attends = |i: usize| short_conv.is_none_or(|h| (i + 1).is_multiple_of(h.interval.max(1)));
     let rope_base = if hybrid.is_some() {
         1e7
     } else if gemma || qwen2 || qwen3 {
@@ -283,7 +290,24 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("embedding_length"), u(d))
         .meta(&k("feed_forward_length"), u(ffn))
         .meta(&k("attention.head_count"), u(spec.n_heads))
-        .meta(&k("attention.head_count_kv"), u(spec.n_kv_heads))
+        .meta(
+            &k("attention.head_count_kv"),
+            match short_conv {
+                // One count per layer, 0 on the convolution layers.
+                Some(_) => MetadataValue::Array(ArrayValue::I32(
+                    (0..spec.n_layers)
+                        .map(|i| {
+                            if attends(i) {
+                                spec.n_kv_heads as i32
+                            } else {
+                                0
+                            }
+                        })
+                        .collect(),
+                )),
+                None => u(spec.n_kv_heads),
+            },
+        )
         .meta(&k("rope.freq_base"), MetadataValue::F32(rope_base as f32))
         .meta(
             &k("attention.layer_norm_rms_epsilon"),
@@ -305,6 +329,9 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 &k("rope.dimension_sections"),
                 MetadataValue::Array(ArrayValue::I32(h.sections.to_vec())),
             );
+    }
+    if let Some(h) = short_conv {
+        w.meta(&k("shortconv.l_cache"), u(h.conv_kernel));
     }
     if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
@@ -398,7 +425,24 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     for i in 0..spec.n_layers {
         let n = |x: &str| format!("blk.{i}.{x}.weight");
         norm(&mut w, &n("attn_norm"), d, i);
-        if let Some(h) = hybrid {
+        if short_conv.is_some() {
+            norm(&mut w, &n("ffn_norm"), d, i + 1);
+            if attends(i) {
+                mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
+                norm(&mut w, &n("attn_q_norm"), head_dim, i + 2);
+                norm(&mut w, &n("attn_k_norm"), head_dim, i + 4);
+            } else {
+                let taps = short_conv.map_or(1, |h| h.conv_kernel);
+                let c = |x: &str| format!("blk.{i}.shortconv.{x}.weight");
+                mat(&mut w, &c("in_proj"), 3 * d, d, spec.dtype, ws * 2.0);
+                let scale = 1.0 / (taps as f32).sqrt();
+                f32_tensor(&mut w, &c("conv"), &[taps, d], &rng, scale);
+                mat(&mut w, &c("out_proj"), d, d, spec.dtype, ws);
+            }
+        } else if let Some(h) = hybrid {
             norm(&mut w, &n("post_attention_norm"), d, i + 1);
             if (i + 1) % h.interval.max(1) == 0 {
                 mat(&mut w, &n("attn_q"), 2 * q, d, spec.dtype, ws);
@@ -527,7 +571,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
         }
     }
-    norm(&mut w, "output_norm.weight", d, 3);
+    norm(&mut w, spec.arch.output_norm_tensor(), d, 3);
     if gemma || qwen3 || olmoe {
         let (qn, kn) = if olmoe { (q, kv) } else { (head_dim, head_dim) };
         for i in 0..spec.n_layers {

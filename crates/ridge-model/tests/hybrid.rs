@@ -94,6 +94,22 @@ fn qwen35_q4_0_matches_llama_cpp() {
     check("qwen35_q4_0", ActPolicy::Int8, 1e-2);
 }
 
+#[test]
+fn lfm2_matches_llama_cpp() {
+    check("lfm2_f32", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn lfm2_four_taps_one_kv_head_tied_head_matches_llama_cpp() {
+    check("lfm2_f32_kv1_taps4", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn lfm2_q4_0_matches_llama_cpp() {
+    check("lfm2_q4_0", ActPolicy::default(), 1e-2);
+    check("lfm2_q4_0", ActPolicy::Int8, 1e-2);
+}
+
 /// Logits of every token of `prompt`, fed in pieces of `chunk` tokens.
 fn logits_in_chunks(m: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
     let mut kv = KvCache::new(m.config(), 256);
@@ -112,14 +128,18 @@ fn logits_in_chunks(m: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
 
 #[test]
 fn any_chunking_gives_the_same_bits() {
-    for policy in [ActPolicy::F32, ActPolicy::default()] {
-        let (_f, m) = load(&synthetic_model(&spec("qwen35_q4_0")), policy);
+    for (name, policy) in [
+        ("qwen35_q4_0", ActPolicy::F32),
+        ("qwen35_q4_0", ActPolicy::default()),
+        ("lfm2_q4_0", ActPolicy::default()),
+    ] {
+        let (_f, m) = load(&synthetic_model(&spec(name)), policy);
         let prompt: Vec<u32> = prose_tokens()[..70].to_vec();
         let whole = logits_in_chunks(&m, &prompt, 70);
         for chunk in [1, 3, 16, 33] {
             assert!(
                 whole == logits_in_chunks(&m, &prompt, chunk),
-                "chunks of {chunk} ({policy:?})"
+                "{name}: chunks of {chunk} ({policy:?})"
             );
         }
     }
@@ -127,7 +147,13 @@ fn any_chunking_gives_the_same_bits() {
 
 #[test]
 fn a_sequence_among_others_gives_the_same_bits() {
-    let (_f, m) = load(&synthetic_model(&spec("qwen35_f32")), ActPolicy::default());
+    for name in ["qwen35_f32", "lfm2_f32"] {
+        among_others(name);
+    }
+}
+
+fn among_others(name: &str) {
+    let (_f, m) = load(&synthetic_model(&spec(name)), ActPolicy::default());
     let vocab = m.config().vocab;
     let text = prose_tokens();
     let alone = logits_in_chunks(&m, &text[..40], 40);
@@ -155,7 +181,7 @@ fn a_sequence_among_others_gives_the_same_bits() {
         // Sequence 0 is the last row.
         assert!(
             out[2 * vocab..3 * vocab] == alone[i * vocab..(i + 1) * vocab],
-            "token {i}"
+            "{name}: token {i}"
         );
     }
     // A removed sequence's state goes; a new one starts from zero.
@@ -186,6 +212,104 @@ fn the_recurrent_layers_keep_no_kv() {
     let kv = KvCache::new(c, 64);
     assert_eq!(kv.bytes(), 2 * 2 * 64 * 2 * 64);
     assert_eq!(kv.recurrent_bytes_per_seq(), r.state_bytes());
+}
+
+#[test]
+fn lfm2_convolution_layers_keep_a_window_only() {
+    let (_f, m) = load(&synthetic_model(&spec("lfm2_f32")), ActPolicy::F32);
+    let c = m.config();
+    let r = c.recurrent.as_ref().unwrap();
+    assert_eq!(r.kind, ridge_model::RecurrentKind::ShortConv);
+    assert_eq!(
+        r.layers,
+        vec![true, true, false, true, true, false, true, true]
+    );
+    assert_eq!((c.n_kv_layers(), c.n_kv_heads), (2, 2));
+    // Six layers of a window of 2 rows × 64 channels, in f32; no delta state.
+    assert_eq!(r.state_bytes(), 4 * 6 * 2 * 64);
+    assert_eq!(
+        KvCache::new(c, 64).recurrent_bytes_per_seq(),
+        r.state_bytes()
+    );
+}
+
+/// The file again with metadata `key` set to `v` (`None`: removed).
+fn edit_meta(good: &[u8], key: &str, v: Option<ridge_gguf::MetadataValue>) -> Vec<u8> {
+    use ridge_gguf::{GgufFile, GgufWriter};
+    let f = GgufFile::from_bytes("<memory>", good.to_vec()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, old) in f.metadata() {
+        match (k == key, &v) {
+            (true, Some(v)) => w.meta(k, v.clone()),
+            (true, None) => &mut w,
+            (false, _) => w.meta(k, old.clone()),
+        };
+    }
+    if let (false, Some(v)) = (f.metadata().iter().any(|(k, _)| k == key), &v) {
+        w.meta(key, v.clone());
+    }
+    for t in f.tensors() {
+        w.tensor(&t.name, &t.dims, t.ty, f.tensor_data(t).to_vec());
+    }
+    w.to_bytes()
+}
+
+/// Loading `bytes` fails with one line containing `names`.
+fn refused(bytes: &[u8], what: &str, names: &str) {
+    let mut t = tempfile::NamedTempFile::new().unwrap();
+    t.write_all(bytes).unwrap();
+    let err = Model::load(t.path()).expect_err(what).to_string();
+    assert!(err.contains(names), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn bad_lfm2_metadata_is_one_line() {
+    use ridge_gguf::{ArrayValue, MetadataValue};
+    let good = synthetic_model(&spec("lfm2_f32"));
+    let kv = |v: Vec<i32>| Some(MetadataValue::Array(ArrayValue::I32(v)));
+    let cases = [
+        (
+            "lfm2.attention.head_count_kv",
+            kv(vec![0, 0, 2]),
+            "has 3 entries for 8 layers",
+        ),
+        (
+            "lfm2.attention.head_count_kv",
+            kv(vec![0; 8]),
+            "no attention layer",
+        ),
+        (
+            "lfm2.attention.head_count_kv",
+            kv(vec![0, 0, 2, 0, 0, 1, 0, 0]),
+            "the same count",
+        ),
+        // A layer declared attention whose tensors are a convolution's.
+        (
+            "lfm2.attention.head_count_kv",
+            kv(vec![2, 0, 2, 0, 0, 2, 0, 0]),
+            "blk.0.attn_q.weight",
+        ),
+        (
+            "lfm2.attention.head_count_kv",
+            Some(MetadataValue::U32(2)),
+            "one K/V head count per layer",
+        ),
+        ("lfm2.shortconv.l_cache", None, "lfm2.shortconv.l_cache"),
+        (
+            "lfm2.shortconv.l_cache",
+            Some(MetadataValue::U32(5)),
+            "blk.0.shortconv.conv.weight",
+        ),
+        (
+            "lfm2.attention.sliding_window",
+            Some(MetadataValue::U32(512)),
+            "sliding-window",
+        ),
+    ];
+    for (key, v, names) in cases {
+        refused(&edit_meta(&good, key, v), key, names);
+    }
 }
 
 /// A file whose metadata contradicts its tensors is refused with one line naming the key or

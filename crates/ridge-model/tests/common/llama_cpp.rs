@@ -254,6 +254,18 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
         }),
         ..SyntheticSpec::default()
     };
+    let lfm2_conv = SyntheticHybrid {
+        conv_kernel: 3,
+        interval: 3,
+        ..base.hybrid.clone().unwrap()
+    };
+    let lfm2 = SyntheticSpec {
+        arch: Architecture::Lfm2,
+        hybrid: Some(lfm2_conv.clone()),
+        head_dim: None,
+        seed: 51,
+        ..base.clone()
+    };
     vec![
         (
             "qwen35_f32",
@@ -298,6 +310,33 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 embd_dtype: DType::Q8_0,
                 seed: 45,
                 ..base.clone()
+            },
+        ),
+        // LFM2: gated short convolutions (3 taps, as LFM2 ships) with every third layer
+        // attending; a second shape with 4 taps, one K/V head, every other layer, tied head.
+        ("lfm2_f32", lfm2.clone()),
+        (
+            "lfm2_f32_kv1_taps4",
+            SyntheticSpec {
+                n_layers: 6,
+                n_kv_heads: 1,
+                separate_output: false,
+                hybrid: Some(SyntheticHybrid {
+                    conv_kernel: 4,
+                    interval: 2,
+                    ..lfm2_conv.clone()
+                }),
+                seed: 53,
+                ..lfm2.clone()
+            },
+        ),
+        (
+            "lfm2_q4_0",
+            SyntheticSpec {
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                seed: 55,
+                ..lfm2
             },
         ),
     ]
