@@ -40,6 +40,7 @@ fn lfm2_fixture() -> Fixture {
             interval: 3,
             rope_dim: 0,
             sections: [0; 4],
+            legacy_qkvz: false,
         }),
         seed: 57,
         ..Default::default()
@@ -61,6 +62,7 @@ fn hybrid_fixture_ctx(ctx_len: usize) -> Fixture {
             interval: 2,
             rope_dim: 8,
             sections: [2, 1, 1, 0],
+            legacy_qkvz: false,
         }),
         seed: 51,
         ..Default::default()

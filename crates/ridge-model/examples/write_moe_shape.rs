@@ -86,6 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 interval: 4,
                 rope_dim: 64,
                 sections: [11, 11, 10, 0],
+                legacy_qkvz: false,
             }),
             ..qwen3
         },

@@ -18,7 +18,7 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         | Architecture::Olmoe
         | Architecture::GptOss => Box::new(llama::LlamaStack::bind(f, cfg)?),
         Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
-        Architecture::Qwen35 | Architecture::Qwen35Moe => {
+        Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Qwen3Next => {
             Box::new(qwen35::Qwen35Stack::bind(f, cfg)?)
         }
         Architecture::Lfm2 => Box::new(lfm2::Lfm2Stack::bind(f, cfg)?),

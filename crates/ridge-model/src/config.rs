@@ -44,6 +44,12 @@ pub enum Architecture {
     /// qwen3moe's routed feed-forward (softmax router, top-k renormalised) plus a shared expert
     /// scaled by a sigmoid gate, as qwen2moe has.
     Qwen35Moe,
+    /// Qwen3-Next (80B-A3B): qwen35moe's layers with Qwen3-Next's projections — the Gated
+    /// DeltaNet's β and α from one `ssm_ba` matrix (per key head, its value heads' β then α),
+    /// files of the first converter with queries, keys, values and `z` in one `ssm_in` (per
+    /// key head), and each key head repeated in place over its value heads (value head `h`
+    /// reads key head `h / (n_v / n_k)`); plain NEOX partial RoPE.
+    Qwen3Next,
     /// Liquid's LFM2 (350M–2.6B): a hybrid whose recurrent layers are gated short
     /// convolutions (`in_proj` → `b, c, x`; `c ⊙ conv(b ⊙ x)` → `out_proj`, a window of
     /// `shortconv.l_cache − 1` rows per sequence) beside attention layers with per-head Q/K
@@ -66,12 +72,13 @@ impl Architecture {
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
+            Architecture::Qwen3Next => "qwen3next",
             Architecture::Lfm2 => "lfm2",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 11] = [
+    pub const ALL: [Architecture; 12] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -82,6 +89,7 @@ impl Architecture {
         Architecture::GptOss,
         Architecture::Qwen35,
         Architecture::Qwen35Moe,
+        Architecture::Qwen3Next,
         Architecture::Lfm2,
     ];
 
@@ -96,6 +104,7 @@ impl Architecture {
                 | Architecture::Olmoe
                 | Architecture::Qwen35
                 | Architecture::Qwen35Moe
+                | Architecture::Qwen3Next
                 | Architecture::Lfm2
         )
     }
@@ -104,7 +113,10 @@ impl Architecture {
     pub fn is_hybrid(self) -> bool {
         matches!(
             self,
-            Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Lfm2
+            Architecture::Qwen35
+                | Architecture::Qwen35Moe
+                | Architecture::Qwen3Next
+                | Architecture::Lfm2
         )
     }
 
@@ -136,6 +148,7 @@ impl Architecture {
                 | Architecture::Olmoe
                 | Architecture::GptOss
                 | Architecture::Qwen35Moe
+                | Architecture::Qwen3Next
         )
     }
 }
@@ -463,7 +476,8 @@ impl ModelConfig {
             let r = RecurrentConfig::short_conv(f, arch_name, d_model, layers).map_err(bad)?;
             (Some(r), None)
         } else if arch.is_hybrid() {
-            let r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
+            let mut r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
+            r.interleaved_key_heads = arch == Architecture::Qwen3Next;
             if !r.layers.iter().any(|&l| !l) {
                 return Err(bad(format!(
                     "every one of the {n_layers} layers is recurrent; {arch_name} needs attention layers too"
@@ -570,8 +584,8 @@ fn moe_config(
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
         (Architecture::Qwen2Moe, None) => Some(ffn_dim),
-        // llama.cpp requires the shared expert's width for qwen35moe.
-        (Architecture::Qwen35Moe, _) => {
+        // llama.cpp requires the shared expert's width for qwen35moe and qwen3next.
+        (Architecture::Qwen35Moe | Architecture::Qwen3Next, _) => {
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
         _ => None,
@@ -599,7 +613,10 @@ fn moe_config(
         expert_ffn,
         norm_topk: matches!(
             arch,
-            Architecture::Qwen3Moe | Architecture::Qwen35Moe | Architecture::Llama
+            Architecture::Qwen3Moe
+                | Architecture::Qwen35Moe
+                | Architecture::Qwen3Next
+                | Architecture::Llama
         ),
         weights_scale,
         shared_ffn,

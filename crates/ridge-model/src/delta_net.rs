@@ -32,13 +32,10 @@ use crate::{KvCache, ModelError, Workspace};
 
 /// A Gated DeltaNet mixer's weights.
 pub(crate) struct DeltaNet {
-    /// `conv_dim × d`: queries, keys, values.
-    wqkv: MatRef,
-    /// `value_dim × d`: the output gate `z`.
-    wz: MatRef,
-    /// `n_v_heads × d` each.
-    w_beta: MatRef,
-    w_alpha: MatRef,
+    /// Queries, keys, values and the output gate `z`.
+    proj: InProj,
+    /// The write strengths β and decay inputs α.
+    gates: GateProj,
     /// `conv_dim` channels of `conv_kernel` taps.
     conv: Vec<f32>,
     dt_bias: Vec<f32>,
@@ -50,6 +47,24 @@ pub(crate) struct DeltaNet {
     wout: MatRef,
 }
 
+/// Where the input projection puts queries, keys, values and `z`.
+enum InProj {
+    /// `attn_qkv` (`conv_dim × d`: queries, keys, values side by side) and `attn_gate`
+    /// (`value_dim × d`: `z`).
+    Split { wqkv: MatRef, wz: MatRef },
+    /// The first Qwen3-Next converter's `ssm_in`: per key head, its query, its key, then its
+    /// value heads' values and their `z` (scattered into the split layout after the product).
+    Fused(MatRef),
+}
+
+/// Where β and α come from.
+enum GateProj {
+    /// `ssm_beta` and `ssm_alpha`, `n_v_heads × d` each (Qwen3.5).
+    Split { w_beta: MatRef, w_alpha: MatRef },
+    /// `ssm_ba` (`2·n_v_heads × d`, Qwen3-Next): per key head, its value heads' β then their α.
+    Fused(MatRef),
+}
+
 impl DeltaNet {
     pub(crate) fn bind(
         f: &GgufFile,
@@ -59,11 +74,25 @@ impl DeltaNet {
     ) -> Result<Self, ModelError> {
         let d = cfg.d_model;
         let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let proj = if f.has_tensor(&n("ssm_in")) {
+            InProj::Fused(matrix(f, &n("ssm_in"), rc.conv_dim() + rc.value_dim(), d)?)
+        } else {
+            InProj::Split {
+                wqkv: matrix(f, &n("attn_qkv"), rc.conv_dim(), d)?,
+                wz: matrix(f, &n("attn_gate"), rc.value_dim(), d)?,
+            }
+        };
+        let gates = if f.has_tensor(&n("ssm_ba")) {
+            GateProj::Fused(matrix(f, &n("ssm_ba"), 2 * rc.n_v_heads, d)?)
+        } else {
+            GateProj::Split {
+                w_beta: matrix(f, &n("ssm_beta"), rc.n_v_heads, d)?,
+                w_alpha: matrix(f, &n("ssm_alpha"), rc.n_v_heads, d)?,
+            }
+        };
         Ok(DeltaNet {
-            wqkv: matrix(f, &n("attn_qkv"), rc.conv_dim(), d)?,
-            wz: matrix(f, &n("attn_gate"), rc.value_dim(), d)?,
-            w_beta: matrix(f, &n("ssm_beta"), rc.n_v_heads, d)?,
-            w_alpha: matrix(f, &n("ssm_alpha"), rc.n_v_heads, d)?,
+            proj,
+            gates,
             conv: f32_rows(f, &n("ssm_conv1d"), rc.conv_kernel, rc.conv_dim())?,
             dt_bias: vector(f, &format!("blk.{i}.ssm_dt.bias"), rc.n_v_heads)?,
             a: vector(f, &format!("blk.{i}.ssm_a"), rc.n_v_heads)?,
@@ -73,22 +102,69 @@ impl DeltaNet {
     }
 
     pub(crate) fn matrices_mut(&mut self) -> Vec<&mut MatRef> {
-        vec![
-            &mut self.wqkv,
-            &mut self.wz,
-            &mut self.w_beta,
-            &mut self.w_alpha,
-            &mut self.wout,
-        ]
+        let mut v = Vec::with_capacity(5);
+        match &mut self.proj {
+            InProj::Split { wqkv, wz } => v.extend([wqkv, wz]),
+            InProj::Fused(m) => v.push(m),
+        }
+        match &mut self.gates {
+            GateProj::Split { w_beta, w_alpha } => v.extend([w_beta, w_alpha]),
+            GateProj::Fused(m) => v.push(m),
+        }
+        v.push(&mut self.wout);
+        v
     }
 
     /// Bytes one token's step reads in the weights (the state's bytes are counted apart).
     pub(crate) fn bytes(&self, cx: &LayerCtx<'_>) -> usize {
-        [self.wqkv, self.wz, self.w_beta, self.w_alpha, self.wout]
-            .iter()
-            .map(|m| cx.mat(m).data.len())
-            .sum::<usize>()
+        let mut mats = vec![self.wout];
+        match self.proj {
+            InProj::Split { wqkv, wz } => mats.extend([wqkv, wz]),
+            InProj::Fused(m) => mats.push(m),
+        }
+        match self.gates {
+            GateProj::Split { w_beta, w_alpha } => mats.extend([w_beta, w_alpha]),
+            GateProj::Fused(m) => mats.push(m),
+        }
+        mats.iter().map(|m| cx.mat(m).data.len()).sum::<usize>()
             + 4 * (self.conv.len() + self.dt_bias.len() + self.a.len() + self.norm.len())
+    }
+}
+
+/// Splits `ssm_in`'s rows (per key head: query, key, its value heads' values, their `z`) into
+/// the split layout: queries, keys, values side by side in `mixed`, `z` in `z`.
+fn scatter_qkvz(qkvz: &[f32], n: usize, rc: &RecurrentConfig, mixed: &mut [f32], z: &mut [f32]) {
+    let (hd, nk, kd, vd) = (rc.head_dim, rc.n_k_heads, rc.key_dim(), rc.value_dim());
+    let (cd, per_v) = (rc.conv_dim(), vd / nk.max(1));
+    let group = 2 * hd + 2 * per_v;
+    for t in 0..n {
+        let src = &qkvz[t * (cd + vd)..(t + 1) * (cd + vd)];
+        let (m, zt) = (
+            &mut mixed[t * cd..(t + 1) * cd],
+            &mut z[t * vd..(t + 1) * vd],
+        );
+        for (g, part) in src.chunks_exact(group).enumerate() {
+            m[g * hd..(g + 1) * hd].copy_from_slice(&part[..hd]);
+            m[kd + g * hd..kd + (g + 1) * hd].copy_from_slice(&part[hd..2 * hd]);
+            let v = 2 * kd + g * per_v;
+            m[v..v + per_v].copy_from_slice(&part[2 * hd..2 * hd + per_v]);
+            zt[g * per_v..(g + 1) * per_v].copy_from_slice(&part[2 * hd + per_v..]);
+        }
+    }
+}
+
+/// Splits `ssm_ba`'s rows (per key head: its value heads' β, then their α) into `beta` and
+/// `alpha`, value heads in order.
+fn scatter_ba(ba: &[f32], n: usize, rc: &RecurrentConfig, beta: &mut [f32], alpha: &mut [f32]) {
+    let nv = rc.n_v_heads;
+    let r = nv / rc.n_k_heads.max(1);
+    for t in 0..n {
+        let src = &ba[t * 2 * nv..(t + 1) * 2 * nv];
+        for (g, part) in src.chunks_exact(2 * r).enumerate() {
+            let at = t * nv + g * r;
+            beta[at..at + r].copy_from_slice(&part[..r]);
+            alpha[at..at + r].copy_from_slice(&part[r..]);
+        }
     }
 }
 
@@ -105,13 +181,7 @@ pub(crate) fn delta_net(
     let Some(rc) = cx.cfg.recurrent.as_ref() else {
         return;
     };
-    let (cd, vd, nv, nk, hd) = (
-        rc.conv_dim(),
-        rc.value_dim(),
-        rc.n_v_heads,
-        rc.n_k_heads,
-        rc.head_dim,
-    );
+    let (cd, vd, nv, hd) = (rc.conv_dim(), rc.value_dim(), rc.n_v_heads, rc.head_dim);
     let kd = rc.key_dim();
     let eps = cx.cfg.norm_eps;
     let h = &mut ws.hybrid;
@@ -122,13 +192,34 @@ pub(crate) fn delta_net(
     fit(&mut h.alpha, n * nv);
     fit(&mut h.out, n * vd);
     {
-        let mut ys = [
-            (cx.mat(&net.wqkv), &mut h.mixed[..]),
-            (cx.mat(&net.wz), &mut h.z[..]),
-            (cx.mat(&net.w_beta), &mut h.beta[..]),
-            (cx.mat(&net.w_alpha), &mut h.alpha[..]),
-        ];
+        let mut ys = Vec::with_capacity(4);
+        match &net.proj {
+            InProj::Split { wqkv, wz } => {
+                ys.push((cx.mat(wqkv), &mut h.mixed[..]));
+                ys.push((cx.mat(wz), &mut h.z[..]));
+            }
+            InProj::Fused(m) => {
+                fit(&mut h.qkvz, n * (cd + vd));
+                ys.push((cx.mat(m), &mut h.qkvz[..]));
+            }
+        }
+        match &net.gates {
+            GateProj::Split { w_beta, w_alpha } => {
+                ys.push((cx.mat(w_beta), &mut h.beta[..]));
+                ys.push((cx.mat(w_alpha), &mut h.alpha[..]));
+            }
+            GateProj::Fused(m) => {
+                fit(&mut h.ba, n * 2 * nv);
+                ys.push((cx.mat(m), &mut h.ba[..]));
+            }
+        }
         matmul_many(cx.isa, cx.act.qkv, &mut ys, &ws.xn, n, &mut ws.mm);
+    }
+    if let InProj::Fused(_) = net.proj {
+        scatter_qkvz(&h.qkvz, n, rc, &mut h.mixed, &mut h.z);
+    }
+    if let GateProj::Fused(_) = net.gates {
+        scatter_ba(&h.ba, n, rc, &mut h.beta, &mut h.alpha);
     }
     // Decay and write strength per (token, value head).
     for t in 0..n {
@@ -193,7 +284,7 @@ pub(crate) fn delta_net(
     let scale = 1.0 / (hd as f32).sqrt();
     pool::parallel_for(bases.len() * nv, |task| {
         let (si, j) = (task / nv, task % nv);
-        let kh = j % nk;
+        let kh = rc.key_head(j);
         // SAFETY: task (si, j) alone touches head j's `hd·hd` values of sequence si's state
         // (distinct sequences' states are distinct allocations, `recurrent_states` refused
         // repeats) and the outputs `out[t·vd + j·hd ..][..hd]` of that sequence's tokens
@@ -259,13 +350,7 @@ pub(crate) fn replay(
     let Some(rc) = cfg.recurrent.as_ref() else {
         return;
     };
-    let (cd, nv, nk, hd, kd) = (
-        rc.conv_dim(),
-        rc.n_v_heads,
-        rc.n_k_heads,
-        rc.head_dim,
-        rc.key_dim(),
-    );
+    let (cd, nv, hd, kd) = (rc.conv_dim(), rc.n_v_heads, rc.head_dim, rc.key_dim());
     let (conv_len, delta_len) = (rc.conv_state_len(), rc.delta_state_len());
     let at = r * (conv_len + delta_len);
     let seg = at..at + conv_len + delta_len;
@@ -297,7 +382,7 @@ pub(crate) fn replay(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; hd];
     for (jh, s) in delta.chunks_exact_mut(hd * hd).enumerate().take(nv) {
-        let kh = jh % nk;
+        let kh = rc.key_head(jh);
         for (t, row) in rec.chunks_exact(rec_len).take(keep).enumerate() {
             let c = &conv[t * cd..(t + 1) * cd];
             let gates = DeltaGates {

@@ -41,9 +41,21 @@ pub struct RecurrentConfig {
     pub head_dim: usize,
     /// One flag per layer: recurrent (true) or attention.
     pub layers: Vec<bool>,
+    /// How value heads share key heads: Qwen3-Next repeats each key head in place
+    /// (`true`: value head `h` reads `h / (n_v / n_k)`), Qwen3.5 tiles them (`h mod n_k`).
+    pub interleaved_key_heads: bool,
 }
 
 impl RecurrentConfig {
+    /// The query/key head value head `v` reads (see [`RecurrentConfig::interleaved_key_heads`]).
+    pub fn key_head(&self, v: usize) -> usize {
+        if self.interleaved_key_heads {
+            v / (self.n_v_heads / self.n_k_heads.max(1)).max(1)
+        } else {
+            v % self.n_k_heads.max(1)
+        }
+    }
+
     /// Width of the query and of the key projections (`n_k_heads · head_dim`).
     pub fn key_dim(&self) -> usize {
         self.n_k_heads * self.head_dim
@@ -97,6 +109,7 @@ impl RecurrentConfig {
             n_v_heads: 0,
             head_dim: 0,
             layers,
+            interleaved_key_heads: false,
         })
     }
 
@@ -184,6 +197,7 @@ impl RecurrentConfig {
             n_v_heads,
             head_dim,
             layers,
+            interleaved_key_heads: false,
         })
     }
 }

@@ -81,7 +81,7 @@ pub struct SyntheticSpec {
 /// layer `attn_qkv`, `attn_gate`, `ssm_beta`, `ssm_alpha`, `ssm_out` in the spec's format and
 /// `ssm_conv1d`, `ssm_dt.bias`, `ssm_a`, `ssm_norm` in f32; per attention layer a query
 /// projection twice as wide (queries and output gates) with per-head Q/K norms.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SyntheticHybrid {
     /// Query/key heads of the recurrent layers (`ssm.group_count`).
     pub n_k_heads: usize,
@@ -95,8 +95,11 @@ pub struct SyntheticHybrid {
     pub interval: usize,
     /// Rotated dimensions of the attention heads (`rope.dimension_count`).
     pub rope_dim: usize,
-    /// `rope.dimension_sections` (in pairs; Qwen3.5 ships `[11, 11, 10, 0]` for 64 dims).
+    /// `rope.dimension_sections` (in pairs; Qwen3.5 ships `[11, 11, 10, 0]` for 64 dims;
+    /// not written for qwen3next, which has none).
     pub sections: [i32; 4],
+    /// qwen3next: the first converter's fused `ssm_in` instead of `attn_qkv` + `attn_gate`.
+    pub legacy_qkvz: bool,
 }
 
 /// The experts of a synthetic mixture, in llama.cpp's layout: a router `ffn_gate_inp`
@@ -324,11 +327,13 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             .meta(&k("ssm.time_step_rank"), u(h.n_v_heads))
             .meta(&k("ssm.inner_size"), u(h.n_v_heads * h.head_dim))
             .meta(&k("full_attention_interval"), u(h.interval))
-            .meta(&k("rope.dimension_count"), u(h.rope_dim))
-            .meta(
+            .meta(&k("rope.dimension_count"), u(h.rope_dim));
+        if spec.arch != Architecture::Qwen3Next {
+            w.meta(
                 &k("rope.dimension_sections"),
                 MetadataValue::Array(ArrayValue::I32(h.sections.to_vec())),
             );
+        }
     }
     if let Some(h) = short_conv {
         w.meta(&k("shortconv.l_cache"), u(h.conv_kernel));
@@ -368,6 +373,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 | Architecture::Qwen3Moe
                 | Architecture::GptOss
                 | Architecture::Qwen35Moe
+                | Architecture::Qwen3Next
         ) {
             w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
         }
@@ -454,17 +460,23 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             } else {
                 let (kd, vd) = (h.n_k_heads * h.head_dim, h.n_v_heads * h.head_dim);
                 let cd = 2 * kd + vd;
-                mat(&mut w, &n("attn_qkv"), cd, d, spec.dtype, ws);
-                mat(&mut w, &n("attn_gate"), vd, d, spec.dtype, ws);
-                mat(&mut w, &n("ssm_beta"), h.n_v_heads, d, spec.dtype, ws * 2.0);
-                mat(
-                    &mut w,
-                    &n("ssm_alpha"),
-                    h.n_v_heads,
-                    d,
-                    spec.dtype,
-                    ws * 2.0,
-                );
+                let next = spec.arch == Architecture::Qwen3Next;
+                if next && h.legacy_qkvz {
+                    // Per key head: query, key, its value heads' values and `z`.
+                    mat(&mut w, &n("ssm_in"), cd + vd, d, spec.dtype, ws);
+                } else {
+                    mat(&mut w, &n("attn_qkv"), cd, d, spec.dtype, ws);
+                    mat(&mut w, &n("attn_gate"), vd, d, spec.dtype, ws);
+                }
+                if next {
+                    // Per key head: its value heads' β, then their α.
+                    let nv = h.n_v_heads;
+                    mat(&mut w, &n("ssm_ba"), 2 * nv, d, spec.dtype, ws * 2.0);
+                } else {
+                    let nv = h.n_v_heads;
+                    mat(&mut w, &n("ssm_beta"), nv, d, spec.dtype, ws * 2.0);
+                    mat(&mut w, &n("ssm_alpha"), nv, d, spec.dtype, ws * 2.0);
+                }
                 mat(
                     &mut w,
                     &n("ssm_out"),

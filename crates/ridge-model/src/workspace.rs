@@ -59,6 +59,9 @@ pub(crate) struct HybridScratch {
     pub(crate) beta: Vec<f32>,
     pub(crate) alpha: Vec<f32>,
     pub(crate) out: Vec<f32>,
+    /// Fused projections' products before they are split (Qwen3-Next's `ssm_in`, `ssm_ba`).
+    pub(crate) qkvz: Vec<f32>,
+    pub(crate) ba: Vec<f32>,
     /// Per sequence of the batch, its tokens' indices in batch order.
     pub(crate) tokens_of: Vec<Vec<usize>>,
 }

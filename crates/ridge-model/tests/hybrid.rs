@@ -95,6 +95,16 @@ fn qwen35_q4_0_matches_llama_cpp() {
 }
 
 #[test]
+fn qwen3next_matches_llama_cpp() {
+    check("qwen3next_e16_k4_shared", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn qwen3next_first_converter_layout_matches_llama_cpp() {
+    check("qwen3next_legacy_ssm_in", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
 fn lfm2_matches_llama_cpp() {
     check("lfm2_f32", ActPolicy::F32, TOL_F32);
 }

@@ -251,6 +251,7 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
             interval: 4,
             rope_dim: 16,
             sections: [3, 3, 2, 0],
+            legacy_qkvz: false,
         }),
         ..SyntheticSpec::default()
     };
@@ -289,6 +290,7 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                     interval: 2,
                     rope_dim: 16,
                     sections: [4, 1, 1, 0],
+                    legacy_qkvz: false,
                 }),
                 seed: 43,
                 ..base.clone()
@@ -309,6 +311,39 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 dtype: DType::Q4_0,
                 embd_dtype: DType::Q8_0,
                 seed: 45,
+                ..base.clone()
+            },
+        ),
+        // Qwen3-Next: key heads repeated in place, β/α from `ssm_ba`, no M-RoPE sections;
+        // one file in the current converter's layout, one in the first's (`ssm_in`).
+        (
+            "qwen3next_e16_k4_shared",
+            SyntheticSpec {
+                arch: Architecture::Qwen3Next,
+                moe: Some(SyntheticMoe::new(16, 4, 32, Some(48))),
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 2,
+                    n_v_heads: 4,
+                    ..base.hybrid.clone().unwrap()
+                }),
+                seed: 59,
+                ..base.clone()
+            },
+        ),
+        (
+            "qwen3next_legacy_ssm_in",
+            SyntheticSpec {
+                arch: Architecture::Qwen3Next,
+                n_layers: 4,
+                moe: Some(SyntheticMoe::new(8, 2, 32, Some(32))),
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 1,
+                    n_v_heads: 4,
+                    interval: 2,
+                    legacy_qkvz: true,
+                    ..base.hybrid.clone().unwrap()
+                }),
+                seed: 61,
                 ..base.clone()
             },
         ),
