@@ -47,6 +47,27 @@ fn lfm2_fixture() -> Fixture {
     })
 }
 
+/// Granite 4.0-H's layout: Mamba2 (4 heads in 2 groups, 8 state entries), every third layer
+/// attending without positions.
+fn granite_fixture() -> Fixture {
+    fixture_with(SyntheticSpec {
+        arch: Architecture::GraniteHybrid,
+        n_layers: 6,
+        ctx_len: 256,
+        dtype: DType::Q4_0,
+        hybrid: Some(SyntheticHybrid {
+            n_k_heads: 2,
+            n_v_heads: 4,
+            head_dim: 8,
+            conv_kernel: 4,
+            interval: 3,
+            ..SyntheticHybrid::default()
+        }),
+        seed: 67,
+        ..Default::default()
+    })
+}
+
 fn hybrid_fixture_ctx(ctx_len: usize) -> Fixture {
     fixture_with(SyntheticSpec {
         arch: Architecture::Qwen35,
@@ -386,7 +407,17 @@ fn checkpoints_stay_within_their_budget_oldest_out_first() {
 
 #[test]
 fn lfm2_resumes_from_checkpoints_and_takes_drafts_back() {
-    let fx = lfm2_fixture();
+    resumes_and_takes_drafts_back(&lfm2_fixture());
+}
+
+#[test]
+fn granite_resumes_from_checkpoints_and_takes_drafts_back() {
+    resumes_and_takes_drafts_back(&granite_fixture());
+}
+
+/// A repeated prompt resumes from its checkpoint and n-gram drafts are taken back, with the
+/// bits of a cold run.
+fn resumes_and_takes_drafts_back(fx: &Fixture) {
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     let mut core = fx.core(EngineConfig::default());
     core.set_speculator(Speculator {
@@ -404,7 +435,7 @@ fn lfm2_resumes_from_checkpoints_and_takes_drafts_back() {
     p.extend(prompt(&mut rng, 30));
     p.push(a);
     let r = greedy(&p, 24);
-    let want = cold(&fx, &r);
+    let want = cold(fx, &r);
     let (first, hits) = run_one(&mut core, 1, r.clone());
     assert_eq!((first, hits), (want.clone(), 0));
     let (again, hits) = run_one(&mut core, 2, r);

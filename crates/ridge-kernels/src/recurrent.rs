@@ -6,6 +6,8 @@
 //!   `kernel − 1` inputs (Qwen3.5's and Qwen3-Next's `ssm_conv1d`, Mamba's conv).
 //! - [`gated_delta_step`]: one token of the gated delta rule (Gated DeltaNet) for one head:
 //!   `S ← e^g·S;  S ← S + β (v − S k) kᵀ;  o = S q / √d`, the state a `d_v × d_k` matrix.
+//! - [`ssm_scan_step`]: one token of Mamba2's selective scan for one head:
+//!   `S ← e^{Δ·A}·S + (Δ·x) Bᵀ;  y = S C`, the state a `head_dim × d_state` matrix.
 //! - [`l2_normalize`], [`softplus`]: the small element-wise steps around them.
 //!
 //! Why token by token: the recurrent form gives every token the same bits whatever chunk of a
@@ -92,6 +94,37 @@ pub fn gated_delta_step(
     crate::scalar::recurrent::delta_step(s, q, k, v, g, out)
 }
 
+/// One token of Mamba2's selective scan for one head (llama.cpp's `ssm_scan` with a scalar
+/// decay per head): for each of the head's `x.len()` rows `i`, its state row
+/// `s[i·n..(i+1)·n]` (`n = b.len()` state entries) becomes `s·decay + b·(x[i]·dt)` and
+/// `y[i] = Σ_j s[j]·c[j]` over the new row. `dt` is the head's step after softplus, `decay`
+/// `e^{dt·A}`.
+///
+/// Panics if a slice is shorter than its shape says (a caller bug).
+pub fn ssm_scan_step(
+    s: &mut [f32],
+    x: &[f32],
+    b: &[f32],
+    c: &[f32],
+    dt: f32,
+    decay: f32,
+    y: &mut [f32],
+) {
+    let n = b.len();
+    assert!(c.len() == n && s.len() >= x.len() * n && y.len() >= x.len());
+    for ((row, &xi), yi) in s.chunks_exact_mut(n).zip(x).zip(y.iter_mut()) {
+        let xdt = xi * dt;
+        // Eight partial sums in a fixed order, as the delta rule's dot products keep them.
+        let mut acc = [0f32; 8];
+        for (k, ((sv, &bv), &cv)) in row.iter_mut().zip(b).zip(c).enumerate() {
+            let v = *sv * decay + bv * xdt;
+            *sv = v;
+            acc[k % 8] += v * cv;
+        }
+        *yi = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
+}
+
 /// `x ← x / √(Σx² + eps)` (llama.cpp's L2 norm for Gated DeltaNet: an RMS norm with `eps/n`,
 /// times `1/√n`, computed in that order).
 pub fn l2_normalize(x: &mut [f32], eps: f32) {
@@ -151,6 +184,47 @@ mod tests {
             .map(|j| x[(2 + j) * ch + 2] * w[2 * kernel + j])
             .sum();
         assert_eq!(whole[5 * ch + 2], want);
+    }
+
+    /// Mamba2's scan step against a float64 transcription of its definition, over a few
+    /// tokens (the state carried between them).
+    #[test]
+    fn ssm_scan_step_matches_f64() {
+        let (hd, n) = (5, 19);
+        let mut s: Vec<f32> = (0..hd * n)
+            .map(|i| ((i * 31 % 13) as f32 - 6.0) * 0.1)
+            .collect();
+        let mut s64: Vec<f64> = s.iter().map(|&v| v as f64).collect();
+        for t in 0..4 {
+            let x: Vec<f32> = (0..hd)
+                .map(|i| ((i + 3 * t) % 7) as f32 * 0.3 - 1.0)
+                .collect();
+            let b: Vec<f32> = (0..n)
+                .map(|i| ((i * 5 + t) % 11) as f32 * 0.1 - 0.5)
+                .collect();
+            let c: Vec<f32> = (0..n)
+                .map(|i| ((i * 7 + 2 * t) % 9) as f32 * 0.1 - 0.4)
+                .collect();
+            let (dt, decay) = (0.3 + 0.1 * t as f32, 0.9 - 0.05 * t as f32);
+            let mut y = vec![0f32; hd];
+            ssm_scan_step(&mut s, &x, &b, &c, dt, decay, &mut y);
+            for i in 0..hd {
+                let mut want = 0f64;
+                for j in 0..n {
+                    let k = i * n + j;
+                    s64[k] = s64[k] * decay as f64 + b[j] as f64 * (x[i] as f64 * dt as f64);
+                    want += s64[k] * c[j] as f64;
+                }
+                assert!(
+                    (y[i] as f64 - want).abs() < 1e-5,
+                    "token {t} row {i}: {} vs {want}",
+                    y[i]
+                );
+            }
+            for (a, b) in s.iter().zip(&s64) {
+                assert!((*a as f64 - b).abs() < 1e-5);
+            }
+        }
     }
 
     /// The delta rule against a float64 transcription of its definition.

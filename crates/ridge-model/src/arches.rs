@@ -5,7 +5,7 @@ use ridge_gguf::GgufFile;
 
 use crate::config::{Architecture, ModelConfig};
 use crate::stack::Stack;
-use crate::{gemma3, lfm2, llama, qwen35, ModelError};
+use crate::{gemma3, granite_hybrid, lfm2, llama, qwen35, ModelError};
 
 /// Binds the layers of `cfg.arch`: the table of architectures.
 pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, ModelError> {
@@ -21,6 +21,7 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Qwen3Next => {
             Box::new(qwen35::Qwen35Stack::bind(f, cfg)?)
         }
+        Architecture::GraniteHybrid => Box::new(granite_hybrid::GraniteHybridStack::bind(f, cfg)?),
         Architecture::Lfm2 => Box::new(lfm2::Lfm2Stack::bind(f, cfg)?),
     })
 }

@@ -50,6 +50,13 @@ pub enum Architecture {
     /// key head), and each key head repeated in place over its value heads (value head `h`
     /// reads key head `h / (n_v / n_k)`); plain NEOX partial RoPE.
     Qwen3Next,
+    /// IBM Granite 4.0-H (350M–32B-A9B): a hybrid of Mamba2 layers (`mamba2.rs`; those with
+    /// no K/V heads in `attention.head_count_kv`) and attention layers without positions
+    /// unless `rope.scaling.finetuned` says otherwise, a dense or routed feed-forward (with an
+    /// ungated shared expert), and Granite's multipliers: embeddings × `embedding_scale`,
+    /// each block's output × `residual_scale`, scores × `attention.scale`, logits ÷
+    /// `logit_scale`.
+    GraniteHybrid,
     /// Liquid's LFM2 (350M–2.6B): a hybrid whose recurrent layers are gated short
     /// convolutions (`in_proj` → `b, c, x`; `c ⊙ conv(b ⊙ x)` → `out_proj`, a window of
     /// `shortconv.l_cache − 1` rows per sequence) beside attention layers with per-head Q/K
@@ -73,12 +80,13 @@ impl Architecture {
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
             Architecture::Qwen3Next => "qwen3next",
+            Architecture::GraniteHybrid => "granitehybrid",
             Architecture::Lfm2 => "lfm2",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 12] = [
+    pub const ALL: [Architecture; 13] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -90,6 +98,7 @@ impl Architecture {
         Architecture::Qwen35,
         Architecture::Qwen35Moe,
         Architecture::Qwen3Next,
+        Architecture::GraniteHybrid,
         Architecture::Lfm2,
     ];
 
@@ -116,6 +125,7 @@ impl Architecture {
             Architecture::Qwen35
                 | Architecture::Qwen35Moe
                 | Architecture::Qwen3Next
+                | Architecture::GraniteHybrid
                 | Architecture::Lfm2
         )
     }
@@ -310,6 +320,14 @@ pub struct ModelConfig {
     /// Per rotated pair, whether a text token's position rotates it (M-RoPE sections whose
     /// position is 0 for text leave their pairs as they are); `None`: every pair rotates.
     pub rope_rotated: Option<Vec<bool>>,
+    /// Whether attention layers rotate queries and keys at all (Granite 4.0-H's attention has
+    /// no positions unless `rope.scaling.finetuned` is set).
+    pub use_rope: bool,
+    /// Factor on each block's output before its residual add (Granite's `residual_scale`; 1
+    /// elsewhere).
+    pub residual_scale: f32,
+    /// Divisor of the logits (Granite's `logit_scale`; 1 elsewhere).
+    pub logit_scale: f32,
 }
 
 impl ModelConfig {
@@ -367,7 +385,9 @@ impl ModelConfig {
         // LFM2 gives one count per layer, 0 for its recurrent layers.
         let kv_key = k("attention.head_count_kv");
         let (n_kv_heads, no_kv_layers) = match f.get(&kv_key) {
-            Some(MetadataValue::Array(a)) if arch == Architecture::Lfm2 => {
+            Some(MetadataValue::Array(a))
+                if matches!(arch, Architecture::Lfm2 | Architecture::GraniteHybrid) =>
+            {
                 per_layer_kv_heads(a, &kv_key, n_layers, n_heads).map_err(|message| {
                     ModelError::Unsupported {
                         path: path.clone(),
@@ -475,6 +495,16 @@ impl ModelConfig {
             };
             let r = RecurrentConfig::short_conv(f, arch_name, d_model, layers).map_err(bad)?;
             (Some(r), None)
+        } else if arch == Architecture::GraniteHybrid {
+            let Some(layers) = no_kv_layers else {
+                return Err(bad(format!(
+                    "`{kv_key}` must list one K/V head count per layer (0 for a Mamba2 layer)"
+                )));
+            };
+            (
+                Some(RecurrentConfig::mamba2(f, arch_name, layers).map_err(bad)?),
+                None,
+            )
         } else if arch.is_hybrid() {
             let mut r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
             r.interleaved_key_heads = arch == Architecture::Qwen3Next;
@@ -488,7 +518,7 @@ impl ModelConfig {
         } else {
             (None, None)
         };
-        Ok(ModelConfig {
+        let mut cfg = ModelConfig {
             arch,
             name: f
                 .get("general.name")
@@ -505,7 +535,7 @@ impl ModelConfig {
             ctx_len,
             rope_base,
             rope_dim,
-            rope_neox: arch != Architecture::Llama,
+            rope_neox: !matches!(arch, Architecture::Llama | Architecture::GraniteHybrid),
             norm_eps,
             attn_scale: if arch == Architecture::Gemma3 && n_layers == 62 {
                 // Gemma 3 27B (the only 62-layer size) scales by d_model / n_heads
@@ -523,8 +553,56 @@ impl ModelConfig {
             moe,
             recurrent,
             rope_rotated,
-        })
+            use_rope: true,
+            residual_scale: 1.0,
+            logit_scale: 1.0,
+        };
+        if arch == Architecture::GraniteHybrid {
+            granite_multipliers(f, arch_name, &mut cfg).map_err(bad)?;
+        }
+        Ok(cfg)
     }
+}
+
+/// Granite's multipliers (`embedding_scale`, `residual_scale`, `attention.scale`,
+/// `logit_scale`; each 1 or the default where absent or 0, as llama.cpp takes them) and its
+/// switch for positions (`rope.scaling.finetuned`, true where absent).
+fn granite_multipliers(f: &GgufFile, arch_name: &str, cfg: &mut ModelConfig) -> Result<(), String> {
+    let scale = |key: &str| -> Result<Option<f32>, String> {
+        let key = format!("{arch_name}.{key}");
+        match f.get(&key) {
+            None => Ok(None),
+            Some(_) => {
+                let v = f
+                    .get_f64(&key)
+                    .map_err(|_| format!("`{key}` must be a number"))?
+                    as f32;
+                if !v.is_finite() || v < 0.0 {
+                    return Err(format!("`{key}` is {v}; it must be a finite number ≥ 0"));
+                }
+                Ok((v != 0.0).then_some(v))
+            }
+        }
+    };
+    if let Some(s) = scale("embedding_scale")? {
+        cfg.embd_scale = s;
+    }
+    if let Some(s) = scale("residual_scale")? {
+        cfg.residual_scale = s;
+    }
+    if let Some(s) = scale("attention.scale")? {
+        cfg.attn_scale = s;
+    }
+    if let Some(s) = scale("logit_scale")? {
+        cfg.logit_scale = s;
+    }
+    let key = format!("{arch_name}.rope.scaling.finetuned");
+    cfg.use_rope = match f.get(&key) {
+        None => true,
+        Some(MetadataValue::Bool(b)) => *b,
+        Some(_) => return Err(format!("`{key}` must be a boolean")),
+    };
+    Ok(())
 }
 
 /// A reader error's message without the file's path in front (for messages that a caller
@@ -546,7 +624,8 @@ fn moe_config(
 ) -> Result<Option<MoeConfig>, String> {
     let k = |s: &str| format!("{arch_name}.{s}");
     let has_count = f.get_u64(&k("expert_count")).is_ok_and(|n| n > 0);
-    let routed = arch.is_moe() || (arch == Architecture::Llama && has_count);
+    let routed = arch.is_moe()
+        || (matches!(arch, Architecture::Llama | Architecture::GraniteHybrid) && has_count);
     if !routed {
         if has_count {
             return Err(format!(
@@ -574,7 +653,7 @@ fn moe_config(
     }
     // llama.cpp's fallback for qwen2moe/qwen3moe without the key: the dense width over top-k.
     let expert_ffn = match (arch, f.get(&k("expert_feed_forward_length"))) {
-        (Architecture::Llama | Architecture::Olmoe, _) => ffn_dim,
+        (Architecture::Llama | Architecture::Olmoe | Architecture::GraniteHybrid, _) => ffn_dim,
         (Architecture::GptOss, _) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
@@ -587,6 +666,10 @@ fn moe_config(
         // llama.cpp requires the shared expert's width for qwen35moe and qwen3next.
         (Architecture::Qwen35Moe | Architecture::Qwen3Next, _) => {
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
+        }
+        // Granite's shared expert is optional (0 or absent: none).
+        (Architecture::GraniteHybrid, Some(_)) => {
+            Some(usize_in("expert_shared_feed_forward_length", 0..=1 << 20)?).filter(|&w| w > 0)
         }
         _ => None,
     };
@@ -616,6 +699,7 @@ fn moe_config(
             Architecture::Qwen3Moe
                 | Architecture::Qwen35Moe
                 | Architecture::Qwen3Next
+                | Architecture::GraniteHybrid
                 | Architecture::Llama
         ),
         weights_scale,

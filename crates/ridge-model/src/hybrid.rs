@@ -21,6 +21,9 @@ pub enum RecurrentKind {
     /// LFM2's gated short convolution over `d_model` channels (`short_conv.rs`): no state
     /// beyond the convolution's window.
     ShortConv,
+    /// Mamba2 (Granite 4.0-H, Nemotron-H): a convolution over `x, B, C`, then the selective
+    /// scan over a `head_dim × d_state` state per head (`mamba2.rs`).
+    Mamba2,
 }
 
 /// A hybrid model's recurrent (linear-attention or convolution) layers.
@@ -37,8 +40,12 @@ pub struct RecurrentConfig {
     /// Value heads (`ssm.time_step_rank`), a multiple of `n_k_heads`: value head `h` reads
     /// query/key head `h mod n_k_heads`, as llama.cpp's kernel does.
     pub n_v_heads: usize,
-    /// Elements per head, keys and values alike (`ssm.state_size`).
+    /// Elements per head: a Gated DeltaNet's keys and values alike (`ssm.state_size`), a
+    /// Mamba2 head's rows (`ssm.inner_size / ssm.time_step_rank`).
     pub head_dim: usize,
+    /// Mamba2's state entries per row (`ssm.state_size`; 0 for the other kinds). Its heads are
+    /// `n_v_heads`, its groups (of `B` and `C`) `n_k_heads`.
+    pub d_state: usize,
     /// One flag per layer: recurrent (true) or attention.
     pub layers: Vec<bool>,
     /// How value heads share key heads: Qwen3-Next repeats each key head in place
@@ -73,6 +80,8 @@ impl RecurrentConfig {
         match self.kind {
             RecurrentKind::GatedDeltaNet => 2 * self.key_dim() + self.value_dim(),
             RecurrentKind::ShortConv => self.conv_channels,
+            // x (inner), then B and C (a group's `d_state` each).
+            RecurrentKind::Mamba2 => self.value_dim() + 2 * self.n_k_heads * self.d_state,
         }
     }
 
@@ -81,9 +90,55 @@ impl RecurrentConfig {
         (self.conv_kernel - 1) * self.conv_dim()
     }
 
-    /// f32 values of one layer's delta-rule state (0 for a short convolution).
+    /// f32 values of one layer's delta-rule or SSM state (0 for a short convolution).
     pub fn delta_state_len(&self) -> usize {
-        self.n_v_heads * self.head_dim * self.head_dim
+        match self.kind {
+            RecurrentKind::Mamba2 => self.n_v_heads * self.head_dim * self.d_state,
+            _ => self.n_v_heads * self.head_dim * self.head_dim,
+        }
+    }
+
+    /// Mamba2's layers (Granite 4.0-H: those with no K/V heads in `attention.head_count_kv`),
+    /// from the `ssm.*` keys: `conv_kernel`, `inner_size`, `state_size`, `time_step_rank`
+    /// (heads) and `group_count`. Every message names the key.
+    pub(crate) fn mamba2(f: &GgufFile, arch_name: &str, layers: Vec<bool>) -> Result<Self, String> {
+        let k = |s: &str| format!("{arch_name}.{s}");
+        let usize_in = |key: &str, range: std::ops::RangeInclusive<usize>| {
+            f.get_usize_in(&k(key), range.clone())
+                .map_err(|_| match f.get(&k(key)) {
+                    None => format!("`{}` is missing (a hybrid model needs it)", k(key)),
+                    Some(_) => format!(
+                        "`{}` must be an integer in {}..={}",
+                        k(key),
+                        range.start(),
+                        range.end()
+                    ),
+                })
+        };
+        let conv_kernel = usize_in("ssm.conv_kernel", 1..=64)?;
+        let inner = usize_in("ssm.inner_size", 1..=1 << 20)?;
+        let d_state = usize_in("ssm.state_size", 1..=1024)?;
+        let n_heads = usize_in("ssm.time_step_rank", 1..=4096)?;
+        let n_groups = usize_in("ssm.group_count", 1..=1024)?;
+        if inner % n_heads != 0 || n_heads % n_groups != 0 {
+            return Err(format!(
+                "`{}` = {inner} must split into `{}` = {n_heads} heads, and those into `{}` = {n_groups} groups",
+                k("ssm.inner_size"),
+                k("ssm.time_step_rank"),
+                k("ssm.group_count")
+            ));
+        }
+        Ok(RecurrentConfig {
+            kind: RecurrentKind::Mamba2,
+            conv_kernel,
+            conv_channels: 0,
+            n_k_heads: n_groups,
+            n_v_heads: n_heads,
+            head_dim: inner / n_heads,
+            d_state,
+            layers,
+            interleaved_key_heads: true,
+        })
     }
 
     /// LFM2's short-convolution layers: `l_cache` taps over `d_model` channels on the layers
@@ -108,6 +163,7 @@ impl RecurrentConfig {
             n_k_heads: 0,
             n_v_heads: 0,
             head_dim: 0,
+            d_state: 0,
             layers,
             interleaved_key_heads: false,
         })
@@ -196,6 +252,7 @@ impl RecurrentConfig {
             n_k_heads,
             n_v_heads,
             head_dim,
+            d_state: 0,
             layers,
             interleaved_key_heads: false,
         })

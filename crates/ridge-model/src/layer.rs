@@ -412,11 +412,14 @@ impl<'a> LayerCtx<'a> {
                 &cos[t * half..(t + 1) * half],
                 &sin[t * half..(t + 1) * half],
             );
-            for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                ops::rope_apply(h, c, s, neox);
-            }
-            for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
-                ops::rope_apply(h, c, s, neox);
+            // Granite 4.0-H's attention may have no positions at all (`use_rope`).
+            if self.cfg.use_rope {
+                for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
+                    ops::rope_apply(h, c, s, neox);
+                }
+                for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
+                    ops::rope_apply(h, c, s, neox);
+                }
             }
             let slot = kv.slot(
                 &ws.tables[kv.group_of(li)][ws.table_of[t]],

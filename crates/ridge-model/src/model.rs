@@ -570,6 +570,9 @@ impl Model {
         if let Some(cap) = cfg.logit_softcap {
             ops::softcap_inplace(&mut ws.logits, cap);
         }
+        if cfg.logit_scale != 1.0 {
+            ops::scale_inplace(&mut ws.logits[..m * w.rows], 1.0 / cfg.logit_scale);
+        }
         m * w.rows
     }
 }

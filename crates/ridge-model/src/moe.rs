@@ -66,12 +66,13 @@ pub(crate) struct ExpertBiases {
 }
 
 /// A dense feed-forward every token goes through beside the routed ones, scaled per token by
-/// `sigmoid(x · gate_inp)`.
+/// `sigmoid(x · gate_inp)` where the file has the gate (qwen2moe, Qwen3.5/Qwen3-Next; Granite's
+/// is added as it is).
 pub(crate) struct SharedExpert {
     pub gate: MatRef,
     pub up: MatRef,
     pub down: MatRef,
-    pub gate_inp: Vec<f32>,
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 impl Experts {
@@ -90,7 +91,11 @@ impl Experts {
                 gate: matrix(f, &n("ffn_gate_shexp"), sf, d)?,
                 up: matrix(f, &n("ffn_up_shexp"), sf, d)?,
                 down: matrix(f, &n("ffn_down_shexp"), d, sf)?,
-                gate_inp: vector(f, &n("ffn_gate_inp_shexp"), d)?,
+                gate_inp: if cfg.arch == Architecture::GraniteHybrid {
+                    None
+                } else {
+                    Some(vector(f, &n("ffn_gate_inp_shexp"), d)?)
+                },
             }),
             None => None,
         };
@@ -163,7 +168,7 @@ impl RoutedFfn for Experts {
                 .iter()
                 .map(|x| cx.mat(x).data.len())
                 .sum::<usize>()
-                + 4 * s.gate_inp.len()
+                + 4 * s.gate_inp.as_ref().map_or(0, Vec::len)
         });
         let biases = self.biases.as_ref().map_or(0, |b| {
             4 * (b.gate.len() + b.up.len() + b.down.len()) / moe.n_expert * moe.n_used
@@ -373,7 +378,8 @@ fn route(
     }
 }
 
-/// `out += sigmoid(x · gate_inp) · FFN_shared(x)` for every token.
+/// `out += sigmoid(x · gate_inp) · FFN_shared(x)` for every token (without the gate where the
+/// expert has none).
 fn shared_expert(cx: &LayerCtx<'_>, sh: &SharedExpert, n: usize, ws: &mut Workspace) {
     let d = cx.cfg.d_model;
     let s = &mut ws.moe;
@@ -405,8 +411,10 @@ fn shared_expert(cx: &LayerCtx<'_>, sh: &SharedExpert, n: usize, ws: &mut Worksp
     );
     for t in 0..n {
         let x = &ws.xn[t * d..(t + 1) * d];
-        let logit: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
-        let g = 1.0 / (1.0 + (-logit).exp());
+        let g = sh.gate_inp.as_ref().map_or(1.0, |gi| {
+            let logit: f32 = x.iter().zip(gi).map(|(a, b)| a * b).sum();
+            1.0 / (1.0 + (-logit).exp())
+        });
         let (out, y) = (&mut s.out[t * d..(t + 1) * d], &s.y[t * d..(t + 1) * d]);
         for (o, &v) in out.iter_mut().zip(y) {
             *o += g * v;

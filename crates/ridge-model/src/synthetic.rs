@@ -258,13 +258,18 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let olmoe = spec.arch == Architecture::Olmoe;
     let gpt_oss = spec.arch == Architecture::GptOss;
     let lfm2 = spec.arch == Architecture::Lfm2;
-    // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec.
+    let granite = spec.arch == Architecture::GraniteHybrid;
+    // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec;
+    // Granite 4.0-H reads its heads as Mamba2 heads, `n_k_heads` as groups and `head_dim` as
+    // the state size.
     let hybrid = spec
         .hybrid
         .as_ref()
-        .filter(|_| spec.arch.is_hybrid() && !lfm2);
+        .filter(|_| spec.arch.is_hybrid() && !lfm2 && !granite);
     let short_conv = spec.hybrid.as_ref().filter(|_| lfm2);
-    let attends = |i: usize| short_conv.is_none_or(|h| (i + 1).is_multiple_of(h.interval.max(1)));
+    let mamba = spec.hybrid.as_ref().filter(|_| granite);
+    let per_layer = short_conv.or(mamba);
+    let attends = |i: usize| per_layer.is_none_or(|h| (i + 1).is_multiple_of(h.interval.max(1)));
     let rope_base = if hybrid.is_some() {
         1e7
     } else if gemma || qwen2 || qwen3 {
@@ -295,8 +300,8 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("attention.head_count"), u(spec.n_heads))
         .meta(
             &k("attention.head_count_kv"),
-            match short_conv {
-                // One count per layer, 0 on the convolution layers.
+            match per_layer {
+                // One count per layer, 0 on the recurrent layers.
                 Some(_) => MetadataValue::Array(ArrayValue::I32(
                     (0..spec.n_layers)
                         .map(|i| {
@@ -337,6 +342,23 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     }
     if let Some(h) = short_conv {
         w.meta(&k("shortconv.l_cache"), u(h.conv_kernel));
+    }
+    if let Some(h) = mamba {
+        // llama.cpp takes only an expansion factor of 2.
+        w.meta(&k("ssm.conv_kernel"), u(h.conv_kernel))
+            .meta(&k("ssm.inner_size"), u(2 * d))
+            .meta(&k("ssm.state_size"), u(h.head_dim))
+            .meta(&k("ssm.time_step_rank"), u(h.n_v_heads))
+            .meta(&k("ssm.group_count"), u(h.n_k_heads))
+            .meta(&k("embedding_scale"), MetadataValue::F32(3.0))
+            .meta(&k("residual_scale"), MetadataValue::F32(0.6))
+            .meta(&k("attention.scale"), MetadataValue::F32(0.2))
+            .meta(&k("logit_scale"), MetadataValue::F32(2.5))
+            // `rope_dim` 0 asks for attention without positions.
+            .meta(
+                &k("rope.scaling.finetuned"),
+                MetadataValue::Bool(h.rope_dim > 0),
+            );
     }
     if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
@@ -431,7 +453,65 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     for i in 0..spec.n_layers {
         let n = |x: &str| format!("blk.{i}.{x}.weight");
         norm(&mut w, &n("attn_norm"), d, i);
-        if short_conv.is_some() {
+        if let Some(h) = mamba {
+            norm(&mut w, &n("ffn_norm"), d, i + 1);
+            if attends(i) {
+                mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
+            } else {
+                let (inner, nh, ng, ds) = (2 * d, h.n_v_heads, h.n_k_heads, h.head_dim);
+                let cd = inner + 2 * ng * ds;
+                mat(
+                    &mut w,
+                    &n("ssm_in"),
+                    2 * inner + 2 * ng * ds + nh,
+                    d,
+                    spec.dtype,
+                    ws,
+                );
+                let taps = 1.0 / (h.conv_kernel as f32).sqrt();
+                f32_tensor(&mut w, &n("ssm_conv1d"), &[h.conv_kernel, cd], &rng, taps);
+                f32_tensor(
+                    &mut w,
+                    &format!("blk.{i}.ssm_conv1d.bias"),
+                    &[cd],
+                    &rng,
+                    0.2,
+                );
+                f32_tensor(&mut w, &format!("blk.{i}.ssm_dt.bias"), &[nh], &rng, 1.0);
+                // A = −exp(A_log), A_log in [−1, 1); D around 1.
+                let a: Vec<f32> = (0..nh).map(|_| -rng.next().exp()).collect();
+                let dd: Vec<f32> = (0..nh).map(|_| 1.0 + 0.5 * rng.next()).collect();
+                for (name, vals) in [("ssm_a", a), ("ssm_d", dd)] {
+                    w.tensor(
+                        &format!("blk.{i}.{name}"),
+                        &[1, nh as u64],
+                        GgmlType::F32,
+                        blocks::quantize_row(DType::F32, &vals),
+                    );
+                }
+                let g = inner / ng;
+                let vals: Vec<f32> = (0..inner)
+                    .map(|j| 1.0 + 0.1 * ((j * 7 + i) % 5) as f32)
+                    .collect();
+                w.tensor(
+                    &n("ssm_norm"),
+                    &[g as u64, ng as u64],
+                    GgmlType::F32,
+                    blocks::quantize_row(DType::F32, &vals),
+                );
+                mat(
+                    &mut w,
+                    &n("ssm_out"),
+                    d,
+                    inner,
+                    spec.dtype,
+                    1.0 / (inner as f32).sqrt(),
+                );
+            }
+        } else if short_conv.is_some() {
             norm(&mut w, &n("ffn_norm"), d, i + 1);
             if attends(i) {
                 mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
@@ -578,9 +658,12 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 spec.dtype,
                 1.0 / (sf as f32).sqrt(),
             );
-            let g: Vec<f32> = (0..d).map(|_| rng.next() * ws * 4.0).collect();
-            let data = blocks::quantize_row(DType::F32, &g);
-            w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
+            // Granite's shared expert has no gate.
+            if !granite {
+                let g: Vec<f32> = (0..d).map(|_| rng.next() * ws * 4.0).collect();
+                let data = blocks::quantize_row(DType::F32, &g);
+                w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
+            }
         }
     }
     norm(&mut w, spec.arch.output_norm_tensor(), d, 3);

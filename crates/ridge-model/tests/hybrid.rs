@@ -105,6 +105,16 @@ fn qwen3next_first_converter_layout_matches_llama_cpp() {
 }
 
 #[test]
+fn granitehybrid_matches_llama_cpp() {
+    check("granitehybrid_f32", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn granitehybrid_routed_with_rope_matches_llama_cpp() {
+    check("granitehybrid_moe_rope", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
 fn lfm2_matches_llama_cpp() {
     check("lfm2_f32", ActPolicy::F32, TOL_F32);
 }
@@ -315,6 +325,41 @@ fn bad_lfm2_metadata_is_one_line() {
             "lfm2.attention.sliding_window",
             Some(MetadataValue::U32(512)),
             "sliding-window",
+        ),
+    ];
+    for (key, v, names) in cases {
+        refused(&edit_meta(&good, key, v), key, names);
+    }
+}
+
+#[test]
+fn bad_granitehybrid_metadata_is_one_line() {
+    use ridge_gguf::{ArrayValue, MetadataValue};
+    let good = synthetic_model(&spec("granitehybrid_f32"));
+    let u = |v: u32| Some(MetadataValue::U32(v));
+    let cases = [
+        ("granitehybrid.ssm.group_count", u(3), "ssm.group_count"),
+        ("granitehybrid.ssm.inner_size", u(100), "ssm.inner_size"),
+        ("granitehybrid.ssm.state_size", u(8), "blk.0.ssm_in.weight"),
+        (
+            "granitehybrid.ssm.conv_kernel",
+            None,
+            "granitehybrid.ssm.conv_kernel",
+        ),
+        (
+            "granitehybrid.attention.head_count_kv",
+            Some(MetadataValue::Array(ArrayValue::I32(vec![0; 8]))),
+            "no attention layer",
+        ),
+        (
+            "granitehybrid.residual_scale",
+            Some(MetadataValue::F32(f32::NAN)),
+            "residual_scale",
+        ),
+        (
+            "granitehybrid.rope.scaling.finetuned",
+            u(1),
+            "rope.scaling.finetuned",
         ),
     ];
     for (key, v, names) in cases {

@@ -347,6 +347,48 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 ..base.clone()
             },
         ),
+        // Granite 4.0-H: Mamba2 (8 heads of 16 rows in 2 groups, 16 state entries) with every
+        // fourth layer attending without positions, dense; then routed with an ungated shared
+        // expert, one group, RoPE on, one K/V head.
+        (
+            "granitehybrid_f32",
+            SyntheticSpec {
+                arch: Architecture::GraniteHybrid,
+                head_dim: None,
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 2,
+                    n_v_heads: 8,
+                    head_dim: 16,
+                    conv_kernel: 4,
+                    interval: 4,
+                    rope_dim: 0,
+                    ..SyntheticHybrid::default()
+                }),
+                seed: 63,
+                ..base.clone()
+            },
+        ),
+        (
+            "granitehybrid_moe_rope",
+            SyntheticSpec {
+                arch: Architecture::GraniteHybrid,
+                head_dim: None,
+                n_layers: 6,
+                n_kv_heads: 1,
+                moe: Some(SyntheticMoe::new(8, 2, 96, Some(32))),
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 1,
+                    n_v_heads: 4,
+                    head_dim: 8,
+                    conv_kernel: 3,
+                    interval: 3,
+                    rope_dim: 16,
+                    ..SyntheticHybrid::default()
+                }),
+                seed: 65,
+                ..base.clone()
+            },
+        ),
         // LFM2: gated short convolutions (3 taps, as LFM2 ships) with every third layer
         // attending; a second shape with 4 taps, one K/V head, every other layer, tied head.
         ("lfm2_f32", lfm2.clone()),
