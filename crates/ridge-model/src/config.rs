@@ -57,6 +57,12 @@ pub enum Architecture {
     /// each block's output × `residual_scale`, scores × `attention.scale`, logits ÷
     /// `logit_scale`.
     GraniteHybrid,
+    /// NVIDIA Nemotron-H (Nemotron Nano 9B/12B v2): a hybrid whose layers are each one block
+    /// — Mamba2 (`mamba2.rs`), attention without positions, or a squared-ReLU MLP
+    /// (`ffn_up` → `relu²` → `ffn_down`) — told apart by the per-layer
+    /// `attention.head_count_kv` and `feed_forward_length` (both 0: Mamba2; only the
+    /// feed-forward 0: attention). The mixture variant (Nemotron 3) is refused.
+    NemotronH,
     /// Liquid's LFM2 (350M–2.6B): a hybrid whose recurrent layers are gated short
     /// convolutions (`in_proj` → `b, c, x`; `c ⊙ conv(b ⊙ x)` → `out_proj`, a window of
     /// `shortconv.l_cache − 1` rows per sequence) beside attention layers with per-head Q/K
@@ -81,12 +87,13 @@ impl Architecture {
             Architecture::Qwen35Moe => "qwen35moe",
             Architecture::Qwen3Next => "qwen3next",
             Architecture::GraniteHybrid => "granitehybrid",
+            Architecture::NemotronH => "nemotron_h",
             Architecture::Lfm2 => "lfm2",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 13] = [
+    pub const ALL: [Architecture; 14] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -99,6 +106,7 @@ impl Architecture {
         Architecture::Qwen35Moe,
         Architecture::Qwen3Next,
         Architecture::GraniteHybrid,
+        Architecture::NemotronH,
         Architecture::Lfm2,
     ];
 
@@ -126,6 +134,7 @@ impl Architecture {
                 | Architecture::Qwen35Moe
                 | Architecture::Qwen3Next
                 | Architecture::GraniteHybrid
+                | Architecture::NemotronH
                 | Architecture::Lfm2
         )
     }
@@ -386,7 +395,10 @@ impl ModelConfig {
         let kv_key = k("attention.head_count_kv");
         let (n_kv_heads, no_kv_layers) = match f.get(&kv_key) {
             Some(MetadataValue::Array(a))
-                if matches!(arch, Architecture::Lfm2 | Architecture::GraniteHybrid) =>
+                if matches!(
+                    arch,
+                    Architecture::Lfm2 | Architecture::GraniteHybrid | Architecture::NemotronH
+                ) =>
             {
                 per_layer_kv_heads(a, &kv_key, n_layers, n_heads).map_err(|message| {
                     ModelError::Unsupported {
@@ -402,7 +414,20 @@ impl ModelConfig {
             Some(_) => f.get_usize_in(&k("attention.key_length"), 1..=4096)?,
             None => d_model / n_heads,
         };
-        let ffn_dim = f.get_usize_in(&k("feed_forward_length"), 1..=1 << 20)?;
+        // Nemotron-H gives one width per layer, 0 on the layers without a feed-forward.
+        let ffn_key = k("feed_forward_length");
+        let (ffn_dim, mlp_layers) = match f.get(&ffn_key) {
+            Some(MetadataValue::Array(a)) if arch == Architecture::NemotronH => {
+                let (w, flags) = per_layer_widths(a, &ffn_key, n_layers).map_err(|message| {
+                    ModelError::Unsupported {
+                        path: path.clone(),
+                        message,
+                    }
+                })?;
+                (w, Some(flags))
+            }
+            _ => (f.get_usize_in(&ffn_key, 1..=1 << 20)?, None),
+        };
         let ctx_len = f.get_usize_in(&k("context_length"), 1..=1 << 24)?;
         let rope_base = match f.get(&k("rope.freq_base")) {
             Some(_) => f.get_f64(&k("rope.freq_base"))? as f32,
@@ -412,7 +437,13 @@ impl ModelConfig {
             Some(_) => f.get_usize_in(&k("rope.dimension_count"), 2..=head_dim)?,
             None => head_dim,
         };
-        let norm_eps = f.get_f64(&k("attention.layer_norm_rms_epsilon"))? as f32;
+        // Nemotron-H may give only the LayerNorm epsilon (llama.cpp's fallback).
+        let norm_eps = match f.get(&k("attention.layer_norm_rms_epsilon")) {
+            None if arch == Architecture::NemotronH => {
+                f.get_f64(&k("attention.layer_norm_epsilon"))? as f32
+            }
+            _ => f.get_f64(&k("attention.layer_norm_rms_epsilon"))? as f32,
+        };
         let embd = f.tensor("token_embd.weight")?;
         let vocab = embd.n_rows() as usize;
         let bad = |message: String| ModelError::Unsupported {
@@ -505,6 +536,17 @@ impl ModelConfig {
                 Some(RecurrentConfig::mamba2(f, arch_name, layers).map_err(bad)?),
                 None,
             )
+        } else if arch == Architecture::NemotronH {
+            let (Some(no_kv), Some(mlp)) = (&no_kv_layers, &mlp_layers) else {
+                return Err(bad(format!(
+                    "`{kv_key}` and `{ffn_key}` must list one count per layer (nemotron_h tells its layer kinds by them)"
+                )));
+            };
+            let layers = no_kv.iter().zip(mlp).map(|(&nk, &m)| nk && !m).collect();
+            (
+                Some(RecurrentConfig::mamba2(f, arch_name, layers).map_err(bad)?),
+                None,
+            )
         } else if arch.is_hybrid() {
             let mut r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
             r.interleaved_key_heads = arch == Architecture::Qwen3Next;
@@ -559,6 +601,10 @@ impl ModelConfig {
         };
         if arch == Architecture::GraniteHybrid {
             granite_multipliers(f, arch_name, &mut cfg).map_err(bad)?;
+        }
+        if arch == Architecture::NemotronH {
+            // Its attention layers have no positions.
+            cfg.use_rope = false;
         }
         Ok(cfg)
     }
@@ -827,6 +873,32 @@ fn rope_scaling(
             k("rope.scaling.type")
         )),
     }
+}
+
+/// Nemotron-H's `feed_forward_length`: one width per layer, 0 on the layers without a
+/// feed-forward. Returns the width (the layers that have one must agree) and which have one.
+fn per_layer_widths(
+    a: &ridge_gguf::ArrayValue,
+    key: &str,
+    n_layers: usize,
+) -> Result<(usize, Vec<bool>), String> {
+    let v = a
+        .to_i64_vec()
+        .ok_or_else(|| format!("`{key}` must be an array of integers"))?;
+    if v.len() != n_layers {
+        return Err(format!(
+            "`{key}` has {} entries for {n_layers} layers",
+            v.len()
+        ));
+    }
+    let mut widths = v.iter().copied().filter(|&w| w != 0);
+    let first = widths.next().unwrap_or(1);
+    if widths.any(|w| w != first) || !(1..=1 << 20).contains(&first) {
+        return Err(format!(
+            "`{key}` must give every feed-forward layer the same width, 1..=1048576"
+        ));
+    }
+    Ok((first as usize, v.iter().map(|&w| w != 0).collect()))
 }
 
 /// LFM2's `attention.head_count_kv`: one count per layer, 0 on its convolution layers. Returns

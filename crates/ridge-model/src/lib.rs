@@ -39,6 +39,7 @@ mod llama;
 mod mamba2;
 mod model;
 mod moe;
+mod nemotron_h;
 mod pooling;
 mod qwen35;
 mod rank;

@@ -259,17 +259,20 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let gpt_oss = spec.arch == Architecture::GptOss;
     let lfm2 = spec.arch == Architecture::Lfm2;
     let granite = spec.arch == Architecture::GraniteHybrid;
+    let nemotron = spec.arch == Architecture::NemotronH;
     // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec;
     // Granite 4.0-H reads its heads as Mamba2 heads, `n_k_heads` as groups and `head_dim` as
     // the state size.
     let hybrid = spec
         .hybrid
         .as_ref()
-        .filter(|_| spec.arch.is_hybrid() && !lfm2 && !granite);
+        .filter(|_| spec.arch.is_hybrid() && !lfm2 && !granite && !nemotron);
     let short_conv = spec.hybrid.as_ref().filter(|_| lfm2);
-    let mamba = spec.hybrid.as_ref().filter(|_| granite);
+    let mamba = spec.hybrid.as_ref().filter(|_| granite || nemotron);
     let per_layer = short_conv.or(mamba);
     let attends = |i: usize| per_layer.is_none_or(|h| (i + 1).is_multiple_of(h.interval.max(1)));
+    // Nemotron-H: of the layers that do not attend, the odd ones are MLPs, the others Mamba2.
+    let mlp_layer = |i: usize| nemotron && !attends(i) && i % 2 == 1;
     let rope_base = if hybrid.is_some() {
         1e7
     } else if gemma || qwen2 || qwen3 {
@@ -296,7 +299,18 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         .meta(&k("block_count"), u(spec.n_layers))
         .meta(&k("context_length"), u(spec.ctx_len))
         .meta(&k("embedding_length"), u(d))
-        .meta(&k("feed_forward_length"), u(ffn))
+        .meta(
+            &k("feed_forward_length"),
+            if nemotron {
+                MetadataValue::Array(ArrayValue::I32(
+                    (0..spec.n_layers)
+                        .map(|i| if mlp_layer(i) { ffn as i32 } else { 0 })
+                        .collect(),
+                ))
+            } else {
+                u(ffn)
+            },
+        )
         .meta(&k("attention.head_count"), u(spec.n_heads))
         .meta(
             &k("attention.head_count_kv"),
@@ -318,7 +332,12 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         )
         .meta(&k("rope.freq_base"), MetadataValue::F32(rope_base as f32))
         .meta(
-            &k("attention.layer_norm_rms_epsilon"),
+            // Nemotron-H's converter may give only the LayerNorm epsilon.
+            &k(if nemotron {
+                "attention.layer_norm_epsilon"
+            } else {
+                "attention.layer_norm_rms_epsilon"
+            }),
             MetadataValue::F32(if gemma || hybrid.is_some() {
                 1e-6
             } else {
@@ -349,8 +368,10 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             .meta(&k("ssm.inner_size"), u(2 * d))
             .meta(&k("ssm.state_size"), u(h.head_dim))
             .meta(&k("ssm.time_step_rank"), u(h.n_v_heads))
-            .meta(&k("ssm.group_count"), u(h.n_k_heads))
-            .meta(&k("embedding_scale"), MetadataValue::F32(3.0))
+            .meta(&k("ssm.group_count"), u(h.n_k_heads));
+    }
+    if let Some(h) = mamba.filter(|_| granite) {
+        w.meta(&k("embedding_scale"), MetadataValue::F32(3.0))
             .meta(&k("residual_scale"), MetadataValue::F32(0.6))
             .meta(&k("attention.scale"), MetadataValue::F32(0.2))
             .meta(&k("logit_scale"), MetadataValue::F32(2.5))
@@ -453,8 +474,22 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     for i in 0..spec.n_layers {
         let n = |x: &str| format!("blk.{i}.{x}.weight");
         norm(&mut w, &n("attn_norm"), d, i);
+        if nemotron && mlp_layer(i) {
+            mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+            mat(
+                &mut w,
+                &n("ffn_down"),
+                d,
+                ffn,
+                spec.dtype,
+                1.0 / (ffn as f32).sqrt(),
+            );
+            continue;
+        }
         if let Some(h) = mamba {
-            norm(&mut w, &n("ffn_norm"), d, i + 1);
+            if granite {
+                norm(&mut w, &n("ffn_norm"), d, i + 1);
+            }
             if attends(i) {
                 mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
                 mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
@@ -510,6 +545,9 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                     spec.dtype,
                     1.0 / (inner as f32).sqrt(),
                 );
+            }
+            if nemotron {
+                continue;
             }
         } else if short_conv.is_some() {
             norm(&mut w, &n("ffn_norm"), d, i + 1);

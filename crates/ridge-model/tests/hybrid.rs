@@ -115,6 +115,17 @@ fn granitehybrid_routed_with_rope_matches_llama_cpp() {
 }
 
 #[test]
+fn nemotron_h_matches_llama_cpp() {
+    check("nemotron_h_f32", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn nemotron_h_q4_0_matches_llama_cpp() {
+    check("nemotron_h_q4_0", ActPolicy::default(), 1e-2);
+    check("nemotron_h_q4_0", ActPolicy::Int8, 1e-2);
+}
+
+#[test]
 fn lfm2_matches_llama_cpp() {
     check("lfm2_f32", ActPolicy::F32, TOL_F32);
 }
@@ -360,6 +371,49 @@ fn bad_granitehybrid_metadata_is_one_line() {
             "granitehybrid.rope.scaling.finetuned",
             u(1),
             "rope.scaling.finetuned",
+        ),
+    ];
+    for (key, v, names) in cases {
+        refused(&edit_meta(&good, key, v), key, names);
+    }
+}
+
+#[test]
+fn bad_nemotron_h_metadata_is_one_line() {
+    use ridge_gguf::{ArrayValue, MetadataValue};
+    let good = synthetic_model(&spec("nemotron_h_f32"));
+    let ints = |v: Vec<i32>| Some(MetadataValue::Array(ArrayValue::I32(v)));
+    let cases = [
+        (
+            "nemotron_h.feed_forward_length",
+            ints(vec![0, 96, 0, 0, 0, 64, 0, 0]),
+            "the same width",
+        ),
+        (
+            "nemotron_h.feed_forward_length",
+            ints(vec![0, 96]),
+            "2 entries for 8 layers",
+        ),
+        (
+            "nemotron_h.feed_forward_length",
+            Some(MetadataValue::U32(96)),
+            "one count per layer",
+        ),
+        // Layer 1 declared Mamba2 (no width), its tensors an MLP's.
+        (
+            "nemotron_h.feed_forward_length",
+            ints(vec![0, 0, 0, 0, 0, 96, 0, 0]),
+            "blk.1.ssm_in.weight",
+        ),
+        (
+            "nemotron_h.expert_count",
+            Some(MetadataValue::U32(8)),
+            "expert_count",
+        ),
+        (
+            "nemotron_h.attention.layer_norm_epsilon",
+            None,
+            "layer_norm",
         ),
     ];
     for (key, v, names) in cases {

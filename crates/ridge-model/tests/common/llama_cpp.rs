@@ -389,6 +389,44 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 ..base.clone()
             },
         ),
+        // Nemotron-H: Mamba2 on even layers, squared-ReLU MLPs on odd ones, every fourth layer
+        // attention without positions; then a Q4_0 file with one group and 3 taps.
+        (
+            "nemotron_h_f32",
+            SyntheticSpec {
+                arch: Architecture::NemotronH,
+                head_dim: None,
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 2,
+                    n_v_heads: 8,
+                    head_dim: 16,
+                    conv_kernel: 4,
+                    interval: 4,
+                    ..SyntheticHybrid::default()
+                }),
+                seed: 69,
+                ..base.clone()
+            },
+        ),
+        (
+            "nemotron_h_q4_0",
+            SyntheticSpec {
+                arch: Architecture::NemotronH,
+                head_dim: None,
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                hybrid: Some(SyntheticHybrid {
+                    n_k_heads: 1,
+                    n_v_heads: 4,
+                    head_dim: 16,
+                    conv_kernel: 3,
+                    interval: 3,
+                    ..SyntheticHybrid::default()
+                }),
+                seed: 71,
+                ..base.clone()
+            },
+        ),
         // LFM2: gated short convolutions (3 taps, as LFM2 ships) with every third layer
         // attending; a second shape with 4 taps, one K/V head, every other layer, tied head.
         ("lfm2_f32", lfm2.clone()),
