@@ -1,6 +1,7 @@
 //! The published chat templates of Qwen3 (`<think>` reasoning, tool calls), Qwen3-Coder
-//! (XML-style tool calls) and gpt-oss (the harmony format) render as Python's jinja2 renders
-//! them. The templates are llama.cpp's copies (`data/templates/`); the expected renders, and the
+//! (XML-style tool calls), gpt-oss (the harmony format) and the 2026 hybrids — Qwen3.5 (thinking
+//! on by default, Qwen3-Coder's tool calls), Granite 4.0, LFM2.5 and Nemotron Nano v2 — render
+//! as Python's jinja2 renders them. The templates are llama.cpp's copies (`data/templates/`); the expected renders, and the
 //! errors of the conversations the templates reject, were produced by jinja2 set up as Hugging
 //! Face transformers sets it up (`data/regen_chat_templates.sh`, `data/render_chat_templates.py`).
 //! None of it is produced by ridge.
@@ -100,7 +101,7 @@ fn first_difference(got: &str, want: &str) -> Option<String> {
 }
 
 #[test]
-fn fixtures_cover_the_three_families() {
+fn fixtures_cover_the_families() {
     let r = renders();
     let names: Vec<&str> = r.templates.iter().map(|t| t.template.as_str()).collect();
     assert_eq!(
@@ -108,7 +109,11 @@ fn fixtures_cover_the_three_families() {
         [
             "Qwen-Qwen3-0.6B.jinja",
             "Qwen3-Coder.jinja",
-            "openai-gpt-oss-120b.jinja"
+            "openai-gpt-oss-120b.jinja",
+            "Qwen3.5-4B.jinja",
+            "ibm-granite-granite-4.0.jinja",
+            "LFM2.5-Instruct.jinja",
+            "NVIDIA-Nemotron-Nano-v2.jinja"
         ]
     );
     for t in &r.templates {

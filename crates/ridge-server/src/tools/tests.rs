@@ -231,6 +231,7 @@ fn rendered_turn_with(
         "<|eom_id|>",
         "</s>",
         "<｜end▁of▁sentence｜>",
+        "<|end_of_text|>",
     ]
     .iter()
     .filter_map(|m| out.find(m))
@@ -261,6 +262,9 @@ fn each_family_is_detected_from_its_template() {
         ),
         ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3.1"),
         ("openai-gpt-oss-120b.jinja", "harmony"),
+        // The 2026 hybrids whose templates write a format ridge reads.
+        ("Qwen3.5-4B.jinja", "qwen3-coder"),
+        ("ibm-granite-granite-4.0.jinja", "hermes"),
     ];
     for (file, want) in cases {
         let t = test_template(file);
@@ -281,7 +285,7 @@ fn calls_each_template_renders_parse_back() {
     let paris = json!({"city": "Paris", "days": 3});
     let two = [("get_weather", paris.clone()), ("now", json!({}))];
     let one = [("get_weather", paris.clone())];
-    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 13] = [
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 15] = [
         ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
         (
             "Qwen-Qwen3-0.6B.jinja",
@@ -307,6 +311,13 @@ fn calls_each_template_renders_parse_back() {
             &one,
             Some(reasoning::ReasoningFormat::Harmony),
         ),
+        // Qwen3.5 opens `<think>` in its generation prompt (thinking on by default).
+        (
+            "Qwen3.5-4B.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::Think),
+        ),
+        ("ibm-granite-granite-4.0.jinja", &two, None),
     ];
     for (file, calls, thinking) in cases {
         let t = test_template(file);

@@ -15,7 +15,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ $# -ge 1 ]; then
-    for t in Qwen-Qwen3-0.6B.jinja Qwen3-Coder.jinja openai-gpt-oss-120b.jinja; do
+    for t in Qwen-Qwen3-0.6B.jinja Qwen3-Coder.jinja openai-gpt-oss-120b.jinja Qwen3.5-4B.jinja \
+        ibm-granite-granite-4.0.jinja LFM2.5-Instruct.jinja NVIDIA-Nemotron-Nano-v2.jinja; do
         cp "$1/models/templates/$t" "$here/templates/$t"
     done
 fi

@@ -288,6 +288,79 @@ gpt_oss = [
      {"builtin_tools": ["python"], "tools": [EXEC]}, True),
 ]
 
+
+# ------------------------------------------------------- Qwen3.5 / Qwen3.6 (hybrids) ----
+# Thinking on by default (the generation prompt opens <think>), Qwen3-Coder's XML tool calls.
+qwen35 = [
+    ("system_user", [SYSTEM, msg("user", "Explain RoPE in one line.")], {}, True),
+    ("user_only_no_generation_prompt", [msg("user", "What is 2+2?")], {}, False),
+    ("enable_thinking_false", [SYSTEM, msg("user", "Quick: 7*6?")], {"enable_thinking": False},
+     True),
+    ("multi_turn_think_in_content", [
+        SYSTEM,
+        msg("user", "Hello!"),
+        msg("assistant", "<think>\nThe user greets me.\n</think>\n\nBonjour !"),
+        msg("user", "Quel temps fait-il ?\n(短く)"),
+    ], {}, True),
+    ("reasoning_content_field", [
+        msg("user", "Is 91 prime?"),
+        msg("assistant", "No: 91 = 7 × 13.", reasoning_content="Try 7: 7*13 = 91."),
+        msg("user", "And 97?"),
+        msg("assistant", "Yes.", reasoning_content="\nNo divisor up to 9.\n"),
+    ], {}, False),
+    ("tools_default_system", [msg("user", "Find TODOs.")], {"tools": [SEARCH, EXEC]}, True),
+    ("tools_with_system", [SYSTEM, msg("user", "Weather in Paris?")], {"tools": [WEATHER, CLOCK]},
+     True),
+    ("tool_calls_and_results", [
+        SYSTEM,
+        msg("user", "Find TODOs in src and run the tests."),
+        msg("assistant", "I will search first.", reasoning_content="Search, then test.",
+            tool_calls=[
+                call("call_1", "search_files", {"pattern": "TODO", "max_results": 5,
+                                                "paths": ["src", "tests"]}),
+                call("call_2", "run_shell", {"command": "cargo test", "timeout": 30.5}),
+            ]),
+        tool_result("call_1", "search_files", "src/lib.rs:3: TODO"),
+        tool_result("call_2", "run_shell", "ok. 12 passed"),
+        msg("assistant", "One TODO; tests pass."),
+        msg("user", "Thanks."),
+    ], {"tools": [SEARCH, EXEC]}, True),
+    ("tool_call_without_content", [
+        msg("user", "Time?"),
+        msg("assistant", "", tool_calls=[call("c", "now", {})]),
+        tool_result("c", "now", "12:00"),
+    ], {"tools": [CLOCK]}, True),
+]
+
+# ------------------------------- Granite 4.0, LFM2.5, Nemotron Nano v2 (other hybrids) ----
+hybrid_chat = [
+    ("system_user", [SYSTEM, msg("user", "Explain RoPE in one line.")], {}, True),
+    ("user_only", [msg("user", "Write fib(n) in Python.")], {}, True),
+    ("no_generation_prompt", [SYSTEM, msg("user", "What is 2+2?")], {}, False),
+    ("multi_turn", [
+        SYSTEM,
+        msg("user", "Hello!"),
+        msg("assistant", "Bonjour !"),
+        msg("user", "Quel temps fait-il ?\n(短く)"),
+    ], {}, True),
+    ("tools_with_system", [SYSTEM, msg("user", "Weather in Paris?")], {"tools": [WEATHER, CLOCK]},
+     True),
+    ("tools_without_system", [msg("user", "What time is it?")], {"tools": [CLOCK, SEARCH]}, True),
+    ("tool_calls_and_results", [
+        msg("user", "Weather in Paris and the time?"),
+        msg("assistant", "", tool_calls=[
+            call("call_1", "get_weather", {"city": "Paris", "unit": "celsius"}),
+            call("call_2", "now", {}),
+        ]),
+        tool_result("call_1", "get_weather", "{\"temp\": 21}"),
+        tool_result("call_2", "now", "14:05"),
+        msg("assistant", "21 °C, 14:05."),
+        msg("user", "Thanks."),
+    ], {"tools": [WEATHER, CLOCK]}, True),
+    ("think_switch_in_system", [msg("system", "You help. /no_think"), msg("user", "Hi")], {},
+     True),
+]
+
 # Conversations the templates reject. `raise` names the raise_exception message; otherwise
 # jinja2 fails in some other way and ridge must fail too.
 errors = {
@@ -356,6 +429,11 @@ TEMPLATES = [
     ("Qwen3-Coder.jinja", "<|endoftext|>", "<|im_end|>", coder),
     # gpt-oss GGUFs: BOS <|startoftext|> (199998), EOS <|return|> (200002).
     ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", gpt_oss),
+    # The 2026 hybrids' templates (llama.cpp's copies).
+    ("Qwen3.5-4B.jinja", "<|endoftext|>", "<|im_end|>", qwen35),
+    ("ibm-granite-granite-4.0.jinja", "<|end_of_text|>", "<|end_of_text|>", hybrid_chat),
+    ("LFM2.5-Instruct.jinja", "<|startoftext|>", "<|im_end|>", hybrid_chat),
+    ("NVIDIA-Nemotron-Nano-v2.jinja", "<SPECIAL_10>", "<SPECIAL_11>", hybrid_chat),
 ]
 
 
