@@ -102,6 +102,7 @@ pub fn gated_delta_step(
 ///
 /// Panics if a slice is shorter than its shape says (a caller bug).
 pub fn ssm_scan_step(
+    isa: Isa,
     s: &mut [f32],
     x: &[f32],
     b: &[f32],
@@ -110,19 +111,15 @@ pub fn ssm_scan_step(
     decay: f32,
     y: &mut [f32],
 ) {
-    let n = b.len();
-    assert!(c.len() == n && s.len() >= x.len() * n && y.len() >= x.len());
-    for ((row, &xi), yi) in s.chunks_exact_mut(n).zip(x).zip(y.iter_mut()) {
-        let xdt = xi * dt;
-        // Eight partial sums in a fixed order, as the delta rule's dot products keep them.
-        let mut acc = [0f32; 8];
-        for (k, ((sv, &bv), &cv)) in row.iter_mut().zip(b).zip(c).enumerate() {
-            let v = *sv * decay + bv * xdt;
-            *sv = v;
-            acc[k % 8] += v * cv;
-        }
-        *yi = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    assert!(c.len() == b.len() && s.len() >= x.len() * b.len() && y.len() >= x.len());
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: an Isa whose avx2() is true is made only after detection found AVX2.
+        unsafe { crate::x86::avx2::recurrent::ssm_scan(s, x, b, c, dt, decay, y) };
+        return;
     }
+    let _ = isa;
+    crate::scalar::recurrent::ssm_scan(s, x, b, c, dt, decay, y)
 }
 
 /// `x ← x / √(Σx² + eps)` (llama.cpp's L2 norm for Gated DeltaNet: an RMS norm with `eps/n`,
@@ -207,7 +204,7 @@ mod tests {
                 .collect();
             let (dt, decay) = (0.3 + 0.1 * t as f32, 0.9 - 0.05 * t as f32);
             let mut y = vec![0f32; hd];
-            ssm_scan_step(&mut s, &x, &b, &c, dt, decay, &mut y);
+            ssm_scan_step(Isa::SCALAR, &mut s, &x, &b, &c, dt, decay, &mut y);
             for i in 0..hd {
                 let mut want = 0f64;
                 for j in 0..n {
@@ -299,6 +296,41 @@ mod tests {
                 outs.extend(out);
             }
             (s, outs)
+        };
+        let want = run(Isa::SCALAR);
+        for isa in Isa::available() {
+            assert!(run(isa) == want, "{:?}", isa.kind());
+        }
+    }
+
+    /// The scan gives the reference's bits on every available path (19 state entries: two
+    /// whole lanes of 8 and a tail).
+    #[test]
+    fn ssm_scan_is_bit_identical_on_every_path() {
+        let (hd, n) = (6, 19);
+        let f = |m: usize, t: usize| -> Vec<f32> {
+            (0..m)
+                .map(|i| (((i + 3 * t) * 29 % 17) as f32 - 8.0) * 0.07)
+                .collect()
+        };
+        let run = |isa: Isa| {
+            let mut s = f(hd * n, 0);
+            let mut ys = Vec::new();
+            for t in 1..5 {
+                let mut y = vec![0f32; hd];
+                ssm_scan_step(
+                    isa,
+                    &mut s,
+                    &f(hd, t),
+                    &f(n, t + 3),
+                    &f(n, t + 7),
+                    0.37,
+                    0.81,
+                    &mut y,
+                );
+                ys.extend(y);
+            }
+            (s, ys)
         };
         let want = run(Isa::SCALAR);
         for isa in Isa::available() {

@@ -14,6 +14,15 @@
 //! DeltaNet (16 query/key and 32 value heads of 128), 256 experts of 512, 8 used, a shared
 //! expert of 512, vocabulary 248 320.
 //!
+//! `SHAPE` `lfm2-1.2b`: LFM2-1.2B's shape (dense): d_model 2048, `LAYERS` of its 16 of which
+//! every third attends (32 query / 8 KV heads of 64), the others gated short convolutions of 3
+//! taps; feed-forward 8192, vocabulary 65 536.
+//!
+//! `SHAPE` `granite-4.0-h-tiny`: Granite 4.0-H-Tiny's shape (7B-A1B): d_model 1536, `LAYERS`
+//! of its 40 of which every tenth attends (12 query / 4 KV heads of 128, no positions), the
+//! others Mamba2 (48 heads of 64, one group, 128 state entries, 4 taps); 64 experts of 512, 6
+//! used, an ungated shared expert of 1024; vocabulary 100 352.
+//!
 //! `SHAPE` `gpt-oss-20b`: d_model 2880, 64 query / 8 KV heads of 64, 32 experts of width 2880,
 //! 4 used, a window of 128 on even layers, vocabulary 201 088, `LAYERS` of its 24; attention,
 //! embeddings and head in `DTYPE`, the experts in MXFP4 as in the published files.
@@ -25,7 +34,7 @@ use ridge_model::Architecture;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let out = args.next().ok_or(
-        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|gpt-oss-20b]",
+        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|lfm2-1.2b|granite-4.0-h-tiny|gpt-oss-20b]",
     )?;
     let layers: usize = args.next().map_or(Ok(12), |s| s.parse())?;
     let dtype = match args.next().as_deref().unwrap_or("q4_0") {
@@ -87,6 +96,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 rope_dim: 64,
                 sections: [11, 11, 10, 0],
                 legacy_qkvz: false,
+            }),
+            ..qwen3
+        },
+        "lfm2-1.2b" => SyntheticSpec {
+            arch: Architecture::Lfm2,
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: Some(64),
+            ffn_dim: 8192,
+            vocab: 65_536,
+            moe: None,
+            hybrid: Some(SyntheticHybrid {
+                conv_kernel: 3,
+                interval: 3,
+                ..SyntheticHybrid::default()
+            }),
+            ..qwen3
+        },
+        "granite-4.0-h-tiny" => SyntheticSpec {
+            arch: Architecture::GraniteHybrid,
+            d_model: 1536,
+            n_heads: 12,
+            n_kv_heads: 4,
+            head_dim: Some(128),
+            ffn_dim: 512,
+            vocab: 100_352,
+            moe: Some(SyntheticMoe::new(64, 6, 512, Some(1024))),
+            hybrid: Some(SyntheticHybrid {
+                n_k_heads: 1,
+                n_v_heads: 48,
+                head_dim: 128,
+                conv_kernel: 4,
+                interval: 10,
+                ..SyntheticHybrid::default()
             }),
             ..qwen3
         },

@@ -187,7 +187,7 @@ pub(crate) fn mamba2(
             let y =
                 unsafe { std::slice::from_raw_parts_mut(out.ptr().add(t * inner + head * hd), hd) };
             let dt = zxbcdt[t * width + inner + cd + head];
-            scan_row(rc, m, head, &conv[t * cd..(t + 1) * cd], dt, s, y);
+            scan_row(cx.isa, rc, m, head, &conv[t * cd..(t + 1) * cd], dt, s, y);
         }
     });
     // y ⊙ silu(z), the grouped RMS norm, the output projection.
@@ -215,7 +215,9 @@ pub(crate) fn mamba2(
 
 /// One token of head `head`'s scan: `xbc` is the token's convolved row, `dt` its raw step;
 /// writes `y = S·C + D·x` (the head's `head_dim` outputs).
+#[allow(clippy::too_many_arguments)]
 fn scan_row(
+    isa: Isa,
     rc: &RecurrentConfig,
     m: &Mamba2,
     head: usize,
@@ -232,7 +234,7 @@ fn scan_row(
     let c = &xbc[inner + (ng + g) * ds..inner + (ng + g + 1) * ds];
     let step = softplus(dt + m.dt_bias[head]);
     let decay = (step * m.a[head]).exp();
-    ssm_scan_step(s, x, b, c, step, decay, y);
+    ssm_scan_step(isa, s, x, b, c, step, decay, y);
     for (yv, &xv) in y.iter_mut().zip(x) {
         *yv += xv * m.d[head];
     }
@@ -242,7 +244,7 @@ fn scan_row(
 /// `keep` rows its journal recorded: the journal's base, then those rows' convolution and scan
 /// (their outputs dropped).
 pub(crate) fn replay(
-    _isa: Isa,
+    isa: Isa,
     cfg: &ModelConfig,
     r: usize,
     m: &Mamba2,
@@ -278,6 +280,7 @@ pub(crate) fn replay(
     for (head, s) in ssm.chunks_exact_mut(hd * ds).enumerate().take(nh) {
         for (t, row) in rec.chunks_exact(rec_len).take(keep).enumerate() {
             scan_row(
+                isa,
                 rc,
                 m,
                 head,

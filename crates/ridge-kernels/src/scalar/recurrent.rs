@@ -72,3 +72,42 @@ pub(crate) fn delta_step(
         *oj = (dot + tail) * scale;
     }
 }
+
+/// One token of Mamba2's scan for one head (see `crate::recurrent::ssm_scan_step`): each state
+/// row is updated and dotted with `c` in one pass, eight lanes at a time in a fixed order
+/// (lane `k mod 8` of every row), no fused multiply-add — so the AVX2 build of this body
+/// (`x86::avx2::recurrent`) gives these bits.
+#[inline(always)]
+pub(crate) fn ssm_scan(
+    s: &mut [f32],
+    x: &[f32],
+    b: &[f32],
+    c: &[f32],
+    dt: f32,
+    decay: f32,
+    y: &mut [f32],
+) {
+    let n = b.len();
+    let whole = n / 8 * 8;
+    for ((row, &xi), yi) in s.chunks_exact_mut(n).zip(x).zip(y.iter_mut()) {
+        let xdt = xi * dt;
+        let mut acc = [0f32; 8];
+        for ((sv, bv), cv) in row[..whole]
+            .chunks_exact_mut(8)
+            .zip(b[..whole].chunks_exact(8))
+            .zip(c[..whole].chunks_exact(8))
+        {
+            for l in 0..8 {
+                let v = sv[l] * decay + bv[l] * xdt;
+                sv[l] = v;
+                acc[l] += v * cv[l];
+            }
+        }
+        for k in whole..n {
+            let v = row[k] * decay + b[k] * xdt;
+            row[k] = v;
+            acc[k % 8] += v * c[k];
+        }
+        *yi = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
+}
