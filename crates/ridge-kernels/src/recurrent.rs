@@ -18,6 +18,15 @@
 //! the AVX2 build of the same body (`x86::avx2::recurrent`) gives the reference's bits.
 
 pub use crate::scalar::recurrent::DeltaGates;
+
+/// A Mamba2 head's step for one token: `dt` after softplus, and the decay `e^{dt·A}`.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanGates {
+    /// The step `Δ` (after softplus).
+    pub dt: f32,
+    /// `e^{Δ·A}`.
+    pub decay: f32,
+}
 use crate::Isa;
 
 /// Causal depthwise convolution of `n` tokens of `ch` channels (`x`, token-major) with a
@@ -97,8 +106,7 @@ pub fn gated_delta_step(
 /// One token of Mamba2's selective scan for one head (llama.cpp's `ssm_scan` with a scalar
 /// decay per head): for each of the head's `x.len()` rows `i`, its state row
 /// `s[i·n..(i+1)·n]` (`n = b.len()` state entries) becomes `s·decay + b·(x[i]·dt)` and
-/// `y[i] = Σ_j s[j]·c[j]` over the new row. `dt` is the head's step after softplus, `decay`
-/// `e^{dt·A}`.
+/// `y[i] = Σ_j s[j]·c[j]` over the new row, with the head's step and decay in `g`.
 ///
 /// Panics if a slice is shorter than its shape says (a caller bug).
 pub fn ssm_scan_step(
@@ -107,10 +115,10 @@ pub fn ssm_scan_step(
     x: &[f32],
     b: &[f32],
     c: &[f32],
-    dt: f32,
-    decay: f32,
+    g: ScanGates,
     y: &mut [f32],
 ) {
+    let (dt, decay) = (g.dt, g.decay);
     assert!(c.len() == b.len() && s.len() >= x.len() * b.len() && y.len() >= x.len());
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
@@ -204,7 +212,15 @@ mod tests {
                 .collect();
             let (dt, decay) = (0.3 + 0.1 * t as f32, 0.9 - 0.05 * t as f32);
             let mut y = vec![0f32; hd];
-            ssm_scan_step(Isa::SCALAR, &mut s, &x, &b, &c, dt, decay, &mut y);
+            ssm_scan_step(
+                Isa::SCALAR,
+                &mut s,
+                &x,
+                &b,
+                &c,
+                ScanGates { dt, decay },
+                &mut y,
+            );
             for i in 0..hd {
                 let mut want = 0f64;
                 for j in 0..n {
@@ -324,8 +340,10 @@ mod tests {
                     &f(hd, t),
                     &f(n, t + 3),
                     &f(n, t + 7),
-                    0.37,
-                    0.81,
+                    ScanGates {
+                        dt: 0.37,
+                        decay: 0.81,
+                    },
                     &mut y,
                 );
                 ys.extend(y);

@@ -15,7 +15,7 @@
 
 use ridge_gguf::GgufFile;
 use ridge_kernels::pool::{self, SharedMut};
-use ridge_kernels::recurrent::{causal_conv1d, sigmoid, softplus, ssm_scan_step};
+use ridge_kernels::recurrent::{causal_conv1d, sigmoid, softplus, ssm_scan_step, ScanGates};
 use ridge_kernels::{ops, Isa};
 
 use crate::config::ModelConfig;
@@ -234,7 +234,7 @@ fn scan_row(
     let c = &xbc[inner + (ng + g) * ds..inner + (ng + g + 1) * ds];
     let step = softplus(dt + m.dt_bias[head]);
     let decay = (step * m.a[head]).exp();
-    ssm_scan_step(isa, s, x, b, c, step, decay, y);
+    ssm_scan_step(isa, s, x, b, c, ScanGates { dt: step, decay }, y);
     for (yv, &xv) in y.iter_mut().zip(x) {
         *yv += xv * m.d[head];
     }
