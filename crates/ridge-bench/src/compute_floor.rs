@@ -107,6 +107,8 @@ mod tests {
         ModelSpec {
             name: "t".into(),
             n_layers: 2,
+            kv_layers: 2,
+            state_bytes: 0,
             n_heads: 4,
             n_kv_heads: 2,
             head_dim: 8,

@@ -71,3 +71,58 @@ fn arguments_beyond_the_model_are_refused() {
     let e = bench_batch(&m, &ok, 1, 0.0).unwrap_err();
     assert!(e.to_string().contains("bandwidth"), "{e}");
 }
+
+/// `ridge roofline`'s reading of a hybrid GGUF (its own, from the metadata alone) agrees with
+/// the model's: the layers that keep K/V, their K/V heads, and the recurrent state a sequence
+/// reads and writes per step — for every hybrid family's layout.
+#[test]
+fn the_roofline_spec_counts_a_hybrids_kv_layers_and_state() {
+    use ridge_kernels::DType;
+    use ridge_model::synthetic::{SyntheticHybrid, SyntheticMoe};
+    use ridge_model::Architecture;
+    let mk = |arch, n_k_heads, n_v_heads, head_dim, conv_kernel, interval| SyntheticSpec {
+        arch,
+        n_layers: 8,
+        d_model: 64,
+        n_heads: 4,
+        n_kv_heads: 2,
+        ffn_dim: 96,
+        dtype: DType::Q8_0,
+        hybrid: Some(SyntheticHybrid {
+            n_k_heads,
+            n_v_heads,
+            head_dim,
+            conv_kernel,
+            interval,
+            rope_dim: 8,
+            sections: [2, 1, 1, 0],
+            ..SyntheticHybrid::default()
+        }),
+        ..SyntheticSpec::default()
+    };
+    let specs = [
+        mk(Architecture::Qwen35, 2, 4, 16, 4, 4),
+        SyntheticSpec {
+            moe: Some(SyntheticMoe::new(8, 2, 32, Some(32))),
+            ..mk(Architecture::Qwen3Next, 1, 4, 16, 4, 2)
+        },
+        mk(Architecture::GraniteHybrid, 2, 8, 16, 4, 4),
+        mk(Architecture::NemotronH, 1, 4, 8, 3, 3),
+        mk(Architecture::Lfm2, 0, 0, 0, 3, 3),
+    ];
+    for spec in specs {
+        let (f, m) = model(&spec);
+        let g = ridge_gguf::GgufFile::open(f.path()).unwrap();
+        let r = ridge_roofline::ModelSpec::from_gguf(&g).unwrap();
+        let c = m.config();
+        let state = c.recurrent.as_ref().unwrap().state_bytes() as u64;
+        assert!(state > 0);
+        assert_eq!(
+            (r.kv_layers, r.n_kv_heads, r.state_bytes),
+            (c.n_kv_layers() as u64, c.n_kv_heads as u64, state),
+            "{:?}",
+            spec.arch
+        );
+        assert!(r.kv_layers < r.n_layers, "{:?}", spec.arch);
+    }
+}

@@ -337,6 +337,9 @@ pub struct ModelConfig {
     pub residual_scale: f32,
     /// Divisor of the logits (Granite's `logit_scale`; 1 elsewhere).
     pub logit_scale: f32,
+    /// Layers that neither attend nor recur — Nemotron-H's MLP-only layers — and so keep no
+    /// K/V (one flag per layer; empty for every other architecture).
+    pub ffn_only_layers: Vec<bool>,
 }
 
 impl ModelConfig {
@@ -357,11 +360,15 @@ impl ModelConfig {
             .is_some_and(|r| r.layers.get(layer).copied().unwrap_or(false))
     }
 
-    /// Layers that keep K/V (all but a hybrid's recurrent ones).
+    /// Whether layer `layer` attends (and so keeps K/V): not a hybrid's recurrent layer nor
+    /// one of Nemotron-H's MLP-only layers.
+    pub fn attends(&self, layer: usize) -> bool {
+        !self.is_recurrent(layer) && !self.ffn_only_layers.get(layer).copied().unwrap_or(false)
+    }
+
+    /// Layers that keep K/V (those that attend).
     pub fn n_kv_layers(&self) -> usize {
-        (0..self.n_layers)
-            .filter(|&l| !self.is_recurrent(l))
-            .count()
+        (0..self.n_layers).filter(|&l| self.attends(l)).count()
     }
 
     /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers,
@@ -598,13 +605,15 @@ impl ModelConfig {
             use_rope: true,
             residual_scale: 1.0,
             logit_scale: 1.0,
+            ffn_only_layers: Vec::new(),
         };
         if arch == Architecture::GraniteHybrid {
             granite_multipliers(f, arch_name, &mut cfg).map_err(bad)?;
         }
         if arch == Architecture::NemotronH {
-            // Its attention layers have no positions.
+            // Its attention layers have no positions; its MLP layers keep no K/V.
             cfg.use_rope = false;
+            cfg.ffn_only_layers = mlp_layers.unwrap_or_default();
         }
         Ok(cfg)
     }

@@ -151,7 +151,7 @@ pub struct KvCache {
     /// Group 0 holds the layers without a window (or every layer).
     groups: Vec<Group>,
     /// Per layer: its group and its index among the group's layers (`usize::MAX` for a
-    /// hybrid's recurrent layers, which keep no K/V).
+    /// layer that keeps no K/V: a hybrid's recurrent or MLP-only layer).
     layer_at: Vec<(usize, usize)>,
     /// Layers with K/V storage.
     kv_layers: usize,
@@ -206,7 +206,7 @@ impl KvCache {
         let mut layer_at = Vec::with_capacity(cfg.n_layers);
         let mut counts = [0usize; 2];
         for li in 0..cfg.n_layers {
-            if cfg.is_recurrent(li) {
+            if !cfg.attends(li) {
                 layer_at.push((0, usize::MAX));
                 continue;
             }

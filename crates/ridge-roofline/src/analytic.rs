@@ -211,12 +211,13 @@ impl Setup {
         let w = m.weight_bytes_for(batch);
         let b = batch as f64;
         // Per layer-position attended (see `ModelSpec::attended`): K and V bytes, and FLOPs.
-        let kv_per_layer_pos = kv_per_tok / m.n_layers.max(1) as f64;
+        let kv_per_layer_pos = kv_per_tok / m.kv_layers.max(1) as f64;
         let attn_per_layer_pos = 4.0 * (m.n_heads * m.head_dim) as f64;
         let attended = m.attended(context) as f64;
 
         let kv_bytes = b * attended * kv_per_layer_pos;
-        let step_bytes = w + kv_bytes;
+        // A hybrid's recurrent state: read and written whole by every sequence's step.
+        let step_bytes = w + kv_bytes + b * 2.0 * m.state_bytes as f64;
         let step_flops = b * (2.0 * m.params as f64 + attn_per_layer_pos * attended);
         // In GB/s as the hardware and the probe state them (no round trip through B/s, so the
         // reported floor bandwidth is exactly the figure it was chosen from).
@@ -284,6 +285,8 @@ mod tests {
         ModelSpec {
             name: "smol".into(),
             n_layers: 30,
+            kv_layers: 30,
+            state_bytes: 0,
             n_heads: 9,
             n_kv_heads: 3,
             head_dim: 64,

@@ -481,6 +481,8 @@ mod tests {
         ModelSpec {
             name: "toy".into(),
             n_layers: 1,
+            kv_layers: 1,
+            state_bytes: 0,
             n_heads: 1,
             n_kv_heads: 1,
             head_dim: 1,

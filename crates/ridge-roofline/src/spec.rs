@@ -50,6 +50,11 @@ pub struct ModelSpec {
     pub name: String,
     /// Transformer layers.
     pub n_layers: u64,
+    /// Of them, the layers that keep K/V (all but a hybrid's recurrent layers).
+    pub kv_layers: u64,
+    /// A hybrid's recurrent state per sequence, bytes (f32), read and written whole every
+    /// decode step whatever the context; 0 without recurrent layers.
+    pub state_bytes: u64,
     /// Query heads.
     pub n_heads: u64,
     /// Key/value heads (grouped-query attention shares each among `n_heads / n_kv_heads`).
@@ -94,16 +99,35 @@ impl ModelSpec {
         let n_layers = f.get_u64(&k("block_count"))?;
         let d_model = f.get_u64(&k("embedding_length"))?;
         let n_heads = f.get_u64(&k("attention.head_count"))?;
-        let n_kv_heads = match f.get(&k("attention.head_count_kv")) {
-            None => n_heads,
-            Some(v) => v.as_u64().ok_or_else(|| SpecError::Unsupported {
+        // A hybrid (LFM2, Granite 4.0-H, Nemotron-H) lists one count per layer, 0 on the
+        // layers without K/V; the others must agree.
+        let per_layer = |key: &str| match f.get(&k(key)) {
+            Some(ridge_gguf::MetadataValue::Array(a)) => a.to_i64_vec(),
+            _ => None,
+        };
+        let kv_list = per_layer("attention.head_count_kv");
+        let n_kv_heads = match (&kv_list, f.get(&k("attention.head_count_kv"))) {
+            (_, None) => n_heads,
+            (Some(list), _) => {
+                let mut heads = list.iter().copied().filter(|&h| h > 0);
+                let first = heads.next().unwrap_or(0);
+                if heads.any(|h| h != first) {
+                    return Err(SpecError::Unsupported {
+                        path,
+                        message: format!(
+                            "{}: attention layers with different K/V head counts are not modelled",
+                            k("attention.head_count_kv")
+                        ),
+                    });
+                }
+                first as u64
+            }
+            (None, Some(v)) => v.as_u64().ok_or_else(|| SpecError::Unsupported {
                 path: path.clone(),
-                message: format!(
-                    "{}: per-layer KV head counts are not modelled (expected one integer)",
-                    k("attention.head_count_kv")
-                ),
+                message: format!("{}: expected an integer", k("attention.head_count_kv")),
             })?,
         };
+        let (kv_layers, state_bytes) = hybrid_layers(f, &arch, n_layers, d_model, kv_list)?;
         let head_dim = match f.get(&k("attention.key_length")) {
             Some(_) => f.get_u64(&k("attention.key_length"))?,
             None if n_heads > 0 => d_model / n_heads,
@@ -200,6 +224,8 @@ impl ModelSpec {
         Ok(ModelSpec {
             name,
             n_layers,
+            kv_layers,
+            state_bytes,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -408,6 +434,8 @@ impl ModelSpec {
         Ok(ModelSpec {
             name,
             n_layers,
+            kv_layers: n_layers,
+            state_bytes: 0,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -430,9 +458,9 @@ impl ModelSpec {
     }
 
     /// Elements of K (or V) one token adds to the cache over all layers:
-    /// `n_layers · n_kv_heads · head_dim`.
+    /// `kv_layers · n_kv_heads · head_dim`.
     pub fn kv_elems_per_token(&self) -> u64 {
-        self.n_layers * self.n_kv_heads * self.head_dim
+        self.kv_layers * self.n_kv_heads * self.head_dim
     }
 
     /// Layer-positions a token at `context` cached positions attends over, summed over the
@@ -441,10 +469,10 @@ impl ModelSpec {
     pub fn attended(&self, context: u64) -> u64 {
         match self.sliding_window {
             Some(w) => {
-                (self.n_layers - w.layers.min(self.n_layers)) * context
-                    + w.layers.min(self.n_layers) * context.min(w.positions)
+                (self.kv_layers - w.layers.min(self.kv_layers)) * context
+                    + w.layers.min(self.kv_layers) * context.min(w.positions)
             }
-            None => self.n_layers * context,
+            None => self.kv_layers * context,
         }
     }
 
@@ -462,11 +490,11 @@ impl ModelSpec {
         let p = prompt as f64;
         match self.sliding_window {
             Some(w) => {
-                let windowed = w.layers.min(self.n_layers) as f64;
-                (self.n_layers as f64 - windowed) * tri(p, p)
+                let windowed = w.layers.min(self.kv_layers) as f64;
+                (self.kv_layers as f64 - windowed) * tri(p, p)
                     + windowed * tri(p, w.positions as f64)
             }
-            None => self.n_layers as f64 * tri(p, p),
+            None => self.kv_layers as f64 * tri(p, p),
         }
     }
 }
@@ -476,6 +504,72 @@ fn file_stem(path: &str) -> String {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.to_string())
+}
+
+/// A hybrid's layers that keep K/V and its recurrent state per sequence (bytes, f32), from the
+/// keys llama.cpp's loaders read: Qwen3.5 / Qwen3-Next's Gated DeltaNet (`ssm.*`, the layers
+/// `attention.recurrent_layers` or all but every `full_attention_interval`-th), Granite
+/// 4.0-H's and Nemotron-H's Mamba2 (the layers with no K/V heads, and for Nemotron-H no
+/// feed-forward), LFM2's short convolutions (`shortconv.l_cache`). `(n_layers, 0)` for a model
+/// that is not a hybrid.
+fn hybrid_layers(
+    f: &GgufFile,
+    arch: &str,
+    n_layers: u64,
+    d_model: u64,
+    kv_list: Option<Vec<i64>>,
+) -> Result<(u64, u64), SpecError> {
+    let k = |s: &str| format!("{arch}.{s}");
+    let u = |key: &str| f.get_u64(&k(key));
+    let kv_of = |i: usize| kv_list.as_ref().and_then(|l| l.get(i).copied());
+    let (recurrent, per_layer): (Vec<bool>, u64) = match arch {
+        "qwen35" | "qwen35moe" | "qwen3next" => {
+            let flags = match f.get(&k("attention.recurrent_layers")) {
+                Some(ridge_gguf::MetadataValue::Array(ridge_gguf::ArrayValue::Bool(b))) => {
+                    b.clone()
+                }
+                _ => {
+                    let every = match f.get(&k("full_attention_interval")) {
+                        Some(_) => u("full_attention_interval")?.max(1),
+                        None => 4,
+                    };
+                    (0..n_layers).map(|i| (i + 1) % every != 0).collect()
+                }
+            };
+            let (kern, hd) = (u("ssm.conv_kernel")?, u("ssm.state_size")?);
+            let (nk, nv) = (u("ssm.group_count")?, u("ssm.time_step_rank")?);
+            let conv = kern.saturating_sub(1) * (2 * nk * hd + nv * hd);
+            (flags, conv + nv * hd * hd)
+        }
+        "granitehybrid" | "nemotron_h" => {
+            let ff = match f.get(&k("feed_forward_length")) {
+                Some(ridge_gguf::MetadataValue::Array(a)) => a.to_i64_vec(),
+                _ => None,
+            };
+            let flags = (0..n_layers as usize)
+                .map(|i| kv_of(i) == Some(0) && ff.as_ref().is_none_or(|w| w.get(i) == Some(&0)))
+                .collect();
+            let (kern, inner) = (u("ssm.conv_kernel")?, u("ssm.inner_size")?);
+            let (ds, ng) = (u("ssm.state_size")?, u("ssm.group_count")?);
+            (
+                flags,
+                kern.saturating_sub(1) * (inner + 2 * ng * ds) + inner * ds,
+            )
+        }
+        "lfm2" => {
+            let flags = (0..n_layers as usize)
+                .map(|i| kv_of(i) == Some(0))
+                .collect();
+            (flags, u("shortconv.l_cache")?.saturating_sub(1) * d_model)
+        }
+        _ => return Ok((n_layers, 0)),
+    };
+    // Layers with K/V: not recurrent, and (with a per-layer list) with K/V heads.
+    let kv_layers = (0..n_layers as usize)
+        .filter(|&i| !recurrent.get(i).copied().unwrap_or(false) && kv_of(i).is_none_or(|h| h > 0))
+        .count() as u64;
+    let n_rec = recurrent.iter().filter(|&&r| r).count() as u64;
+    Ok((kv_layers, 4 * n_rec * per_layer))
 }
 
 #[cfg(test)]
