@@ -26,6 +26,7 @@ use crate::config::ModelConfig;
 use crate::hybrid::RecurrentConfig;
 use crate::layer::LayerCtx;
 use crate::recurrent_state::Journal;
+use crate::stack::convolve_seq;
 use crate::weights::{f32_rows, matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{KvCache, ModelError, Workspace};
@@ -253,25 +254,8 @@ pub(crate) fn delta_net(
     // norms of queries and keys.
     for (si, toks) in h.tokens_of.iter().enumerate() {
         let st = &mut states[si][layer_at..layer_at + conv_len];
-        let mut i = 0;
-        while i < toks.len() {
-            let first = toks[i];
-            let mut len = 1;
-            while i + len < toks.len() && toks[i + len] == first + len {
-                len += 1;
-            }
-            let rows = first * cd..(first + len) * cd;
-            causal_conv1d(
-                &h.mixed[rows.clone()],
-                len,
-                cd,
-                &net.conv,
-                rc.conv_kernel,
-                st,
-                &mut h.conv[rows],
-            );
-            i += len;
-        }
+        let conv = (&net.conv[..], rc.conv_kernel);
+        convolve_seq(toks, &h.mixed, cd, conv, st, &mut h.conv);
     }
     activate(&mut h.conv[..n * cd], cd, kd, hd, eps);
     // The delta rule: one task per (sequence, value head), over its tokens in order.

@@ -22,6 +22,7 @@ use crate::config::ModelConfig;
 use crate::hybrid::RecurrentConfig;
 use crate::layer::LayerCtx;
 use crate::recurrent_state::Journal;
+use crate::stack::convolve_seq;
 use crate::weights::{f32_rows, matrix, vector, MatRef};
 use crate::workspace::fit;
 use crate::{KvCache, ModelError, Workspace};
@@ -145,25 +146,14 @@ pub(crate) fn mamba2(
     let at = r * (conv_len + ssm_len);
     for (si, toks) in h.tokens_of.iter().enumerate() {
         let st = &mut states[si][at..at + conv_len];
-        let mut i = 0;
-        while i < toks.len() {
-            let first = toks[i];
-            let mut len = 1;
-            while i + len < toks.len() && toks[i + len] == first + len {
-                len += 1;
-            }
-            let rows = first * cd..(first + len) * cd;
-            causal_conv1d(
-                &h.mixed[rows.clone()],
-                len,
-                cd,
-                &m.conv,
-                rc.conv_kernel,
-                st,
-                &mut h.conv[rows],
-            );
-            i += len;
-        }
+        convolve_seq(
+            toks,
+            &h.mixed,
+            cd,
+            (&m.conv, rc.conv_kernel),
+            st,
+            &mut h.conv,
+        );
     }
     bias_silu(&mut h.conv[..n * cd], &m.conv_bias);
     // The scan: one task per (sequence, head), over its tokens in order.

@@ -17,6 +17,7 @@ use ridge_kernels::recurrent::causal_conv1d;
 use crate::config::ModelConfig;
 use crate::layer::LayerCtx;
 use crate::recurrent_state::Journal;
+use crate::stack::convolve_seq;
 use crate::weights::{f32_rows, matrix, MatRef};
 use crate::workspace::fit;
 use crate::{KvCache, ModelError, Workspace};
@@ -99,26 +100,7 @@ pub(crate) fn short_conv(
     let win = rc.conv_state_len();
     for (si, toks) in h.tokens_of.iter().enumerate() {
         let st = &mut states[si][r * win..(r + 1) * win];
-        // Runs of consecutive rows in one call (prefill's window shifts once per run).
-        let mut i = 0;
-        while i < toks.len() {
-            let first = toks[i];
-            let mut len = 1;
-            while i + len < toks.len() && toks[i + len] == first + len {
-                len += 1;
-            }
-            let rows = first * d..(first + len) * d;
-            causal_conv1d(
-                &h.z[rows.clone()],
-                len,
-                d,
-                &sc.conv,
-                rc.conv_kernel,
-                st,
-                &mut h.conv[rows],
-            );
-            i += len;
-        }
+        convolve_seq(toks, &h.z, d, (&sc.conv, rc.conv_kernel), st, &mut h.conv);
     }
     // c ⊙ conv, then the output projection.
     for (y, bcx) in h.conv[..n * d]

@@ -139,6 +139,38 @@ pub(crate) fn group_tokens(batch: &Batch, ws: &mut Workspace) {
     }
 }
 
+/// The causal convolution of one sequence's rows `toks` (batch indices, in order) of `x`
+/// (`ch` channels each) into the same rows of `out`, continuing from its `window`: each run of
+/// consecutive rows in one call, so prefill's window shifts once per run, not once per token.
+pub(crate) fn convolve_seq(
+    toks: &[usize],
+    x: &[f32],
+    ch: usize,
+    (w, kernel): (&[f32], usize),
+    window: &mut [f32],
+    out: &mut [f32],
+) {
+    let mut i = 0;
+    while i < toks.len() {
+        let first = toks[i];
+        let mut len = 1;
+        while i + len < toks.len() && toks[i + len] == first + len {
+            len += 1;
+        }
+        let rows = first * ch..(first + len) * ch;
+        ridge_kernels::recurrent::causal_conv1d(
+            &x[rows.clone()],
+            len,
+            ch,
+            w,
+            kernel,
+            window,
+            &mut out[rows],
+        );
+        i += len;
+    }
+}
+
 /// Whether `skip` marks layer `li`.
 #[inline]
 pub(crate) fn skipped(skip: Option<&[bool]>, li: usize) -> bool {
