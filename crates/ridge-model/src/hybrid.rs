@@ -103,18 +103,7 @@ impl RecurrentConfig {
     /// (heads) and `group_count`. Every message names the key.
     pub(crate) fn mamba2(f: &GgufFile, arch_name: &str, layers: Vec<bool>) -> Result<Self, String> {
         let k = |s: &str| format!("{arch_name}.{s}");
-        let usize_in = |key: &str, range: std::ops::RangeInclusive<usize>| {
-            f.get_usize_in(&k(key), range.clone())
-                .map_err(|_| match f.get(&k(key)) {
-                    None => format!("`{}` is missing (a hybrid model needs it)", k(key)),
-                    Some(_) => format!(
-                        "`{}` must be an integer in {}..={}",
-                        k(key),
-                        range.start(),
-                        range.end()
-                    ),
-                })
-        };
+        let usize_in = |key: &str, range| hybrid_key(f, &k(key), range);
         let conv_kernel = usize_in("ssm.conv_kernel", 1..=64)?;
         let inner = usize_in("ssm.inner_size", 1..=1 << 20)?;
         let d_state = usize_in("ssm.state_size", 1..=1024)?;
@@ -150,12 +139,7 @@ impl RecurrentConfig {
         layers: Vec<bool>,
     ) -> Result<Self, String> {
         let key = format!("{arch_name}.shortconv.l_cache");
-        let conv_kernel = f
-            .get_usize_in(&key, 2..=64)
-            .map_err(|_| match f.get(&key) {
-                None => format!("`{key}` is missing (a hybrid model needs it)"),
-                Some(_) => format!("`{key}` must be an integer in 2..=64"),
-            })?;
+        let conv_kernel = hybrid_key(f, &key, 2..=64)?;
         Ok(RecurrentConfig {
             kind: RecurrentKind::ShortConv,
             conv_kernel,
@@ -188,18 +172,7 @@ impl RecurrentConfig {
         n_layers: usize,
     ) -> Result<Self, String> {
         let k = |s: &str| format!("{arch_name}.{s}");
-        let usize_in = |key: &str, range: std::ops::RangeInclusive<usize>| {
-            f.get_usize_in(&k(key), range.clone())
-                .map_err(|_| match f.get(&k(key)) {
-                    None => format!("`{}` is missing (a hybrid model needs it)", k(key)),
-                    Some(_) => format!(
-                        "`{}` must be an integer in {}..={}",
-                        k(key),
-                        range.start(),
-                        range.end()
-                    ),
-                })
-        };
+        let usize_in = |key: &str, range| hybrid_key(f, &k(key), range);
         let conv_kernel = usize_in("ssm.conv_kernel", 1..=64)?;
         let head_dim = usize_in("ssm.state_size", 1..=1024)?;
         let n_v_heads = usize_in("ssm.time_step_rank", 1..=1024)?;
@@ -257,6 +230,23 @@ impl RecurrentConfig {
             interleaved_key_heads: false,
         })
     }
+}
+
+/// The integer at `key` within `range`; the message says whether it is missing or out of range.
+fn hybrid_key(
+    f: &GgufFile,
+    key: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<usize, String> {
+    f.get_usize_in(key, range.clone())
+        .map_err(|_| match f.get(key) {
+            None => format!("`{key}` is missing (a hybrid model needs it)"),
+            Some(_) => format!(
+                "`{key}` must be an integer in {}..={}",
+                range.start(),
+                range.end()
+            ),
+        })
 }
 
 /// Reads `rope.dimension_sections` (M-RoPE's four sections, in rotated pairs) and returns,
