@@ -284,8 +284,8 @@ fn hostile_requests_get_4xx_error_objects_and_the_server_stays_healthy() {
         ),
         (
             "/v1/completions",
-            json!({"prompt": "x", "model": "gpt-4"}),
-            404,
+            json!({"prompt": "x", "model": ["gpt-4"]}),
+            400,
         ),
         ("/v1/completions", json!({"prompt": vec!["x"; 100]}), 400),
         ("/v1/chat/completions", json!({"messages": "hi"}), 400),

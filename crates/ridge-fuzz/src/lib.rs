@@ -215,8 +215,6 @@ pub fn request(data: &[u8]) {
     let v = Validator {
         tokenizer: tok,
         template: Some(chatml()),
-        model_name: "fuzz-model",
-        aliases: &[],
         vocab: tok.vocab_size(),
         parse_reasoning: sel & 16 == 0,
         reasoning_budget: (sel & 32 != 0).then_some(16),

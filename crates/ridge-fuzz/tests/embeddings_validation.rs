@@ -12,7 +12,7 @@ const WIDTH: usize = 32;
 fn check(body: &Value) -> Result<ridge_server::embeddings::EmbeddingJob, (u16, Value)> {
     let tok = &vocab::pick(0).tokenizer;
     let bytes = body.to_string().into_bytes();
-    validate(&bytes, tok, "m", &[], tok.vocab_size(), CTX, WIDTH).map_err(|e| {
+    validate(&bytes, tok, tok.vocab_size(), CTX, WIDTH).map_err(|e| {
         assert!(e.status.is_client_error());
         (e.status.as_u16(), e.body()["error"]["param"].clone())
     })
@@ -90,7 +90,7 @@ fn mistakes_are_4xx_naming_the_field() {
     }
     let tok = &vocab::pick(0).tokenizer;
     for body in [&b"[1]"[..], b"{", b"\xff\xfe", b"null", b""] {
-        let e = validate(body, tok, "m", &[], tok.vocab_size(), CTX, WIDTH).unwrap_err();
+        let e = validate(body, tok, tok.vocab_size(), CTX, WIDTH).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
     }
 }
@@ -118,7 +118,7 @@ fn mangled_bodies_never_panic() {
                 }
                 _ => b.insert(i, b[i]),
             }
-            if let Err(e) = validate(&b, tok, "m", &[], tok.vocab_size(), CTX, WIDTH) {
+            if let Err(e) = validate(&b, tok, tok.vocab_size(), CTX, WIDTH) {
                 assert!(e.status.is_client_error());
             }
         }

@@ -65,19 +65,17 @@ pub struct EmbeddingJob {
 }
 
 /// Validates an embeddings body for a model of vocabulary `vocab`, context `ctx` and vector
-/// width `width`, served as `model_name`.
+/// width `width`.
 pub fn validate(
     body: &[u8],
     tokenizer: &ridge_tokenizer::Tokenizer,
-    model_name: &str,
-    aliases: &[String],
     vocab: usize,
     ctx: usize,
     width: usize,
 ) -> Result<EmbeddingJob, ApiError> {
     let m = Fields::parse(body)?;
     let f = Fields(&m);
-    params::check_model(&f, model_name, aliases)?;
+    params::check_model(&f)?;
     let encoding = match f.str("encoding_format")? {
         None | Some("float") => Encoding::Float,
         Some("base64") => Encoding::Base64,
@@ -325,8 +323,6 @@ async fn embeddings_inner(app: &AppState, body: Body) -> Result<Value, ApiError>
     let job = validate(
         &b,
         &st.tokenizer,
-        &st.model_name,
-        &st.aliases,
         info.vocab,
         info.ctx_len,
         info.embedding_width,

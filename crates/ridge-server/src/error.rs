@@ -121,12 +121,14 @@ impl ApiError {
 
     /// The response in `style`.
     pub fn render(&self, style: ErrorStyle) -> Response {
+        crate::access_log::note_error(&self.message);
         (self.status, axum::Json(self.body_in(style))).into_response()
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        crate::access_log::note_error(&self.message);
         (self.status, axum::Json(self.body())).into_response()
     }
 }

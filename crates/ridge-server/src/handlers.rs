@@ -28,7 +28,7 @@ impl Validator<'_> {
     pub fn tokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         if f.get("messages").is_some() {
             let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
             self.render_chat(&f, tools.as_ref()).map(|r| r.tokens)
@@ -47,7 +47,7 @@ impl Validator<'_> {
     pub fn detokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         match f.get("tokens") {
             Some(Value::Array(a)) => self.token_ids(a, "tokens"),
             _ => Err(ApiError::invalid(
@@ -85,6 +85,7 @@ pub(crate) async fn body_and_model(
 ) -> Result<(Bytes, Arc<ModelState>), ApiError> {
     let b = body_bytes(body)?;
     let m = app.pool.for_body(&b).await?;
+    crate::access_log::note_model(&m.model_name);
     Ok((b, m))
 }
 

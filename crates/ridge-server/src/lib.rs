@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access_log;
 pub mod auth;
 pub mod embeddings;
 pub mod error;
@@ -54,7 +55,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub use pool::{KeepAlive, Loader, ModelEntry, ModelPool, PoolConfig};
+pub use pool::{AliasRule, KeepAlive, Loader, ModelEntry, ModelPool, PoolConfig};
 pub use state::{AppState, ModelState};
 
 /// Default largest request body, bytes.
@@ -111,6 +112,10 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .merge(api)
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access_log::log_requests,
+        ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(CatchPanicLayer::custom(|_| {
             use axum::response::IntoResponse;

@@ -156,6 +156,9 @@ pub struct Common {
     /// `speculative` (ridge's extension, default true): false opts this request out of
     /// speculative decoding.
     pub speculative: bool,
+    /// A `max_tokens` past the context is clamped to the room left (noted in the request's
+    /// log line and an `x-ridge-max-tokens-clamped` header) instead of refused.
+    pub clamp_max_tokens: bool,
 }
 
 /// Reads the shared fields. `vocab` bounds token ids in `logit_bias` and `stop_token_ids`.
@@ -201,6 +204,7 @@ pub fn common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
         include_usage,
         render_special: !f.bool("skip_special_tokens", true)?,
         speculative: f.bool("speculative", true)?,
+        clamp_max_tokens: false,
     })
 }
 
@@ -294,17 +298,10 @@ fn logit_bias(f: &Fields, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
         .collect()
 }
 
-/// Checks the `model` field against the served name.
-pub fn check_model(f: &Fields, served: &str, aliases: &[String]) -> Result<(), ApiError> {
-    match f.str("model")? {
-        Some(m) if m != served && !aliases.iter().any(|a| a == m) => Err(ApiError {
-            status: axum::http::StatusCode::NOT_FOUND,
-            message: format!("The model `{m}` does not exist. This server serves `{served}`."),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }),
-        _ => Ok(()),
-    }
+/// Checks the `model` field's type. Which model serves the name is the pool's decision
+/// ([`crate::pool::ModelPool::resolve`]), made once before the body is validated.
+pub fn check_model(f: &Fields) -> Result<(), ApiError> {
+    f.str("model").map(|_| ())
 }
 
 /// Builds the engine request for one prompt, checking prompt + max_tokens against the context.
@@ -326,7 +323,11 @@ pub fn engine_request(
     }
     let max_tokens = match c.max_tokens.or(default_max) {
         Some(m) => {
-            if prompt.len() + m > ctx {
+            if prompt.len() + m > ctx && c.clamp_max_tokens {
+                let room = ctx - prompt.len();
+                crate::access_log::note_clamped(m, room);
+                room
+            } else if prompt.len() + m > ctx {
                 return Err(ApiError::invalid(
                     "max_tokens",
                     format!(
@@ -335,8 +336,9 @@ pub fn engine_request(
                         prompt.len()
                     ),
                 ));
+            } else {
+                m
             }
-            m
         }
         None => ctx - prompt.len(),
     };

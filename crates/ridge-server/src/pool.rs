@@ -148,6 +148,70 @@ pub struct PoolConfig {
     pub keep_alive: KeepAlive,
     /// How long a request waits for its model to load (or for room to load it).
     pub load_timeout: Duration,
+    /// `--model-alias PATTERN=MODEL` rules, tried in order for a name no model answers to.
+    pub alias_rules: Vec<AliasRule>,
+}
+
+/// A `--model-alias` rule: requests naming a model that matches `pattern` (`*` matches any
+/// run of characters, e.g. `claude-*`) are served by the model `model`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AliasRule {
+    /// The glob a requested name must match.
+    pub pattern: String,
+    /// The served model's id or alias.
+    pub model: String,
+}
+
+impl AliasRule {
+    /// Parses `PATTERN=MODEL`.
+    pub fn parse(s: &str) -> Result<AliasRule, String> {
+        match s.split_once('=') {
+            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok(AliasRule {
+                pattern: p.to_string(),
+                model: m.to_string(),
+            }),
+            _ => Err(format!(
+                "expected PATTERN=MODEL (e.g. 'claude-*=qwen'), got {s:?}"
+            )),
+        }
+    }
+
+    /// Whether `name` matches the pattern.
+    pub fn matches(&self, name: &str) -> bool {
+        glob_matches(self.pattern.as_bytes(), name.as_bytes())
+    }
+}
+
+/// `*`-only glob matching (greedy with backtracking to the last star; linear in practice).
+fn glob_matches(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == s[si] {
+            pi += 1;
+            si += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Which model answers a requested name, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The entry's index.
+    pub index: usize,
+    /// Set when the name was not the model's own: the requested name (served by an alias
+    /// rule, or by the only model of a one-model server).
+    pub substituted: Option<String>,
 }
 
 impl Default for PoolConfig {
@@ -157,6 +221,7 @@ impl Default for PoolConfig {
             max_memory: None,
             keep_alive: KeepAlive::Forever,
             load_timeout: Duration::from_secs(300),
+            alias_rules: Vec::new(),
         }
     }
 }
@@ -348,21 +413,53 @@ impl ModelPool {
         v.join(", ")
     }
 
-    /// The entry a request's `model` names (`None`: the default).
+    /// The entry named exactly `name` — its id or one of its aliases (`None`: the default).
     pub fn index_of(&self, name: Option<&str>) -> Result<usize, ApiError> {
         let Some(name) = name else { return Ok(0) };
         self.entries
             .iter()
             .position(|e| e.id == name || e.aliases.iter().any(|a| a == name))
-            .ok_or_else(|| ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: format!(
-                    "The model `{name}` does not exist. This server serves {}.",
-                    self.names()
-                ),
-                param: Some("model".into()),
-                code: Some("model_not_found"),
-            })
+            .ok_or_else(|| self.not_found(name))
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "The model `{name}` does not exist. This server serves {}.",
+                self.names()
+            ),
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }
+    }
+
+    /// The entry that serves a request naming `name`: the model it names exactly; else the
+    /// first `--model-alias` rule it matches; else, on a server of one model, that model
+    /// (llama-server's behaviour: agents name models such as `claude-…` that a local server
+    /// cannot know); else a 404 naming the served models.
+    pub fn resolve(&self, name: Option<&str>) -> Result<Resolved, ApiError> {
+        let Some(name) = name else {
+            return Ok(Resolved {
+                index: 0,
+                substituted: None,
+            });
+        };
+        if let Ok(index) = self.index_of(Some(name)) {
+            return Ok(Resolved {
+                index,
+                substituted: None,
+            });
+        }
+        let index = match self.config.alias_rules.iter().find(|r| r.matches(name)) {
+            Some(rule) => self.index_of(Some(&rule.model))?,
+            None if self.entries.len() == 1 => 0,
+            None => return Err(self.not_found(name)),
+        };
+        Ok(Resolved {
+            index,
+            substituted: Some(name.to_string()),
+        })
     }
 
     /// The model a request body names (its `model` field; the default when it names none or
@@ -386,7 +483,11 @@ impl ModelPool {
             }
             None => (None, None),
         };
-        self.get(name.as_deref(), keep).await
+        let r = self.resolve(name.as_deref())?;
+        if let Some(asked) = &r.substituted {
+            crate::access_log::note_model_substituted(asked, &self.entries[r.index].id);
+        }
+        self.get_index(r.index, keep).await
     }
 
     /// The model named `name` (an alias too; `None`: the default), loading it if needed.
@@ -396,6 +497,14 @@ impl ModelPool {
         keep_alive: Option<KeepAlive>,
     ) -> Result<Arc<ModelState>, ApiError> {
         let i = self.index_of(name)?;
+        self.get_index(i, keep_alive).await
+    }
+
+    async fn get_index(
+        self: &Arc<Self>,
+        i: usize,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Arc<ModelState>, ApiError> {
         let m = self.acquire(i).await?;
         let mut slots = self.lock();
         slots[i].last_used = Instant::now();
@@ -764,5 +873,85 @@ mod tests {
         ] {
             assert!(p(bad.clone()).is_err(), "{bad}");
         }
+    }
+
+    struct NoLoader;
+    impl Loader for NoLoader {
+        fn plan(&self, _: &ModelEntry) -> Result<u64, String> {
+            Err("no loads here".into())
+        }
+        fn load(&self, _: &ModelEntry) -> Result<ModelState, String> {
+            Err("no loads here".into())
+        }
+    }
+
+    fn pool(ids: &[&str], rules: &[&str]) -> ModelPool {
+        let entries = ids
+            .iter()
+            .map(|id| ModelEntry {
+                id: id.to_string(),
+                aliases: vec![format!("{id}-alias")],
+                source: id.to_string(),
+                size_bytes: 0,
+            })
+            .collect();
+        let config = PoolConfig {
+            alias_rules: rules.iter().map(|r| AliasRule::parse(r).unwrap()).collect(),
+            ..PoolConfig::default()
+        };
+        ModelPool::new(entries, Arc::new(NoLoader), config)
+    }
+
+    #[test]
+    fn glob_patterns_match_as_shells_do() {
+        let m = |p: &str, s: &str| glob_matches(p.as_bytes(), s.as_bytes());
+        assert!(m("claude-*", "claude-sonnet-4-5-20250929"));
+        assert!(m("*", ""));
+        assert!(m("*haiku*", "claude-3-5-haiku-latest"));
+        assert!(m("a*b*c", "aXbYbZc"));
+        assert!(m("gpt-5", "gpt-5"));
+        assert!(!m("gpt-5", "gpt-5-codex"));
+        assert!(!m("claude-*", "claude"));
+        assert!(!m("a*b*c", "aXbYbZ"));
+        assert!(AliasRule::parse("claude-*").is_err());
+        assert!(AliasRule::parse("=qwen").is_err());
+        assert!(AliasRule::parse("x=").is_err());
+    }
+
+    #[test]
+    fn names_resolve_exactly_then_by_rule_then_to_the_only_model() {
+        let two = pool(
+            &["qwen", "gemma"],
+            &["claude-*haiku*=qwen", "claude-*=gemma-alias"],
+        );
+        let r = |p: &ModelPool, n: Option<&str>| p.resolve(n).map(|r| (r.index, r.substituted));
+        assert_eq!(r(&two, None).unwrap(), (0, None));
+        assert_eq!(r(&two, Some("gemma")).unwrap(), (1, None));
+        assert_eq!(r(&two, Some("qwen-alias")).unwrap(), (0, None));
+        assert_eq!(
+            r(&two, Some("claude-3-5-haiku-latest")).unwrap(),
+            (0, Some("claude-3-5-haiku-latest".into()))
+        );
+        assert_eq!(
+            r(&two, Some("claude-opus-4-5")).unwrap(),
+            (1, Some("claude-opus-4-5".into()))
+        );
+        let e = r(&two, Some("gpt-5")).unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_FOUND);
+        assert_eq!(e.code, Some("model_not_found"));
+        assert!(
+            e.message.contains("`gpt-5`")
+                && e.message.contains("`qwen`")
+                && e.message.contains("`gemma`"),
+            "{}",
+            e.message
+        );
+        // One model answers every name (llama-server's behaviour); explicit lookups stay exact.
+        let one = pool(&["qwen"], &[]);
+        assert_eq!(
+            r(&one, Some("claude-sonnet-4-5")).unwrap(),
+            (0, Some("claude-sonnet-4-5".into()))
+        );
+        assert!(one.index_of(Some("claude-sonnet-4-5")).is_err());
     }
 }

@@ -48,19 +48,17 @@ pub struct RerankJob {
     pub return_documents: bool,
 }
 
-/// Validates a rerank body for a model of context `ctx` served as `model_name`, forming the
+/// Validates a rerank body for a model of context `ctx`, forming the
 /// prompts with `template` (the model's rerank template, if any).
 pub fn validate(
     body: &[u8],
     tokenizer: &ridge_tokenizer::Tokenizer,
     template: Option<&str>,
-    model_name: &str,
-    aliases: &[String],
     ctx: usize,
 ) -> Result<RerankJob, ApiError> {
     let m = Fields::parse(body)?;
     let f = Fields(&m);
-    params::check_model(&f, model_name, aliases)?;
+    params::check_model(&f)?;
     let query = f
         .str("query")?
         .ok_or_else(|| ApiError::invalid("query", "`query` is required (a string)"))?;
@@ -158,7 +156,7 @@ async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
     let Some(head) = &info.rank_head else {
         // The model is checked first, so a wrong name reads as one.
         let m = Fields::parse(&b)?;
-        params::check_model(&Fields(&m), &st.model_name, &st.aliases)?;
+        params::check_model(&Fields(&m))?;
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "rerank_unsupported",
@@ -169,14 +167,7 @@ async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
             ),
         ));
     };
-    let job = validate(
-        &b,
-        &st.tokenizer,
-        head.template(),
-        &st.model_name,
-        &st.aliases,
-        info.ctx_len,
-    )?;
+    let job = validate(&b, &st.tokenizer, head.template(), info.ctx_len)?;
     let tokens: usize = job.prompts.iter().map(Vec::len).sum();
     let outputs = embed_all(&st.engine, job.prompts, Pooling::Rank).await?;
     let mut scored: Vec<(usize, f32)> = outputs
@@ -220,7 +211,7 @@ mod tests {
         .unwrap();
         let tok = ridge_tokenizer::Tokenizer::from_gguf(&f).unwrap();
         let t = Some("<|endoftext|>{query}|{document}");
-        let v = |body: Value| validate(body.to_string().as_bytes(), &tok, t, "m", &[], 64);
+        let v = |body: Value| validate(body.to_string().as_bytes(), &tok, t, 64);
         let err = |body: Value| v(body).unwrap_err().message;
         let ok = v(json!({"query": "q", "documents": ["ab", {"text": "c"}], "top_n": 1})).unwrap();
         // 256 is <|endoftext|>; the synthetic vocabulary is one token per byte.
@@ -246,6 +237,7 @@ mod tests {
         assert!(err(json!({"query": "q", "documents": many})).contains("at most 2048"));
         let long = "x".repeat(80);
         assert!(err(json!({"query": "q", "documents": [long]})).contains("maximum context"));
-        assert!(err(json!({"model": "other", "query": "q", "documents": ["a"]})).contains("other"));
+        // The pool resolved the name before the body got here; only its type is checked.
+        assert!(err(json!({"model": 3, "query": "q", "documents": ["a"]})).contains("model"));
     }
 }

@@ -336,6 +336,17 @@ impl Session {
     pub fn fresh_id(&self) -> String {
         self.state.next_response_id()
     }
+
+    /// Writes the token counts and TTFT so far into the request's log record.
+    fn log_usage(&self, record: Option<&crate::access_log::Handle>) {
+        let (prompt, completion, cached) = self.totals();
+        let ttft = self
+            .choices
+            .first()
+            .and_then(|c| c.timings.as_ref())
+            .and_then(|t| t.ttft_ms());
+        crate::access_log::note_usage(record, prompt, cached, completion, ttft);
+    }
 }
 
 /// Aborts the engine requests it holds when dropped, unless disarmed.
@@ -477,6 +488,7 @@ async fn collect<A: Adapter>(
         }
     }
     guard.armed = !session.done() || session.error.is_some();
+    session.log_usage(None);
     if let Some(e) = &session.error {
         return Err(ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -502,6 +514,8 @@ struct StreamState<A> {
     out: VecDeque<Frame>,
     started: bool,
     ended: bool,
+    /// The request's log record (the body is polled after the handler returned).
+    record: Option<crate::access_log::Handle>,
 }
 
 fn sse_event(f: Frame) -> SseEvent {
@@ -527,6 +541,7 @@ fn stream_response<A: Adapter>(
         out: VecDeque::new(),
         started: false,
         ended: false,
+        record: crate::access_log::current(),
     };
     Sse::new(stream::unfold(st, |mut st| async move {
         loop {
@@ -547,6 +562,9 @@ fn stream_response<A: Adapter>(
                             let last = st.session.done();
                             st.out.extend(st.adapter.update(&mut st.session, u, last));
                         }
+                    }
+                    if st.session.done() {
+                        st.session.log_usage(st.record.as_ref());
                     }
                     if let Some(e) = st.session.error.clone() {
                         let err = ApiError::new(

@@ -121,6 +121,8 @@ pub struct AppState {
     pub responses: crate::protocols::responses::ResponseStore,
     /// Unix time the server started.
     pub created: u64,
+    /// How the request log is written.
+    pub log_format: crate::access_log::LogFormat,
 }
 
 impl AppState {
@@ -133,6 +135,7 @@ impl AppState {
             metrics_prefix: "ridge",
             responses: Default::default(),
             created: unix_now(),
+            log_format: Default::default(),
         }
     }
 

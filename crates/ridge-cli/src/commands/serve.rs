@@ -52,6 +52,15 @@ pub struct Args {
     /// more names are aliases; with several, one name per `--model`, in order.
     #[arg(long)]
     served_model_name: Vec<String>,
+    /// `PATTERN=MODEL`: requests naming a model that matches PATTERN (`*` matches anything,
+    /// e.g. `claude-*=qwen`) are served by MODEL; repeat for more rules, tried in order.
+    /// Without a matching rule, a server of one model answers every name with it; a server
+    /// of several answers an unknown name with a 404 naming what it serves.
+    #[arg(long, value_parser = ridge_server::AliasRule::parse)]
+    model_alias: Vec<ridge_server::AliasRule>,
+    /// The request log, one line per request on stderr: `text`, `json`, or `off`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json", "off"])]
+    log_format: String,
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 64)]
     max_seqs: usize,
@@ -204,6 +213,22 @@ pub fn main(a: Args) -> Result<()> {
     if a.kv_events_buffer == 0 {
         bail!("--kv-events-buffer must be at least 1");
     }
+    let alias_rules = a.model_alias.clone();
+    for r in &alias_rules {
+        if !entries
+            .iter()
+            .any(|e| e.id == r.model || e.aliases.contains(&r.model))
+        {
+            let served: Vec<String> = entries.iter().map(|e| format!("`{}`", e.id)).collect();
+            bail!(
+                "--model-alias {}={}: no served model is named `{}` (served: {})",
+                r.pattern,
+                r.model,
+                r.model,
+                served.join(", ")
+            );
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -265,6 +290,7 @@ pub fn main(a: Args) -> Result<()> {
             max_memory,
             keep_alive,
             load_timeout: Duration::from_secs(a.load_timeout),
+            alias_rules,
         },
     ));
     let name = pool.entries()[0].id.clone();
@@ -276,6 +302,8 @@ pub fn main(a: Args) -> Result<()> {
     } else {
         "ridge"
     };
+    state.log_format =
+        ridge_server::access_log::LogFormat::parse(&a.log_format).unwrap_or_default();
     let state = Arc::new(state);
     let app = ridge_server::router(state.clone(), a.max_body_bytes);
     rt.block_on(async move {

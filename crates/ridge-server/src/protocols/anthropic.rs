@@ -48,12 +48,15 @@ impl Validator<'_> {
     pub fn messages(&self, body: &[u8]) -> Result<MessagesJob, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         if f.get("max_tokens").is_none() {
             return Err(invalid("max_tokens", "`max_tokens` is required"));
         }
         let shared = shared_fields(&f)?;
-        let common = params::common(&Fields(&shared), self.vocab).map_err(rename)?;
+        let mut common = params::common(&Fields(&shared), self.vocab).map_err(rename)?;
+        // Anthropic's clients ask the model's largest output (Claude Code: 32000 or 64000)
+        // whatever the prompt: what does not fit is clamped to the room left.
+        common.clamp_max_tokens = true;
         let tools = self.tools(&f)?;
         let prompt = self.prompt(&f, tools.as_ref())?;
         let input_tokens = prompt.tokens.len();
@@ -83,7 +86,7 @@ impl Validator<'_> {
     pub fn count_tokens(&self, body: &[u8]) -> Result<usize, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         let tools = self.tools(&f)?;
         Ok(self.prompt(&f, tools.as_ref())?.tokens.len())
     }
@@ -311,7 +314,7 @@ fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
         None => {}
         Some(Value::String(s)) => out.push(ChatMessage::new("system", s.clone())),
         Some(Value::Array(blocks)) => {
-            let text = text_of(blocks, "system")?;
+            let text = system_text(blocks)?;
             out.push(ChatMessage::new("system", text));
         }
         Some(_) => {
@@ -341,14 +344,19 @@ fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
         let role = m.get("role").and_then(Value::as_str);
         let content = m.get("content");
         match (role, content) {
-            (Some(r @ ("user" | "assistant")), Some(Value::String(s))) => {
+            (Some(r @ ("user" | "assistant" | "system")), Some(Value::String(s))) => {
                 out.push(ChatMessage::new(r, s.clone()))
+            }
+            // A system turn inside the conversation (Claude Code sends them after the first
+            // user turn); the renderer keeps it in place or merges it into the leading one.
+            (Some("system"), Some(Value::Array(blocks))) => {
+                out.push(ChatMessage::new("system", text_of(blocks, "messages")?))
             }
             (Some("user"), Some(Value::Array(blocks))) => user_blocks(i, blocks, &names, &mut out)?,
             (Some("assistant"), Some(Value::Array(blocks))) => {
                 out.push(assistant_blocks(i, blocks, &mut names)?)
             }
-            (Some("user" | "assistant"), _) => {
+            (Some("user" | "assistant" | "system"), _) => {
                 return Err(invalid(
                     "messages",
                     format!("messages[{i}].content must be a string or an array of content blocks"),
@@ -357,7 +365,7 @@ fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
             _ => {
                 return Err(invalid(
                     "messages",
-                    format!("messages[{i}].role must be \"user\" or \"assistant\""),
+                    format!("messages[{i}].role must be \"user\", \"assistant\" or \"system\""),
                 ))
             }
         }
@@ -374,6 +382,21 @@ fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
         ));
     }
     Ok(out)
+}
+
+/// The text of `system` blocks, one paragraph each, without Claude Code's billing header: a
+/// block `x-anthropic-billing-header: cc_version=…; …` is metadata for Anthropic's billing, not
+/// an instruction, and its version suffix changes with every conversation — left in, it would
+/// be the prompt's first line and no agent session would share a cached prefix with another.
+fn system_text(blocks: &[Value]) -> Result<String, ApiError> {
+    let mut parts = Vec::with_capacity(blocks.len());
+    for b in blocks {
+        let t = text_of(std::slice::from_ref(b), "system")?;
+        if !t.starts_with("x-anthropic-billing-header:") {
+            parts.push(t);
+        }
+    }
+    Ok(parts.join("\n\n"))
 }
 
 fn block_type(b: &Value) -> Option<&str> {

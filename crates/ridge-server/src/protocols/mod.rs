@@ -83,10 +83,6 @@ pub struct Validator<'a> {
     pub tokenizer: &'a Tokenizer,
     /// The chat template, if the model has one.
     pub template: Option<&'a ChatTemplate>,
-    /// The served model name (`model` must match it when given).
-    pub model_name: &'a str,
-    /// Other names the model answers to.
-    pub aliases: &'a [String],
     /// Vocabulary size: token ids must lie below it.
     pub vocab: usize,
     /// Split thinking from answers (`--reasoning-format none` keeps it in the content).
@@ -110,8 +106,6 @@ impl<'a> Validator<'a> {
         Validator {
             tokenizer: &st.tokenizer,
             template: st.template.as_ref(),
-            model_name: &st.model_name,
-            aliases: &st.aliases,
             vocab: st.engine.info().vocab,
             parse_reasoning: st.parse_reasoning,
             reasoning_budget: st.reasoning_budget,
@@ -158,9 +152,16 @@ impl<'a> Validator<'a> {
         if let Some(t) = tools.and_then(Tools::template_var) {
             extra.insert("tools".into(), t);
         }
-        let text = template
-            .render_with(msgs, add_generation_prompt, &extra)
-            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?;
+        let text = match template.render_with(msgs, add_generation_prompt, &extra) {
+            Ok(t) if later_system_turns_kept(msgs, &t) => t,
+            first => match merge_system_turns(msgs) {
+                // The template refuses or drops a system turn after the conversation began
+                // (many allow one, first): its text joins the leading system message.
+                Some(merged) => template.render_with(&merged, add_generation_prompt, &extra),
+                None => first,
+            }
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template failed: {e}")))?,
+        };
         let tokens = self
             .tokenizer
             .encode_chat_prompt(&text)
@@ -218,6 +219,35 @@ impl<'a> Validator<'a> {
             starts_inside: prompt.trim_end().ends_with(open),
         })
     }
+}
+
+/// Whether every system turn after the first non-system one shows in the rendered text.
+fn later_system_turns_kept(msgs: &[ChatMessage], text: &str) -> bool {
+    let Some(first) = msgs.iter().position(|m| m.role != "system") else {
+        return true;
+    };
+    msgs[first..]
+        .iter()
+        .filter(|m| m.role == "system")
+        .all(|m| text.contains(m.content.trim()))
+}
+
+/// The conversation with every system turn merged into one leading system message, in order
+/// (`None` when there is nothing to merge: no system turn after the conversation began).
+fn merge_system_turns(msgs: &[ChatMessage]) -> Option<Vec<ChatMessage>> {
+    let first = msgs.iter().position(|m| m.role != "system")?;
+    if !msgs[first..].iter().any(|m| m.role == "system") {
+        return None;
+    }
+    let system: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m.role == "system")
+        .map(|m| m.content.as_str())
+        .filter(|c| !c.is_empty())
+        .collect();
+    let mut out = vec![ChatMessage::new("system", system.join("\n\n"))];
+    out.extend(msgs.iter().filter(|m| m.role != "system").cloned());
+    Some(out)
 }
 
 /// The last `n` bytes of `s` (or a little more, to stay on a character boundary).

@@ -76,7 +76,7 @@ impl Validator<'_> {
     pub fn completion(&self, body: &[u8]) -> Result<Job, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let logprobs = f
             .int_in("logprobs", 0, MAX_LOGPROBS as i64)?
@@ -97,7 +97,7 @@ impl Validator<'_> {
     pub fn chat(&self, body: &[u8]) -> Result<Job, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;
         let logprobs = if f.bool("logprobs", false)? {

@@ -129,7 +129,7 @@ impl Validator<'_> {
     ) -> Result<ResponsesJob, ApiError> {
         let m = Fields::parse(body)?;
         let f = Fields(&m);
-        params::check_model(&f, self.model_name, self.aliases)?;
+        params::check_model(&f)?;
         for unsupported in ["background", "n"] {
             if f.get(unsupported)
                 .is_some_and(|v| !v.is_null() && v != &json!(false) && v != &json!(1))
