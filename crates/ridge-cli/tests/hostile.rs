@@ -90,11 +90,11 @@ fn catalogue(i: usize) -> Vec<Hostile> {
         cmpl(json!({"prompt": "x", "stream_options": 5}), 400),
         cmpl(json!({"prompt": "x", "logprobs": 21}), 400),
         cmpl(json!({"prompt": "x", "repetition_penalty": 0}), 400),
-        // No request field names a file: a path as the model name is just a name, and a
-        // one-model server answers every name with its model.
+        // No request field names a file (a path as the model name is just a name, which a
+        // one-model server answers with its model); a model that is not a string is a 400.
         cmpl(
-            json!({"prompt": "x", "max_tokens": 1, "model": "../../etc/passwd"}),
-            200,
+            json!({"prompt": "x", "model": {"path": "../../etc/passwd"}}),
+            400,
         ),
         cmpl(json!({"prompt": "x", "model": 5}), 400),
         chat(json!({}), 400),

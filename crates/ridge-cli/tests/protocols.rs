@@ -168,9 +168,9 @@ fn bad_bodies_get_each_protocols_own_error_object() {
             "tool_choice",
         ),
         (
-            msg(json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
+            msg(json!({"tools": [{"type": "custom", "input_schema": {}}]})),
             400,
-            "server tools",
+            "tools[0]",
         ),
         (msg(json!({"tools": [{"name": "f"}]})), 400, "input_schema"),
         (
@@ -212,13 +212,9 @@ fn bad_bodies_get_each_protocols_own_error_object() {
     let resp_cases = [
         (json!({}), 400, "input"),
         (json!({"input": []}), 400, "input"),
+        (json!({"input": [{"type": "wizard_call"}]}), 400, "input"),
         (
-            json!({"input": [{"type": "web_search_call"}]}),
-            400,
-            "input",
-        ),
-        (
-            json!({"input": "x", "tools": [{"type": "file_search"}]}),
+            json!({"input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "file_search"}]}]}),
             400,
             "tools",
         ),

@@ -89,6 +89,9 @@ pub struct EngineConfig {
     /// A hybrid model's memory for the recurrent states of running sequences (each holds its
     /// state and a copy at its latest block boundary): bounds how many run at once.
     pub state_pool_bytes: usize,
+    /// Keep the prefix cache's blocks on disk too, read back after a restart or an eviction
+    /// (models whose every layer keeps full K/V).
+    pub disk_prefix_cache: Option<ridge_model::DiskTierConfig>,
 }
 
 impl Default for EngineConfig {
@@ -106,6 +109,7 @@ impl Default for EngineConfig {
             kv_dtype: KvDtype::F16,
             state_checkpoint_bytes: ridge_model::DEFAULT_CHECKPOINT_BYTES,
             state_pool_bytes: 4 << 30,
+            disk_prefix_cache: None,
         }
     }
 }
@@ -223,6 +227,10 @@ impl EngineCore {
             KvCache::with_dtype(&mcfg, cfg.kv_cache_tokens.max(KV_BLOCK_SIZE), cfg.kv_dtype)?;
         kv.set_prefix_caching(cfg.prefix_caching);
         kv.set_checkpoint_bytes(cfg.state_checkpoint_bytes);
+        if let (true, Some(d)) = (cfg.prefix_caching, &cfg.disk_prefix_cache) {
+            kv.attach_disk_tier(d)
+                .map_err(|e| EngineError::InvalidParam(e.to_string()))?;
+        }
         let stats = Arc::new(EngineStats::default());
         EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
         let mut eog = tokenizer.eog_ids();
@@ -597,6 +605,10 @@ impl EngineCore {
         self.kv = KvCache::with_dtype(self.model.config(), total, self.cfg.kv_dtype)
             .unwrap_or_else(|_| KvCache::new(self.model.config(), total));
         self.kv.set_prefix_caching(self.cfg.prefix_caching);
+        if let (true, Some(d)) = (self.cfg.prefix_caching, &self.cfg.disk_prefix_cache) {
+            // It attached at start; should it fail now, the cache just runs without it.
+            let _ = self.kv.attach_disk_tier(d);
+        }
         if self.kv_events.is_some() {
             // The old index is gone with its cache, whatever its log still held.
             self.kv.log_events();
@@ -1050,6 +1062,10 @@ impl EngineCore {
         EngineStats::set(&st.waiting, self.waiting.len());
         EngineStats::set(&st.kv_used_blocks, self.kv.used_blocks());
         EngineStats::set(&st.kv_cached_blocks, self.kv.cached_blocks());
+        if let Some(d) = self.kv.disk_stats() {
+            EngineStats::set(&st.kv_disk_blocks, d.blocks);
+            EngineStats::set(&st.kv_disk_hits, d.hits as usize);
+        }
         EngineStats::set(
             &st.kv_window_used_blocks,
             self.kv.used_window_blocks().unwrap_or(0),

@@ -16,6 +16,10 @@ pub struct EngineStats {
     pub kv_total_blocks: AtomicU64,
     /// Unowned blocks kept for prefix reuse.
     pub kv_cached_blocks: AtomicU64,
+    /// Blocks kept in the prefix cache's disk tier (0 without one).
+    pub kv_disk_blocks: AtomicU64,
+    /// Blocks read back from the disk tier.
+    pub kv_disk_hits: AtomicU64,
     /// KV blocks owned by sequences in the sliding-window layers' pool (0 for a model without
     /// such layers; the pool has `kv_total_blocks` blocks too).
     pub kv_window_used_blocks: AtomicU64,

@@ -168,3 +168,77 @@ fn claude_codes_max_tokens_is_clamped_to_the_room_left() {
     assert_eq!(body["max_tokens"], 64000);
     assert_eq!(r.max_tokens, 1000);
 }
+
+#[test]
+fn codexs_requests_are_accepted_with_namespaces_flattened_and_hosted_tools_left_out() {
+    let t = template(QWEN);
+    let v = validator(&t);
+    for name in [
+        "codex_responses.json",
+        "codex_responses_turn2.json",
+        "codex_responses_gpt55.json",
+        "codex_responses_gpt55_turn2.json",
+    ] {
+        let body = fixture(name);
+        let r = v
+            .responses(body.to_string().as_bytes(), &|_| None)
+            .unwrap_or_else(|e| panic!("{name}: {} {}", e.status, e.message));
+        assert!(!r.store && r.job.common.stream, "{name}");
+        let text = prompt_text(&r.job.prompts[0]);
+        let mut offered = 0;
+        for tool in body["tools"].as_array().unwrap() {
+            match tool["type"].as_str().unwrap() {
+                "function" | "custom" => {
+                    let n = tool["name"].as_str().unwrap();
+                    assert!(text.contains(&format!("\"name\": \"{n}\"")), "{name}: {n}");
+                    offered += 1;
+                }
+                "namespace" => {
+                    for f in tool["tools"].as_array().unwrap() {
+                        let n = f["name"].as_str().unwrap();
+                        assert!(text.contains(&format!("\"name\": \"{n}\"")), "{name}: {n}");
+                        let c = r.tools.call(n, "{}");
+                        assert_eq!(c.namespace.as_deref(), tool["name"].as_str(), "{name}");
+                        offered += 1;
+                    }
+                }
+                hosted => {
+                    assert!(
+                        !text.contains(&format!("\"name\": \"{hosted}\"")),
+                        "{name}: {hosted} offered"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            r.job.tools.as_ref().map(|t| t.defs.len()),
+            Some(offered),
+            "{name}"
+        );
+        // The developer messages lead as the system turn; the user's task is in the prompt.
+        let task = body["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|i| i["role"] == "user")
+            .unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap();
+        assert!(text.contains(task.trim()), "{name}");
+        // Turn 2: the call and its output are in the history, under the names offered.
+        for item in body["input"].as_array().unwrap() {
+            match item["type"].as_str() {
+                Some("function_call_output" | "custom_tool_call_output") => {
+                    let out = item["output"].as_str().unwrap();
+                    assert!(text.contains(out.trim()), "{name}: tool output");
+                }
+                Some("custom_tool_call") => {
+                    let input = item["input"].as_str().unwrap();
+                    let encoded = serde_json::to_string(input).unwrap();
+                    assert!(text.contains(&encoded[1..encoded.len() - 1]), "{name}");
+                }
+                _ => {}
+            }
+        }
+    }
+}

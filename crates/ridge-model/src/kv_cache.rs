@@ -39,7 +39,8 @@
 
 pub use crate::block_pool::KvEvent;
 pub use crate::block_pool::KV_BLOCK_SIZE;
-use crate::block_pool::{BlockPool, ROOT_HASH};
+use crate::block_pool::{block_hash, BlockPool, ROOT_HASH};
+use crate::disk_tier::{DiskTier, DiskTierConfig, DiskTierStats, Layout};
 use crate::recurrent_state::{Journal, RecurrentStates, CHECKPOINT_INTERVAL};
 use crate::zeroed::Zeroed;
 use crate::{ModelConfig, ModelError};
@@ -112,6 +113,20 @@ enum Store {
     },
 }
 
+/// The bytes of f16 values (as stored: native byte order).
+fn f16_bytes(x: &[f16]) -> &[u8] {
+    // SAFETY: f16 is two bytes without padding; the slice covers exactly `2 · len` initialised
+    // bytes of the same allocation, borrowed for as long as `x`.
+    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) }
+}
+
+/// [`f16_bytes`], writable: any two bytes are a valid f16.
+fn f16_bytes_mut(x: &mut [f16]) -> &mut [u8] {
+    // SAFETY: as in `f16_bytes`; every bit pattern is a valid f16, so any bytes written leave
+    // valid values, and `&mut` makes this the only access for the borrow.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut u8, std::mem::size_of_val(x)) }
+}
+
 /// Quantizes `x` (a multiple of 32 long) into Q8_0 blocks in `out`: scale = max|x| / 127,
 /// values rounded to nearest.
 fn quantize_q8(x: &[f32], out: &mut [u8]) {
@@ -122,6 +137,15 @@ fn quantize_q8(x: &[f32], out: &mut [u8]) {
         ob[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
         for (o, &v) in ob[2..].iter_mut().zip(xb) {
             *o = (v * id).round().clamp(-127.0, 127.0) as i8 as u8;
+        }
+    }
+}
+
+impl Store {
+    fn dtype(&self) -> KvDtype {
+        match self {
+            Store::F16 { .. } => KvDtype::F16,
+            Store::Q8 { .. } => KvDtype::Q8_0,
         }
     }
 }
@@ -159,6 +183,8 @@ pub struct KvCache {
     /// A hybrid model's fixed-size recurrent state per sequence (`None` for a model whose
     /// every layer attends).
     recurrent: Option<RecurrentStates>,
+    /// Full blocks kept on disk too (see `disk_tier.rs`).
+    disk: Option<DiskTier>,
 }
 
 impl KvCache {
@@ -235,7 +261,91 @@ impl KvCache {
             kv_layers: counts[0] + counts[1],
             seqs: Vec::new(),
             recurrent: cfg.recurrent.as_ref().map(RecurrentStates::new),
+            disk: None,
         }
+    }
+
+    /// Keeps every indexed block on disk too, and reads blocks back from there when a prefix
+    /// lookup runs past what memory holds (see `disk_tier.rs`). Models with sliding-window
+    /// layers or recurrent state are refused: their prefixes need more than full blocks.
+    pub fn attach_disk_tier(&mut self, cfg: &DiskTierConfig) -> Result<(), ModelError> {
+        if self.groups.len() > 1 || self.recurrent.is_some() {
+            return Err(ModelError::BadBatch(
+                "a disk prefix cache needs a model whose every layer keeps full K/V (no sliding-window or recurrent layers)".into(),
+            ));
+        }
+        let dtype = match self.dtype() {
+            KvDtype::F16 => 1,
+            KvDtype::Q8_0 => 2,
+        } | if cfg!(target_endian = "big") {
+            0x100
+        } else {
+            0
+        };
+        let layout = Layout {
+            dtype,
+            layers: self.kv_layers as u32,
+            bytes_per_half: (KV_BLOCK_SIZE * self.dtype().row_bytes(self.kv_dim)) as u64,
+        };
+        let tier = DiskTier::open(cfg, layout).map_err(|e| {
+            ModelError::BadBatch(format!(
+                "cannot use {} as the prefix cache folder: {e}",
+                cfg.dir.display()
+            ))
+        })?;
+        self.disk = Some(tier);
+        Ok(())
+    }
+
+    /// The disk tier's counters, when there is one.
+    pub fn disk_stats(&self) -> Option<DiskTierStats> {
+        self.disk.as_ref().map(DiskTier::stats)
+    }
+
+    /// Block `b`'s bytes in `store`, every layer's K then V (`n` bytes each).
+    fn block_halves(store: &Store, n: usize, b: u32) -> Vec<&[u8]> {
+        let at = b as usize * n;
+        let mut out = Vec::new();
+        match store {
+            Store::F16 { k, v } => {
+                for (kl, vl) in k.iter().zip(v) {
+                    out.push(f16_bytes(&kl[at / 2..(at + n) / 2]));
+                    out.push(f16_bytes(&vl[at / 2..(at + n) / 2]));
+                }
+            }
+            Store::Q8 { k, v } => {
+                for (kl, vl) in k.iter().zip(v) {
+                    out.push(&kl[at..at + n]);
+                    out.push(&vl[at..at + n]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Reads block `b` of group 0 back from the disk tier; false on a miss.
+    fn load_block(&mut self, b: u32, hash: u64, parent: u64, tokens: &[u32]) -> bool {
+        let n = KV_BLOCK_SIZE * self.dtype().row_bytes(self.kv_dim);
+        let at = b as usize * n;
+        let Some(disk) = self.disk.as_mut() else {
+            return false;
+        };
+        let mut halves: Vec<&mut [u8]> = Vec::new();
+        match &mut self.groups[0].store {
+            Store::F16 { k, v } => {
+                for (kl, vl) in k.iter_mut().zip(v.iter_mut()) {
+                    halves.push(f16_bytes_mut(&mut kl[at / 2..(at + n) / 2]));
+                    halves.push(f16_bytes_mut(&mut vl[at / 2..(at + n) / 2]));
+                }
+            }
+            Store::Q8 { k, v } => {
+                for (kl, vl) in k.iter_mut().zip(v.iter_mut()) {
+                    halves.push(&mut kl[at..at + n]);
+                    halves.push(&mut vl[at..at + n]);
+                }
+            }
+        }
+        disk.load(hash, parent, tokens, &mut halves)
     }
 
     /// Bytes of K and V storage (address space; pages are touched only as blocks are used).
@@ -246,10 +356,7 @@ impl KvCache {
 
     /// The element type.
     pub fn dtype(&self) -> KvDtype {
-        match self.groups[0].store {
-            Store::F16 { .. } => KvDtype::F16,
-            Store::Q8 { .. } => KvDtype::Q8_0,
-        }
+        self.groups[0].store.dtype()
     }
 
     /// Total blocks in the pool.
@@ -397,6 +504,37 @@ impl KvCache {
                 None => break,
             }
         }
+        // Past what memory holds, the disk tier's blocks (read into fresh blocks, indexed).
+        if self.disk.is_some() {
+            let mut at = s.hashes.len();
+            let mut read = Vec::new();
+            while at < chunks.len() {
+                let h = block_hash(parent, chunks[at]);
+                if !self.disk.as_ref().is_some_and(|d| d.has(h)) {
+                    break;
+                }
+                let Some(b) = self.groups[0].pool.alloc() else {
+                    break;
+                };
+                if !self.load_block(b, h, parent, chunks[at]) {
+                    self.groups[0].pool.release(b);
+                    break;
+                }
+                self.groups[0].pool.register(b, parent, chunks[at]);
+                read.push((b, h));
+                parent = h;
+                at += 1;
+            }
+            if let Some(Some(s)) = self.seqs.get_mut(id.0) {
+                for (b, h) in read {
+                    s.tables[0].push(b);
+                    s.hashes.push(h);
+                }
+            }
+        }
+        let Some(Some(s)) = self.seqs.get_mut(id.0) else {
+            return 0;
+        };
         // Windowed groups: the longest prefix whose next token finds its window cached.
         let parent_of = |hashes: &[u64], i: usize| if i == 0 { ROOT_HASH } else { hashes[i - 1] };
         let mut keep = s.hashes.len();
@@ -481,6 +619,11 @@ impl KvCache {
                 }
             }
             s.hashes.push(h);
+            if let Some(d) = self.disk.as_mut().filter(|d| !d.has(h)) {
+                let n = KV_BLOCK_SIZE * self.groups[0].store.dtype().row_bytes(self.kv_dim);
+                let halves = Self::block_halves(&self.groups[0].store, n, s.tables[0][i]);
+                d.save(h, parent, chunk, &halves);
+            }
         }
         // The next token to compute sits at position min(len, tokens).
         let next = s.len.min(tokens.len());

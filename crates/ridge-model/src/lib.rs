@@ -28,6 +28,7 @@ mod batch;
 mod block_pool;
 mod config;
 mod delta_net;
+mod disk_tier;
 mod error;
 mod gemma3;
 mod granite_hybrid;
@@ -59,6 +60,7 @@ pub use config::{
     Architecture, ExpertAct, Gating, ModelConfig, MoeConfig, RopeScaling, Yarn, GEMMA3_SWA_PATTERN,
     GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
+pub use disk_tier::{DiskTierConfig, DiskTierStats};
 pub use error::ModelError;
 pub use hybrid::{RecurrentConfig, RecurrentKind};
 pub use kv_cache::{KvCache, KvDtype, KvEvent, SeqId, DROPPED, KV_BLOCK_SIZE};

@@ -76,6 +76,8 @@ pub struct Record {
     pub max_tokens_clamped: Option<(usize, usize)>,
     /// Tools the request offered that this server cannot run and left out of the prompt.
     pub dropped_tools: Vec<String>,
+    /// The client closed a stream before it ended (the request was aborted).
+    pub client_closed: bool,
 }
 
 /// A request's record, shared by the middleware, its handler and its stream.
@@ -131,6 +133,16 @@ pub fn note_dropped_tool(kind: &str) {
     });
 }
 
+/// Notes the prompt tokens of a request as it is submitted (its final counts replace them).
+pub fn note_prompt(prompt: usize) {
+    with(|r| r.prompt_tokens = Some(prompt));
+}
+
+/// Notes that the client closed the stream of the request `h` before it ended.
+pub fn note_client_closed(h: &Handle) {
+    lock(h).client_closed = true;
+}
+
 /// Notes a request's token counts and TTFT (on `h`, or the current record).
 pub fn note_usage(
     h: Option<&Handle>,
@@ -179,6 +191,9 @@ impl Record {
         if !self.dropped_tools.is_empty() {
             v["dropped_tools"] = json!(self.dropped_tools);
         }
+        if self.client_closed {
+            v["client_closed"] = json!(true);
+        }
         if let Some(e) = &self.error {
             v["error"] = json!(e);
         }
@@ -214,6 +229,9 @@ impl Record {
         }
         if !self.dropped_tools.is_empty() {
             let _ = write!(s, " dropped_tools={}", self.dropped_tools.join(","));
+        }
+        if self.client_closed {
+            s.push_str(" client_closed");
         }
         if let Some(e) = &self.error {
             let _ = write!(s, " error={e:?}");
@@ -348,6 +366,7 @@ mod tests {
             error: None,
             max_tokens_clamped: Some((32_000, 13_968)),
             dropped_tools: vec!["web_search".into()],
+            client_closed: false,
         };
         assert_eq!(
             r.line(LogFormat::Text, 456.78).unwrap(),

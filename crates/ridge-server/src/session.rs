@@ -7,9 +7,13 @@
 //!
 //! Every prompt of a job is one engine request (with its `n` choices); their events arrive on
 //! one channel, tagged with the prompt index, and choice `i` of prompt `p` is choice
-//! `p·n + i`. A frame is sent only when a delta or a finish exists — the first one is what
-//! clients time as TTFT, so nothing is sent before prefill is done (an adapter's opening
-//! frames go out with the first delta). If the client goes away (the response future or the
+//! `p·n + i`. A stream opens as soon as the request is admitted (the adapter's opening
+//! frames: `message_start`, `response.created`, the role chunk), so a client sees its request
+//! taken before a long prompt is prefilled; after that a frame is sent when a delta or a finish
+//! exists, and a keep-alive (Anthropic's `ping`, else an SSE comment) whenever the stream was
+//! silent for the server's `sse_keepalive` — through prefill, and while text that may be a
+//! tool call is held back. No opening frame carries text, so clients that time TTFT by the
+//! first text still time the first token. If the client goes away (the response future or the
 //! stream is dropped), an [`AbortGuard`] aborts the engine requests at once and their KV
 //! blocks are freed within one engine step.
 
@@ -435,6 +439,7 @@ async fn submit<A: Adapter>(
         r.think_budget = job.reasoning.as_ref().and_then(|x| x.budget.clone());
         reqs.push(r);
     }
+    crate::access_log::note_prompt(reqs.iter().map(|r| r.prompt.len()).sum());
     let (tx, rx) = unbounded_channel::<(usize, Event)>();
     let mut guard = AbortGuard {
         state: state.clone(),
@@ -516,9 +521,22 @@ struct StreamState<A> {
     ended: bool,
     /// The request's log record (the body is polled after the handler returned).
     record: Option<crate::access_log::Handle>,
+    /// When the last frame went out (keep-alives follow silences).
+    last_sent: tokio::time::Instant,
+}
+
+impl<A> Drop for StreamState<A> {
+    fn drop(&mut self) {
+        if let (false, Some(r)) = (self.ended, &self.record) {
+            crate::access_log::note_client_closed(r);
+        }
+    }
 }
 
 fn sse_event(f: Frame) -> SseEvent {
+    if f.comment {
+        return SseEvent::default().comment(f.data);
+    }
     // The name goes first: a client reading line by line knows the event before its data.
     let e = match f.event {
         Some(name) => SseEvent::default().event(name),
@@ -542,23 +560,33 @@ fn stream_response<A: Adapter>(
         started: false,
         ended: false,
         record: crate::access_log::current(),
+        last_sent: tokio::time::Instant::now(),
     };
     Sse::new(stream::unfold(st, |mut st| async move {
         loop {
+            if !st.started {
+                st.started = true;
+                st.out.extend(st.adapter.start(&mut st.session));
+            }
             if let Some(f) = st.out.pop_front() {
+                st.last_sent = tokio::time::Instant::now();
                 return Some((Ok(sse_event(f)), st));
             }
             if st.ended {
                 return None;
             }
-            match st.rx.recv().await {
+            let quiet_until = st.last_sent + st.session.state.sse_keepalive;
+            let next = match tokio::time::timeout_at(quiet_until, st.rx.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    st.out.push_back(st.adapter.keepalive());
+                    continue;
+                }
+            };
+            match next {
                 Some((p, ev)) => {
                     if let Some(u) = st.session.apply(p, ev) {
                         if !u.deltas.is_empty() || u.finished {
-                            if !st.started {
-                                st.started = true;
-                                st.out.extend(st.adapter.start(&mut st.session));
-                            }
                             let last = st.session.done();
                             st.out.extend(st.adapter.update(&mut st.session, u, last));
                         }

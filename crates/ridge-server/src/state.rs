@@ -36,6 +36,9 @@ pub struct ModelState {
     /// Most tokens a thinking model may think before the engine closes its thoughts
     /// (`--reasoning-budget`; requests may set their own).
     pub reasoning_budget: Option<usize>,
+    /// Longest silence on a stream before a keep-alive frame (prefill of a long prompt, a
+    /// tool call held back until complete).
+    pub sse_keepalive: std::time::Duration,
     /// Bytes the model holds while loaded: its weights and its KV cache (what
     /// `--max-memory` counts).
     pub memory_bytes: u64,
@@ -61,6 +64,10 @@ fn next_id() -> String {
     format!("{start:x}{:08x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// The default longest silence on a stream (agent clients' idle watchdogs allow tens of
+/// seconds; proxies often 60).
+pub const DEFAULT_SSE_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl ModelState {
     /// A loaded model's state (metrics handles detached: see [`ModelState::with_metrics`]).
     pub fn new(
@@ -78,6 +85,7 @@ impl ModelState {
             created: unix_now(),
             parse_reasoning: true,
             reasoning_budget: None,
+            sse_keepalive: DEFAULT_SSE_KEEPALIVE,
             memory_bytes: 0,
             metrics: Arc::new(ModelMetrics::detached()),
             grammars: OnceLock::new(),

@@ -58,6 +58,11 @@ pub struct Args {
     /// of several answers an unknown name with a 404 naming what it serves.
     #[arg(long, value_parser = ridge_server::AliasRule::parse)]
     model_alias: Vec<ridge_server::AliasRule>,
+    /// Longest silence on a stream, seconds, before a keep-alive (Anthropic `ping`, else an SSE
+    /// comment): streams open when a request is admitted, and a long prompt's prefill would
+    /// otherwise be silence that agent clients' idle watchdogs and proxies time out on.
+    #[arg(long, default_value_t = 5.0)]
+    sse_keepalive: f64,
     /// The request log, one line per request on stderr: `text`, `json`, or `off`.
     #[arg(long, default_value = "text", value_parser = ["text", "json", "off"])]
     log_format: String,
@@ -207,6 +212,9 @@ pub fn main(a: Args) -> Result<()> {
         Some(g) => Some((g * (1u64 << 30) as f64) as u64),
         None => None,
     };
+    if !(a.sse_keepalive.is_finite() && a.sse_keepalive >= 0.01 && a.sse_keepalive <= 3600.0) {
+        bail!("--sse-keepalive must be between 0.01 and 3600 seconds");
+    }
     if a.load_timeout == 0 {
         bail!("--load-timeout must be at least 1 second");
     }
@@ -263,6 +271,7 @@ pub fn main(a: Args) -> Result<()> {
         chat_template_file: a.chat_template_file.clone(),
         parse_reasoning: a.reasoning_format == "auto",
         reasoning_budget: a.reasoning_budget,
+        sse_keepalive: Duration::from_secs_f64(a.sse_keepalive),
         pooling: a.pooling,
         spec: a.spec.clone(),
         kv_events,

@@ -44,6 +44,8 @@ pub struct LoadSettings {
     pub parse_reasoning: bool,
     /// The thinking budget.
     pub reasoning_budget: Option<usize>,
+    /// Longest silence on a stream before a keep-alive frame.
+    pub sse_keepalive: std::time::Duration,
     /// Embedding pooling override.
     pub pooling: Option<ridge_engine::Pooling>,
     /// Speculative decoding (the default model only: a draft model matches one vocabulary).
@@ -218,6 +220,7 @@ impl CliLoader {
         st.aliases = entry.aliases.clone();
         st.parse_reasoning = s.parse_reasoning;
         st.reasoning_budget = s.reasoning_budget;
+        st.sse_keepalive = s.sse_keepalive;
         st.memory_bytes = memory;
         Ok(st)
     }

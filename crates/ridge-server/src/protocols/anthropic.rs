@@ -16,8 +16,15 @@
 //! `content_block_stop`, `message_delta`, `message_stop`; `error` on failure). Errors are
 //! Anthropic error objects.
 //!
-//! Not supported, refused with a 400 naming the block: image and document blocks, server
-//! tools (`web_search`, …), and prefilling a final assistant turn.
+//! Claude Code's traffic is served unchanged: `system` turns inside `messages` (rendered where
+//! they stand, or merged into the leading system message where the template takes only one),
+//! a `max_tokens` past the room left clamped to it, its billing-header system block dropped,
+//! `cache_control`, `context_management`, `metadata` and beta headers accepted and ignored.
+//! Server tools (`web_search_…`, `code_execution_…`) and Anthropic's schema-less tools are
+//! left out of the prompt and named in an `x-ridge-dropped-tools` header.
+//!
+//! Not supported, refused with a 400 naming the block: image and document blocks, and
+//! prefilling a final assistant turn.
 
 use serde_json::{json, Map, Value};
 
@@ -251,11 +258,21 @@ fn functions(tools: &Value) -> Result<Value, ApiError> {
     for (i, t) in list.iter().enumerate() {
         let name = t.get("name").and_then(Value::as_str);
         let kind = t.get("type").and_then(Value::as_str);
-        let (Some(name), None | Some("custom")) = (name, kind) else {
-            return Err(invalid(
-                "tools",
-                format!("tools[{i}] must be {{\"name\", \"input_schema\"}} (server tools such as web search are not supported)"),
-            ));
+        let name = match (name, kind) {
+            (Some(name), None | Some("custom")) => name,
+            // Server tools (`web_search_20250305`, `code_execution_…`, `web_fetch_…`) and the
+            // schema-less tools Anthropic defines (`bash_…`, `text_editor_…`, `computer_…`)
+            // are left out of the prompt, named in the log line and a response header.
+            (_, Some(other)) if other != "custom" => {
+                crate::access_log::note_dropped_tool(other);
+                continue;
+            }
+            _ => {
+                return Err(invalid(
+                    "tools",
+                    format!("tools[{i}] must be {{\"name\", \"input_schema\"}}"),
+                ))
+            }
         };
         let schema = match t.get("input_schema") {
             Some(s @ Value::Object(_)) => s.clone(),
@@ -753,6 +770,10 @@ impl Adapter for Anthropic {
 
     fn stream_error(&mut self, e: &ApiError) -> Vec<Frame> {
         vec![Frame::named("error", &e.body_in(ErrorStyle::Anthropic))]
+    }
+
+    fn keepalive(&mut self) -> Frame {
+        Frame::named("ping", &json!({"type": "ping"}))
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod anthropic;
 pub mod openai;
 pub mod responses;
+pub mod responses_tools;
 
 use serde_json::{Map, Value};
 
@@ -26,13 +27,16 @@ use crate::state::ModelState;
 use crate::tools::Tools;
 
 /// One server-sent event: an optional event name (Anthropic and Responses name theirs;
-/// OpenAI's chunks are bare `data:` lines) and its data.
+/// OpenAI's chunks are bare `data:` lines) and its data — or a comment line, which clients
+/// ignore and proxies and idle watchdogs see as traffic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// The `event:` field.
     pub event: Option<&'static str>,
-    /// The `data:` field.
+    /// The `data:` field (the comment's text for a comment).
     pub data: String,
+    /// A `: comment` line instead of an event.
+    pub comment: bool,
 }
 
 impl Frame {
@@ -41,6 +45,7 @@ impl Frame {
         Frame {
             event: None,
             data: v.to_string(),
+            comment: false,
         }
     }
 
@@ -49,6 +54,16 @@ impl Frame {
         Frame {
             event: Some(event),
             data: v.to_string(),
+            comment: false,
+        }
+    }
+
+    /// A comment line.
+    pub fn comment(text: &str) -> Self {
+        Frame {
+            event: None,
+            data: text.to_string(),
+            comment: true,
         }
     }
 }
@@ -61,9 +76,15 @@ pub trait Adapter: Send + 'static {
     fn error_style(&self) -> ErrorStyle;
     /// The whole answer of a non-streaming request.
     fn full(&mut self, s: &mut Session) -> Value;
-    /// Frames that open a stream (sent with the first output, so TTFT stays honest).
+    /// Frames that open a stream, sent as soon as the request is admitted (before the prompt
+    /// is prefilled: a client sees its request taken at once).
     fn start(&mut self, _s: &mut Session) -> Vec<Frame> {
         Vec::new()
+    }
+    /// A frame that keeps an idle stream alive while the prompt is prefilled or a tool call is
+    /// held back until complete (an SSE comment unless the protocol has its own).
+    fn keepalive(&mut self) -> Frame {
+        Frame::comment("keep-alive")
     }
     /// Frames for one update; `last` is true when it ended the last choice.
     fn update(&mut self, s: &mut Session, u: Update, last: bool) -> Vec<Frame>;

@@ -474,6 +474,22 @@ impl Adapter for OpenAi {
         })
     }
 
+    /// A chat stream opens with each choice's role chunk (`content: ""`), as OpenAI's does.
+    fn start(&mut self, s: &mut Session) -> Vec<Frame> {
+        if self.kind != Kind::Chat {
+            return Vec::new();
+        }
+        self.sent_role = vec![true; s.choices.len()];
+        self.calls.resize(s.choices.len(), 0);
+        (0..s.choices.len())
+            .map(|ci| {
+                let choice = json!({"index": ci, "delta": {"role": "assistant", "content": ""},
+                                    "logprobs": null, "finish_reason": null});
+                Frame::data(self.chunk(s, choice, false))
+            })
+            .collect()
+    }
+
     fn update(&mut self, s: &mut Session, u: Update, last: bool) -> Vec<Frame> {
         let ci = u.choice;
         if self.sent_role.len() < s.choices.len() {

@@ -19,8 +19,14 @@
 //! [`MAX_STORED`] responses, the oldest evicted first; a server restart forgets them. An
 //! unknown or evicted `previous_response_id` is a 404, never a silent fresh start.
 //!
-//! Not supported (400): built-in tools (web search, file search, computer use, …), input
-//! images and files, `background`, `n`.
+//! Tools other than functions — `namespace` groups, free-text `custom` tools, and the hosted
+//! tools this server cannot run, which are left out of the prompt — are translated in
+//! [`super::responses_tools`]. A `max_output_tokens` past the context is clamped to the room
+//! left. Fields that only matter to OpenAI's service (`include`, `prompt_cache_key`,
+//! `client_metadata`, `reasoning.summary`, `text.verbosity`, `service_tier`, …) are accepted
+//! and change nothing.
+//!
+//! Not supported (400): input images and files, `background`, `n`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -31,6 +37,7 @@ use ridge_engine::FinishReason;
 use ridge_tokenizer::ChatMessage;
 
 use super::openai::tool_job;
+use super::responses_tools::{NamedCall, ToolMap};
 use super::{Adapter, Frame, Validator};
 use crate::error::{ApiError, ErrorStyle};
 use crate::params::{self, Fields, MAX_MESSAGES};
@@ -114,6 +121,8 @@ pub struct ResponsesJob {
     pub echo: Map<String, Value>,
     /// Whether to keep the response.
     pub store: bool,
+    /// How the offered tools' calls are named back.
+    pub tools: ToolMap,
 }
 
 fn invalid(param: &str, msg: impl Into<String>) -> ApiError {
@@ -156,11 +165,14 @@ impl Validator<'_> {
                 }
             }
         }
+        let mut tool_map = ToolMap::default();
         if let Some(t) = shared.get("tools").cloned() {
-            shared.insert("tools".into(), functions(&t)?);
+            let (functions, map) = ToolMap::translate(&t)?;
+            tool_map = map;
+            shared.insert("tools".into(), functions);
         }
         if let Some(c) = shared.get("tool_choice").cloned() {
-            shared.insert("tool_choice".into(), tool_choice(&c)?);
+            shared.insert("tool_choice".into(), tool_map.choice(&c)?);
         }
         if let Some(format) = f.object("text")?.and_then(|t| t.get("format")) {
             if let Some(rf) = response_format(format)? {
@@ -169,7 +181,8 @@ impl Validator<'_> {
         }
         crate::structured::copy_vllm_fields(&f, &mut shared);
         let sf = Fields(&shared);
-        let common = params::common(&sf, self.vocab).map_err(rename)?;
+        let mut common = params::common(&sf, self.vocab).map_err(rename)?;
+        common.clamp_max_tokens = true;
         let tools = crate::tools::read(&sf, self.template, self.tokenizer).map_err(rename)?;
         let structured = crate::structured::read(&sf).map_err(rename)?;
         let mut extra = Map::new();
@@ -201,7 +214,7 @@ impl Validator<'_> {
                 code: Some("previous_response_not_found"),
             })?,
         };
-        input_items(&f, &mut conversation)?;
+        input_items(&f, &tool_map, &mut conversation)?;
         let mut msgs = Vec::with_capacity(conversation.len() + 1);
         let instructions = f.str("instructions")?;
         if let Some(i) = instructions {
@@ -253,6 +266,7 @@ impl Validator<'_> {
             conversation,
             echo,
             store,
+            tools: tool_map,
         })
     }
 }
@@ -267,57 +281,6 @@ fn rename(mut e: ApiError) -> ApiError {
     e.message = e.message.replace("`max_tokens`", "`max_output_tokens`");
     e.param = Some(to.into());
     e
-}
-
-/// Responses tools (`{"type": "function", "name", "parameters"}`) as chat functions.
-fn functions(tools: &Value) -> Result<Value, ApiError> {
-    let Value::Array(list) = tools else {
-        return Err(invalid("tools", "`tools` must be an array"));
-    };
-    let mut out = Vec::with_capacity(list.len());
-    for (i, t) in list.iter().enumerate() {
-        match (
-            t.get("type").and_then(Value::as_str),
-            t.get("name").and_then(Value::as_str),
-        ) {
-            (Some("function"), Some(name)) => {
-                let mut func = json!({"name": name});
-                for k in ["description", "parameters", "strict"] {
-                    if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
-                        func[k] = v.clone();
-                    }
-                }
-                out.push(json!({"type": "function", "function": func}));
-            }
-            (Some(other), _) if other != "function" => {
-                return Err(invalid(
-                    "tools",
-                    format!("tools[{i}]: {other} tools are not supported (function tools are)"),
-                ))
-            }
-            _ => {
-                return Err(invalid(
-                    "tools",
-                    format!("tools[{i}] must be {{\"type\": \"function\", \"name\": …}}"),
-                ))
-            }
-        }
-    }
-    Ok(Value::Array(out))
-}
-
-fn tool_choice(c: &Value) -> Result<Value, ApiError> {
-    match c {
-        Value::String(_) => Ok(c.clone()),
-        Value::Object(o) => match (o.get("type").and_then(Value::as_str), o.get("name")) {
-            (Some("function"), Some(n)) => Ok(json!({"type": "function", "function": {"name": n}})),
-            _ => Err(invalid(
-                "tool_choice",
-                "`tool_choice` must be none, auto, required or {\"type\": \"function\", \"name\": …}",
-            )),
-        },
-        _ => Err(invalid("tool_choice", "`tool_choice` must be a string or an object")),
-    }
 }
 
 /// `text.format` as a chat `response_format` (`None` for plain text).
@@ -378,7 +341,7 @@ fn text_content(c: &Value, i: usize) -> Result<String, ApiError> {
 }
 
 /// Appends `input` to the conversation.
-fn input_items(f: &Fields, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+fn input_items(f: &Fields, tools: &ToolMap, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
     let items = match f.get("input") {
         Some(Value::String(s)) => {
             conv.push(ChatMessage::new("user", s.clone()));
@@ -430,20 +393,26 @@ fn input_items(f: &Fields, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> 
                 }
                 conv.push(msg);
             }
-            Some("function_call") => {
+            Some(kind @ ("function_call" | "custom_tool_call")) => {
                 let (Some(call_id), Some(name)) = (
                     item.get("call_id").and_then(Value::as_str),
                     item.get("name").and_then(Value::as_str),
                 ) else {
-                    return Err(invalid("input", format!("input[{i}]: a function_call needs `call_id` and `name`")));
+                    return Err(invalid("input", format!("input[{i}]: a {kind} needs `call_id` and `name`")));
                 };
-                let args: Value = match item.get("arguments") {
-                    Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
+                let args: Value = match (kind, item.get("arguments"), item.get("input")) {
+                    ("custom_tool_call", _, Some(Value::String(s))) => json!({"input": s}),
+                    ("custom_tool_call", _, _) => {
+                        return Err(invalid("input", format!("input[{i}].input must be a string")))
+                    }
+                    (_, Some(Value::String(s)), _) => serde_json::from_str(s).map_err(|e| {
                         invalid("input", format!("input[{i}].arguments is not valid JSON: {e}"))
                     })?,
-                    None => json!({}),
-                    Some(_) => return Err(invalid("input", format!("input[{i}].arguments must be a JSON string"))),
+                    (_, None, _) => json!({}),
+                    (_, Some(_), _) => return Err(invalid("input", format!("input[{i}].arguments must be a JSON string"))),
                 };
+                let ns = item.get("namespace").and_then(Value::as_str);
+                let name = tools.presented(ns, name);
                 let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}});
                 // Consecutive calls belong to one assistant turn.
                 match conv.last_mut() {
@@ -463,9 +432,9 @@ fn input_items(f: &Fields, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> 
                     }
                 }
             }
-            Some("function_call_output") => {
+            Some(kind @ ("function_call_output" | "custom_tool_call_output")) => {
                 let Some(call_id) = item.get("call_id").and_then(Value::as_str) else {
-                    return Err(invalid("input", format!("input[{i}]: a function_call_output needs `call_id`")));
+                    return Err(invalid("input", format!("input[{i}]: a {kind} needs `call_id`")));
                 };
                 let output = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
@@ -495,10 +464,19 @@ fn input_items(f: &Fields, conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> 
                     .collect();
                 reasoning = Some(text);
             }
+            // Calls of hosted tools and their results (this server runs none of them, so a
+            // conversation holds them only from elsewhere), and references to stored items.
+            Some(
+                "web_search_call" | "file_search_call" | "code_interpreter_call"
+                | "image_generation_call" | "computer_call" | "computer_call_output"
+                | "local_shell_call" | "local_shell_call_output" | "mcp_call" | "mcp_list_tools"
+                | "mcp_approval_request" | "mcp_approval_response" | "tool_search_call"
+                | "tool_search_output" | "item_reference" | "compaction",
+            ) => {}
             Some(other) => {
                 return Err(invalid(
                     "input",
-                    format!("input[{i}]: {other} items are not supported (message, function_call, function_call_output and reasoning are)"),
+                    format!("input[{i}]: {other} items are not supported (message, function_call, function_call_output, custom_tool_call, custom_tool_call_output and reasoning are)"),
                 ))
             }
         }
@@ -530,6 +508,7 @@ pub struct Responses {
     seq: u64,
     items: Vec<Value>,
     open: Option<OpenItem>,
+    tools: ToolMap,
 }
 
 impl Responses {
@@ -544,6 +523,7 @@ impl Responses {
             seq: 0,
             items: Vec::new(),
             open: None,
+            tools: std::mem::take(&mut r.tools),
         }
     }
 
@@ -598,14 +578,25 @@ impl Responses {
                "content": [{"type": "reasoning_text", "text": text}]})
     }
 
-    fn call_item(s: &Session, name: &str, arguments: &str, status: &str) -> Value {
+    /// A call's output item: a `function_call` (with its `namespace` when it has one) or a
+    /// `custom_tool_call` carrying its raw `input`.
+    fn call_item(s: &Session, c: &NamedCall, status: &str) -> Value {
         let n = s.fresh_id();
-        json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
-               "name": name, "arguments": arguments, "status": status})
+        let mut v = if c.custom {
+            json!({"type": "custom_tool_call", "id": format!("ctc_{n}"), "call_id": format!("call_{n}"),
+                   "name": c.name, "input": c.arguments, "status": status})
+        } else {
+            json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": format!("call_{n}"),
+                   "name": c.name, "arguments": c.arguments, "status": status})
+        };
+        if let Some(ns) = &c.namespace {
+            v["namespace"] = json!(ns);
+        }
+        v
     }
 
     /// Output items of a finished choice, in the order the model wrote them.
-    fn output_of(s: &Session, c: &ChoiceState) -> Vec<Value> {
+    fn output_of(&self, s: &Session, c: &ChoiceState) -> Vec<Value> {
         let mut out = Vec::new();
         if !c.reasoning.is_empty() {
             out.push(Self::reasoning_item(
@@ -621,7 +612,8 @@ impl Responses {
             ));
         }
         for call in &c.calls {
-            out.push(Self::call_item(s, &call.name, &call.arguments, "completed"));
+            let named = self.tools.call(&call.name, &call.arguments);
+            out.push(Self::call_item(s, &named, "completed"));
         }
         out
     }
@@ -647,13 +639,21 @@ impl Responses {
                         msg.thinking = Some(t.to_string());
                     }
                 }
-                Some("function_call") => {
-                    let args: Value = item["arguments"]
-                        .as_str()
-                        .and_then(|a| serde_json::from_str(a).ok())
-                        .unwrap_or_else(|| json!({}));
+                Some(kind @ ("function_call" | "custom_tool_call")) => {
+                    let args: Value = if kind == "custom_tool_call" {
+                        json!({"input": item["input"]})
+                    } else {
+                        item["arguments"]
+                            .as_str()
+                            .and_then(|a| serde_json::from_str(a).ok())
+                            .unwrap_or_else(|| json!({}))
+                    };
+                    let name = self.tools.presented(
+                        item["namespace"].as_str(),
+                        item["name"].as_str().unwrap_or(""),
+                    );
                     calls.push(json!({"id": item["call_id"], "type": "function",
-                                      "function": {"name": item["name"], "arguments": args}}));
+                                      "function": {"name": name, "arguments": args}}));
                 }
                 _ => {}
             }
@@ -717,7 +717,7 @@ impl Adapter for Responses {
 
     fn full(&mut self, s: &mut Session) -> Value {
         let output = match s.choices.first() {
-            Some(c) => Self::output_of(s, c),
+            Some(c) => self.output_of(s, c),
             None => Vec::new(),
         };
         let mut v = self.object(s, output.clone(), Self::usage(s));
@@ -792,21 +792,41 @@ impl Adapter for Responses {
                 Delta::Call(call) => {
                     self.close(&mut out);
                     let index = self.items.len();
-                    let mut item = Self::call_item(s, &call.name, "", "in_progress");
+                    let named = self.tools.call(&call.name, &call.arguments);
+                    let field = if named.custom { "input" } else { "arguments" };
+                    let mut item = Self::call_item(s, &named, "in_progress");
+                    item[field] = json!("");
                     let id = item["id"].clone();
                     let f = self.frame(
                         "response.output_item.added",
                         json!({"output_index": index, "item": item.clone()}),
                     );
                     out.push(f);
+                    let (delta, done) = if named.custom {
+                        (
+                            "response.custom_tool_call_input.delta",
+                            "response.custom_tool_call_input.done",
+                        )
+                    } else {
+                        (
+                            "response.function_call_arguments.delta",
+                            "response.function_call_arguments.done",
+                        )
+                    };
                     let f = self.frame(
-                        "response.function_call_arguments.delta",
-                        json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+                        delta,
+                        json!({"item_id": id, "output_index": index, "delta": named.arguments}),
                     );
                     out.push(f);
-                    let f = self.frame("response.function_call_arguments.done", json!({"item_id": id, "output_index": index, "name": call.name, "arguments": call.arguments}));
-                    out.push(f);
-                    item["arguments"] = json!(call.arguments);
+                    let mut d = json!({"item_id": id, "output_index": index});
+                    if named.custom {
+                        d["input"] = json!(named.arguments);
+                    } else {
+                        d["name"] = json!(named.name);
+                        d["arguments"] = json!(named.arguments);
+                    }
+                    out.push(self.frame(done, d));
+                    item[field] = json!(named.arguments);
                     item["status"] = json!("completed");
                     let f = self.frame(
                         "response.output_item.done",
