@@ -319,3 +319,40 @@ fn json_log_lines_carry_the_same_fields() {
     assert!(v["ttft_ms"].as_f64().unwrap() > 0.0);
     assert!(v["duration_ms"].as_f64().unwrap() >= v["ttft_ms"].as_f64().unwrap());
 }
+
+#[test]
+fn a_restarted_server_reads_the_agent_prompt_back_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let prompt: String = (0..500).map(|i| format!("tool{i} ")).collect();
+    let body = json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 3});
+    let ask = |s: &Server| {
+        let (code, v) = s.post("/v1/completions", &body);
+        assert_eq!(code, 200, "{v}");
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        let n = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        (v["choices"][0]["logprobs"].clone(), cached, n)
+    };
+    let s = Server::start(&["--prefix-cache-dir", d]);
+    let (cold, cached, n) = ask(&s);
+    assert_eq!(cached, 0);
+    let (_, state) = s.get("/state");
+    let st: Value = serde_json::from_str(&state).unwrap();
+    let full = (n - 1) / 16 * 16;
+    assert!(st["kv_disk_blocks"].as_u64().unwrap() >= full / 16, "{st}");
+    drop(s);
+    // A new process: nothing in memory, every full block before the last token on disk.
+    let s = Server::start(&["--prefix-cache-dir", d]);
+    let (again, cached, _) = ask(&s);
+    assert_eq!(cached, full);
+    assert_eq!(again, cold, "the same tokens and log-probabilities");
+    let (_, state) = s.get("/state");
+    let st: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(st["kv_disk_hits"].as_u64().unwrap(), full / 16, "{st}");
+    drop(s);
+    // Bad settings are one line.
+    let out = common::run(&["serve", "--prefix-cache-dir", d, "--no-prefix-caching"]);
+    common::assert_clean_failure(&out, "--prefix-cache-dir");
+}

@@ -250,6 +250,8 @@ fn engine_state(st: &ModelState) -> Value {
         "kv_total_blocks": info.kv_total_blocks,
         "kv_used_blocks": s.kv_used_blocks.load(Relaxed),
         "kv_cached_blocks": s.kv_cached_blocks.load(Relaxed),
+        "kv_disk_blocks": s.kv_disk_blocks.load(Relaxed),
+        "kv_disk_hits": s.kv_disk_hits.load(Relaxed),
         "last_step_tokens": if running > 0 { s.last_step_tokens.load(Relaxed) } else { 0 },
         "steps": s.steps.load(Relaxed),
         "prompt_tokens": s.prompt_tokens.load(Relaxed),

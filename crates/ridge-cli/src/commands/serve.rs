@@ -84,6 +84,14 @@ pub struct Args {
     /// Disable prefix caching.
     #[arg(long)]
     no_prefix_caching: bool,
+    /// Keep the prefix cache's blocks on disk in this folder too (content-addressed, checked
+    /// on read, a subfolder per model): a restarted server, or a prefix evicted from memory,
+    /// reads an agent's long system prompt and tools back instead of prefilling them again.
+    #[arg(long)]
+    prefix_cache_dir: Option<std::path::PathBuf>,
+    /// Most GiB the prefix cache's disk folder keeps per model (least recently used dropped).
+    #[arg(long, default_value_t = 16.0, requires = "prefix_cache_dir")]
+    prefix_cache_disk: f64,
     /// Memory in MiB for checkpoints of a hybrid model's recurrent state, which prefix caching
     /// resumes from on it (0: a hybrid reuses no cached prefix).
     #[arg(long, default_value_t = ridge_model::DEFAULT_CHECKPOINT_BYTES >> 20)]
@@ -215,6 +223,12 @@ pub fn main(a: Args) -> Result<()> {
     if !(a.sse_keepalive.is_finite() && a.sse_keepalive >= 0.01 && a.sse_keepalive <= 3600.0) {
         bail!("--sse-keepalive must be between 0.01 and 3600 seconds");
     }
+    if !(a.prefix_cache_disk.is_finite() && a.prefix_cache_disk > 0.0) {
+        bail!("--prefix-cache-disk must be a positive number of GiB");
+    }
+    if a.prefix_cache_dir.is_some() && a.no_prefix_caching {
+        bail!("--prefix-cache-dir keeps the prefix cache on disk; it cannot go with --no-prefix-caching");
+    }
     if a.load_timeout == 0 {
         bail!("--load-timeout must be at least 1 second");
     }
@@ -273,6 +287,10 @@ pub fn main(a: Args) -> Result<()> {
         reasoning_budget: a.reasoning_budget,
         sse_keepalive: Duration::from_secs_f64(a.sse_keepalive),
         pooling: a.pooling,
+        prefix_cache_dir: a
+            .prefix_cache_dir
+            .clone()
+            .map(|d| (d, (a.prefix_cache_disk * (1u64 << 30) as f64) as u64)),
         spec: a.spec.clone(),
         kv_events,
     };

@@ -48,6 +48,8 @@ pub struct LoadSettings {
     pub sse_keepalive: std::time::Duration,
     /// Embedding pooling override.
     pub pooling: Option<ridge_engine::Pooling>,
+    /// The prefix cache's disk tier: its folder and most bytes per model.
+    pub prefix_cache_dir: Option<(PathBuf, u64)>,
     /// Speculative decoding (the default model only: a draft model matches one vocabulary).
     pub spec: crate::spec_args::SpecArgs,
     /// Where each engine's prefix-cache changes are published, and the topic template
@@ -188,6 +190,14 @@ impl CliLoader {
             }
         }
         let tokenizer = Arc::new(l.tokenizer);
+        let disk_prefix_cache =
+            s.prefix_cache_dir
+                .as_ref()
+                .map(|(dir, max_bytes)| ridge_model::DiskTierConfig {
+                    dir: dir.clone(),
+                    max_bytes: *max_bytes,
+                    fingerprint: model_fingerprint(l.model.gguf()),
+                });
         let mut core = EngineCore::new(
             l.model,
             tokenizer.clone(),
@@ -203,6 +213,7 @@ impl CliLoader {
                 llc_bandwidth_gbs: floor.llc.map(|c| c.read_bandwidth_gbs),
                 kv_dtype: s.kv_dtype,
                 state_checkpoint_bytes: s.state_cache_mem << 20,
+                disk_prefix_cache,
                 ..Default::default()
             },
         )?;
@@ -224,6 +235,29 @@ impl CliLoader {
         st.memory_bytes = memory;
         Ok(st)
     }
+}
+
+/// A model file's identity for the prefix cache's disk tier: a hash of its size, its scalar
+/// metadata, every tensor's name, type and shape, and the first and last bytes of each
+/// tensor's data. Two files that differ in weights, quantization or positions' settings get
+/// different fingerprints (so never read each other's K/V); the same file always gets the same.
+fn model_fingerprint(f: &ridge_gguf::GgufFile) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((f.file_size() as u64).to_le_bytes());
+    for (k, v) in f.metadata() {
+        if !matches!(v, ridge_gguf::MetadataValue::Array(_)) {
+            h.update(format!("{k}={v:?};").as_bytes());
+        }
+    }
+    for t in f.tensors() {
+        h.update(format!("{t:?};").as_bytes());
+        let d = f.tensor_data(t);
+        h.update(&d[..d.len().min(64)]);
+        h.update(&d[d.len().saturating_sub(64)..]);
+    }
+    let d = h.finalize();
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
 impl Loader for CliLoader {
