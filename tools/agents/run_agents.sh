@@ -74,6 +74,8 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # wait_listen LOG PATTERN PID: the first match of PATTERN (sed -E, one group) in LOG
 wait_listen() {
@@ -102,7 +104,9 @@ if [[ $use_proxy == 1 ]]; then
 # Pass-through HTTP proxy that records each exchange: NNN.req.json (method, path, headers,
 # body) before forwarding, NNN.resp.json (status, headers, timings, whether the client went
 # away) and NNN.resp.body (raw response bytes, streamed through as they arrive).
-import http.client, itertools, json, os, sys, threading, time
+# A client that hangs up mid-request (a client-side timeout) makes the proxy drop its
+# upstream connection too, so ridge sees the disconnect as it would without the proxy.
+import http.client, itertools, json, os, select, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 up_host, up_port = sys.argv[1].rsplit(":", 1)
@@ -148,13 +152,41 @@ class H(BaseHTTPRequestHandler):
         headers["Host"] = f"{up_host}:{up_port}"
         rec = {"method": self.command, "path": self.path}
         conn = http.client.HTTPConnection(up_host, int(up_port), timeout=7200)
+        done, gone = threading.Event(), []
+
+        def watch():  # the client hanging up closes the upstream connection
+            while not done.is_set():
+                if not select.select([self.connection], [], [], 0.5)[0]:
+                    continue
+                try:
+                    peek = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peek = b""
+                if not peek and not done.is_set():
+                    gone.append(time.time() - t0)
+                    try:
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+                    except Exception:  # noqa: BLE001
+                        pass
+                return
+
         try:
             conn.request(self.command, self.path, body=body if body else None, headers=headers)
+            threading.Thread(target=watch, daemon=True).start()
             resp = conn.getresponse()
         except Exception as e:  # noqa: BLE001
-            rec.update(status=None, upstream_error=repr(e))
+            done.set()
+            rec.update(status=None, t_end=time.time() - t0)
+            if gone:
+                rec["client_gone"] = f"client hung up after {gone[0]:.1f}s, before response headers"
+            else:
+                rec["upstream_error"] = repr(e)
             json.dump(rec, open(stem + ".resp.json", "w"), indent=1)
-            self.send_error(502, "upstream: " + repr(e))
+            self.close_connection = True
+            try:
+                self.send_error(502, "upstream: " + repr(e))
+            except OSError:
+                pass
             return
         rec.update(status=resp.status, headers=resp.getheaders(), t_headers=time.time() - t0)
         length = resp.getheader("Content-Length")
@@ -192,8 +224,12 @@ class H(BaseHTTPRequestHandler):
                 client_gone = repr(e)
                 self.close_connection = True
             except Exception as e:  # noqa: BLE001 - upstream broke mid-stream
-                rec["upstream_error"] = repr(e)
+                if not gone:
+                    rec["upstream_error"] = repr(e)
                 self.close_connection = True
+        done.set()
+        if gone and not client_gone:
+            client_gone = f"client hung up after {gone[0]:.1f}s"
         conn.close()
         rec.update(t_first_byte=first, t_end=time.time() - t0, bytes=total, client_gone=client_gone)
         json.dump(rec, open(stem + ".resp.json", "w"), indent=1)
@@ -399,7 +435,12 @@ if ex:
         if any(e.get("type") in ("error", "response.failed") for e in sse_events(r["raw"])):
             bad.append(f"{r['n']} {r['path']}: error event in stream")
 
-# Client lines that point at the server or the protocol: (fatal, worth showing).
+# Client lines that point at the server or the protocol (fatal), client-side timeouts
+# (reported, not fatal: slow prefill on a small CPU), and lines worth showing.
+TIMEOUT = {
+    "claude": r"Streaming idle (timeout|warning)|Request timed out|falling back to non-streaming",
+    "codex": r"idle timeout waiting for SSE|timed out|Reconnecting",
+}
 FATAL = {
     "claude": r"API Error|ECONNRESET|socket hang up",
     "codex": r"stream disconnected|unexpected status|error decoding response|^ERROR: ",
@@ -412,7 +453,8 @@ SHOW = {
 NOISE = r"ENOTFOUND|Could not resolve host|error sending request for url|api\.anthropic\.com|chatgpt\.com"
 
 def client_errors(name, text, pats):
-    return [l for l in text.splitlines() if re.search(pats[name], l) and not re.search(NOISE, l)]
+    return [l for l in text.splitlines() if re.search(pats[name], l) and not re.search(NOISE, l)
+            and (pats is TIMEOUT or not re.search(TIMEOUT[name], l))]
 
 def tail(l, n=400):
     return l if len(l) <= n else "…" + l[-n:]
@@ -461,6 +503,12 @@ for name in clients:
         print(f"  client error/warning lines ({len(shown)}, first 15; full output in {d}):")
         for l in shown[:15]:
             print("    ~ " + tail(l))
+    tmo = client_errors(name, text, TIMEOUT)
+    if tmo:
+        print(f"  client-side timeouts ({len(tmo)}, first 15):")
+        for l in tmo[:15]:
+            print("    T " + tail(l))
+        warn.append(f"{name}: {len(tmo)} client-side timeout lines, e.g. {tail(tmo[0], 200)}")
     fatal = client_errors(name, text, FATAL)
     if fatal:
         print(f"  client API/stream errors ({len(fatal)}, first 15):")

@@ -144,6 +144,11 @@ fn bad_bodies_get_each_protocols_own_error_object() {
         (
             msg(json!({"messages": [{"role": "system", "content": "x"}]})),
             400,
+            "user turn",
+        ),
+        (
+            msg(json!({"messages": [{"role": "wizard", "content": "x"}]})),
+            400,
             "role",
         ),
         (

@@ -118,9 +118,13 @@ fn openai_shapes_streaming_and_tools() {
         .starts_with("text/event-stream"));
     let (chunks, done) = sse(resp);
     assert!(done);
+    // The role chunk opens the stream when the request is admitted (content "", as OpenAI's
+    // first chunk); text follows, without the role again.
     let first = &chunks[0]["choices"][0];
-    assert_eq!(first["delta"]["role"], "assistant");
-    assert!(!first["delta"]["content"].as_str().unwrap().is_empty());
+    assert_eq!(first["delta"], json!({"role": "assistant", "content": ""}));
+    let second = &chunks[1]["choices"][0];
+    assert!(second["delta"].get("role").is_none());
+    assert!(!second["delta"]["content"].as_str().unwrap().is_empty());
     let text: String = chunks
         .iter()
         .filter_map(|c| c["choices"].get(0))

@@ -23,8 +23,6 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use crate::state::AppState;
-
 /// How request lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -308,7 +306,7 @@ impl Drop for LogOnDrop {
 
 /// The middleware: a record per request, the `x-ridge-*` headers on its answer, and its
 /// line once the answer is done.
-pub async fn log_requests(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub async fn log_requests(State(format): State<LogFormat>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let record: Handle = Arc::new(Mutex::new(Record {
         method: req.method().to_string(),
@@ -328,7 +326,7 @@ pub async fn log_requests(State(app): State<Arc<AppState>>, req: Request, next: 
     }
     let guard = LogOnDrop {
         record,
-        format: app.log_format,
+        format,
         started,
     };
     let streaming = resp

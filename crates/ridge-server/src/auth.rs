@@ -10,8 +10,8 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::app::AppState;
 use crate::error::{ApiError, ErrorStyle};
-use crate::state::AppState;
 
 /// Equality whose running time depends only on the lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

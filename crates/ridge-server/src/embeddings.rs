@@ -32,9 +32,9 @@ use ridge_engine::{
     EmbeddingEvent, EmbeddingRequest, EmbeddingSink, Engine, EngineError, Pooling, RequestId,
 };
 
+use crate::app::AppState;
 use crate::error::ApiError;
 use crate::params::{self, Fields};
-use crate::state::AppState;
 
 /// Most inputs in one request (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
@@ -44,7 +44,7 @@ pub const MAX_TOTAL_TOKENS: usize = 300_000;
 /// Short waits for a full queue to drain, once a request has had answers (see `embed_all`).
 const QUEUE_RETRIES: usize = 1000;
 
-use crate::handlers::Body;
+use crate::request::Body;
 
 /// How the vectors are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +317,7 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> Response
 }
 
 async fn embeddings_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
-    let b = crate::handlers::read_body(body)?;
+    let b = crate::request::read_body(body)?;
     let st = app.pool.for_body(&b).await?;
     let info = st.engine.info();
     let job = validate(

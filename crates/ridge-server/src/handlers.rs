@@ -4,22 +4,21 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
+use crate::app::AppState;
 use crate::error::ApiError;
 use crate::params::{self, Fields};
 use crate::protocols::openai::{Kind, OpenAi};
 use crate::session;
-use crate::state::{AppState, ModelState};
+use crate::state::ModelState;
 
-/// A request body as axum hands it over (a rejection when it could not be read).
-pub type Body = Result<Bytes, BytesRejection>;
+use crate::request::body_and_model;
+pub use crate::request::Body;
 
 pub use crate::protocols::Validator;
 
@@ -56,37 +55,6 @@ impl Validator<'_> {
             )),
         }
     }
-}
-
-fn body_bytes(body: Body) -> Result<Bytes, ApiError> {
-    body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is larger than this server accepts",
-            )
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {r}"))
-        }
-    })
-}
-
-/// The body of a request, read as bytes so oversized and unreadable bodies get the
-/// protocol's error object too.
-pub(crate) fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    body_bytes(body)
-}
-
-/// The body and the model it names (loaded if it was not), or the error to answer.
-pub(crate) async fn body_and_model(
-    app: &AppState,
-    body: Body,
-) -> Result<(Bytes, Arc<ModelState>), ApiError> {
-    let b = body_bytes(body)?;
-    let m = app.pool.for_body(&b).await?;
-    crate::access_log::note_model(&m.model_name);
-    Ok((b, m))
 }
 
 /// `POST /v1/completions`.
@@ -165,7 +133,7 @@ pub async fn models(State(app): State<Arc<AppState>>) -> Json<Value> {
 
 /// The `model` (and optional `keep_alive`) of a `/models/load` or `/models/unload` body.
 fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiError> {
-    let b = body_bytes(body)?;
+    let b = crate::request::read_body(body)?;
     let m = Fields::parse(&b)?;
     let f = Fields(&m);
     let name = f

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod access_log;
+pub mod app;
 pub mod auth;
 pub mod embeddings;
 pub mod error;
@@ -38,7 +39,9 @@ pub mod params;
 pub mod pool;
 pub mod protocols;
 pub mod reasoning;
+pub mod request;
 pub mod rerank;
+pub mod response_store;
 pub mod session;
 pub mod state;
 pub mod structured;
@@ -55,8 +58,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 
+pub use app::AppState;
 pub use pool::{AliasRule, KeepAlive, Loader, ModelEntry, ModelPool, PoolConfig};
-pub use state::{AppState, ModelState};
+pub use state::ModelState;
 
 /// Default largest request body, bytes.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
@@ -113,7 +117,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state.log_format,
             access_log::log_requests,
         ))
         .layer(DefaultBodyLimit::max(max_body))

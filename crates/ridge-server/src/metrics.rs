@@ -307,23 +307,23 @@ impl ModelMetrics {
 /// here rather than where the response is written means a client that hangs up early is still
 /// counted (vLLM observes TTFT at the first token too).
 pub struct Observer {
-    state: std::sync::Arc<crate::state::ModelState>,
+    metrics: std::sync::Arc<ModelMetrics>,
     /// When each choice's latest token was sampled (`None`: none yet).
     last: std::sync::Mutex<Vec<Option<Instant>>>,
 }
 
 impl Observer {
     /// An observer for a request of `n` choices.
-    pub fn new(state: std::sync::Arc<crate::state::ModelState>, n: usize) -> Self {
+    pub fn new(metrics: std::sync::Arc<ModelMetrics>, n: usize) -> Self {
         Observer {
-            state,
+            metrics,
             last: std::sync::Mutex::new(vec![None; n]),
         }
     }
 
     /// Records what `ev` completes.
     pub fn observe(&self, ev: &Event) {
-        let m = &self.state.metrics;
+        let m = &self.metrics;
         // Only this request's events touch the lock, one at a time on the engine thread; a
         // poisoned lock (a panic elsewhere while held) still holds valid times.
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());

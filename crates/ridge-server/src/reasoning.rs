@@ -31,7 +31,24 @@
 
 use ridge_tokenizer::ChatTemplate;
 
-use crate::tools::{partial_suffix, HARMONY_CALL_START};
+/// The opening of a gpt-oss call as the reasoning parser passes it on (`crate::reasoning`),
+/// the form gpt-oss's template renders a past call in:
+/// `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`.
+pub const HARMONY_CALL_START: &str = "<|start|>assistant to=functions.";
+
+/// Length of the longest suffix of `s` that is a proper prefix of one of `tags` (on a char
+/// boundary): text that may still become a tag.
+pub(crate) fn partial_suffix(s: &str, tags: &[&str]) -> usize {
+    tags.iter()
+        .map(|tag| {
+            (1..tag.len().min(s.len() + 1))
+                .rev()
+                .find(|&n| s.is_char_boundary(s.len() - n) && tag.starts_with(&s[s.len() - n..]))
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
 
 /// A family's reasoning syntax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,11 +29,11 @@ use serde_json::{json, Value};
 
 use ridge_engine::{rerank_prompt, Pooling};
 
+use crate::app::AppState;
 use crate::embeddings::{embed_all, MAX_INPUTS, MAX_TOTAL_TOKENS};
 use crate::error::ApiError;
-use crate::handlers::Body;
 use crate::params::{self, Fields};
-use crate::state::AppState;
+use crate::request::Body;
 
 /// A validated rerank request.
 #[derive(Clone, Debug)]
@@ -150,7 +150,7 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Body) -> Response {
 }
 
 async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
-    let b = crate::handlers::read_body(body)?;
+    let b = crate::request::read_body(body)?;
     let st = app.pool.for_body(&b).await?;
     let info = st.engine.info();
     let Some(head) = &info.rank_head else {

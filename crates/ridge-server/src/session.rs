@@ -34,12 +34,80 @@ use ridge_engine::{
 };
 
 use crate::error::ApiError;
+use crate::error::ErrorStyle;
 use crate::metrics::Observer;
 use crate::params::{engine_request, Common};
-use crate::protocols::{Adapter, Frame};
 use crate::reasoning::{ReasoningParser, Segment};
 use crate::state::ModelState;
 use crate::tools::{Call, CallParser, Piece};
+
+/// One server-sent event: an optional event name (Anthropic and Responses name theirs;
+/// OpenAI's chunks are bare `data:` lines) and its data — or a comment line, which clients
+/// ignore and proxies and idle watchdogs see as traffic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The `event:` field.
+    pub event: Option<&'static str>,
+    /// The `data:` field (the comment's text for a comment).
+    pub data: String,
+    /// A `: comment` line instead of an event.
+    pub comment: bool,
+}
+
+impl Frame {
+    /// A bare `data:` frame.
+    pub fn data(v: impl ToString) -> Self {
+        Frame {
+            event: None,
+            data: v.to_string(),
+            comment: false,
+        }
+    }
+
+    /// A named event.
+    pub fn named(event: &'static str, v: &Value) -> Self {
+        Frame {
+            event: Some(event),
+            data: v.to_string(),
+            comment: false,
+        }
+    }
+
+    /// A comment line.
+    pub fn comment(text: &str) -> Self {
+        Frame {
+            event: None,
+            data: text.to_string(),
+            comment: true,
+        }
+    }
+}
+
+/// How one protocol renders a session. The session calls `start` once before the first
+/// update it streams, `update` for each event that produced output or ended a choice, and
+/// `end` (or `stream_error`) last; a non-streaming request gets `full` once every choice ended.
+pub trait Adapter: Send + 'static {
+    /// The protocol's error objects.
+    fn error_style(&self) -> ErrorStyle;
+    /// The whole answer of a non-streaming request.
+    fn full(&mut self, s: &mut Session) -> Value;
+    /// Frames that open a stream, sent as soon as the request is admitted (before the prompt
+    /// is prefilled: a client sees its request taken at once).
+    fn start(&mut self, _s: &mut Session) -> Vec<Frame> {
+        Vec::new()
+    }
+    /// A frame that keeps an idle stream alive while the prompt is prefilled or a tool call is
+    /// held back until complete (an SSE comment unless the protocol has its own).
+    fn keepalive(&mut self) -> Frame {
+        Frame::comment("keep-alive")
+    }
+    /// Frames for one update; `last` is true when it ended the last choice.
+    fn update(&mut self, s: &mut Session, u: Update, last: bool) -> Vec<Frame>;
+    /// Frames that close a stream after every choice ended.
+    fn end(&mut self, s: &mut Session) -> Vec<Frame>;
+    /// Frames that report a failure mid-stream and close it.
+    fn stream_error(&mut self, e: &ApiError) -> Vec<Frame>;
+}
 
 /// A validated request, ready for the engine: what every protocol's request becomes.
 pub struct Job {
@@ -449,7 +517,7 @@ async fn submit<A: Adapter>(
     let n_prompts = reqs.len();
     for (i, r) in reqs.into_iter().enumerate() {
         let tx = tx.clone();
-        let observer = Observer::new(state.clone(), job.common.n);
+        let observer = Observer::new(state.metrics.clone(), job.common.n);
         let sink: EventSink = Arc::new(move |e| {
             observer.observe(&e);
             tx.send((i, e)).is_ok()

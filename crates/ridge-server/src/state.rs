@@ -1,12 +1,12 @@
-//! What handlers share: the server ([`AppState`]) and each loaded model ([`ModelState`]).
+//! Each loaded model's state ([`ModelState`]).
 //!
-//! A server holds several models ([`crate::pool::ModelPool`]), loaded on demand and unloaded
+//! A server holds several models (`crate::pool::ModelPool`), loaded on demand and unloaded
 //! when idle or to make room; a request picks one by its `model` field. Everything that
 //! belongs to one model — its engine, tokenizer, chat template, grammar compiler, the names it
 //! answers to, its metric handles — lives in a [`ModelState`], which handlers hold as an
 //! `Arc` for as long as the request runs (that clone is also what keeps the pool from
 //! evicting a model under its requests). What spans models — the key, the Responses store,
-//! the metrics registry, the ids — lives in the [`AppState`].
+//! the metrics registry — lives in `crate::app::AppState`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -14,8 +14,7 @@ use std::sync::{Arc, OnceLock};
 use ridge_engine::{Engine, GrammarError, Grammars};
 use ridge_tokenizer::{ChatTemplate, Tokenizer};
 
-use crate::metrics::{Metrics, ModelMetrics};
-use crate::pool::ModelPool;
+use crate::metrics::ModelMetrics;
 
 /// One loaded model, as the handlers use it.
 pub struct ModelState {
@@ -57,7 +56,7 @@ pub(crate) fn unix_now() -> u64 {
 
 /// The process's start time and a counter: ids unique within the process's life (so across
 /// models and servers in one process), random-looking across processes.
-fn next_id() -> String {
+pub(crate) fn next_id() -> String {
     static START: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let start = *START.get_or_init(unix_now);
@@ -110,50 +109,6 @@ impl ModelState {
     }
 
     /// A fresh id for a response (unique within this process's life, random-looking across).
-    pub fn next_response_id(&self) -> String {
-        next_id()
-    }
-}
-
-/// Shared server state.
-pub struct AppState {
-    /// The models this server serves, loaded or not.
-    pub pool: Arc<ModelPool>,
-    /// Required bearer token, if any.
-    pub api_key: Option<String>,
-    /// Prometheus metrics (one registry; every model's series carry its `model_name`).
-    pub metrics: Arc<Metrics>,
-    /// The metric names' prefix: `ridge`, or `vllm` for pickers left at vLLM's names.
-    pub metrics_prefix: &'static str,
-    /// Stored Responses-API responses (bounded; see [`crate::protocols::responses`]).
-    pub responses: crate::protocols::responses::ResponseStore,
-    /// Unix time the server started.
-    pub created: u64,
-    /// How the request log is written.
-    pub log_format: crate::access_log::LogFormat,
-}
-
-impl AppState {
-    /// The state of a server over `pool`.
-    pub fn new(pool: Arc<ModelPool>, api_key: Option<String>) -> Self {
-        AppState {
-            metrics: pool.metrics().clone(),
-            pool,
-            api_key,
-            metrics_prefix: "ridge",
-            responses: Default::default(),
-            created: unix_now(),
-            log_format: Default::default(),
-        }
-    }
-
-    /// A server of one model, already loaded (tests and embedders; `ridge serve` builds a
-    /// pool).
-    pub fn single(model: ModelState, api_key: Option<String>) -> Self {
-        AppState::new(Arc::new(ModelPool::single(model)), api_key)
-    }
-
-    /// A fresh id for something not tied to a model.
     pub fn next_response_id(&self) -> String {
         next_id()
     }

@@ -29,16 +29,12 @@ use crate::params::Fields;
 mod grammar;
 mod parse;
 
-pub(crate) use parse::partial_suffix;
 pub use parse::{Call, CallParser, Piece};
 
 /// Most tools per request.
 pub const MAX_TOOLS: usize = 128;
 
-/// The opening of a gpt-oss call as the reasoning parser passes it on (`crate::reasoning`),
-/// the form gpt-oss's template renders a past call in:
-/// `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`.
-pub const HARMONY_CALL_START: &str = "<|start|>assistant to=functions.";
+pub use crate::reasoning::HARMONY_CALL_START;
 
 /// A call syntax (how [`CallParser`] reads calls and [`Tools::grammar`] writes them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

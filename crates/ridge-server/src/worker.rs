@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use ridge_engine::{Event, EventSink, Request};
 
+use crate::app::AppState;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// How long `/health_generate` waits for its token.
 pub const HEALTH_GENERATE_TIMEOUT: Duration = Duration::from_secs(20);

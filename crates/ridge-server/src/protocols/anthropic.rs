@@ -387,6 +387,12 @@ fn conversation(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
             }
         }
     }
+    if !out.iter().any(|m| m.role == "user" || m.role == "tool") {
+        return Err(invalid(
+            "messages",
+            "`messages` needs at least one user turn",
+        ));
+    }
     if list
         .last()
         .and_then(|m| m.get("role"))
@@ -786,11 +792,11 @@ pub mod handlers {
     use serde_json::json;
 
     use super::Anthropic;
+    use crate::app::AppState;
     use crate::error::ErrorStyle;
-    use crate::handlers::{body_and_model, Body};
     use crate::protocols::Validator;
+    use crate::request::{body_and_model, Body};
     use crate::session;
-    use crate::state::AppState;
 
     /// `POST /v1/messages`.
     pub async fn messages(State(app): State<Arc<AppState>>, body: Body) -> Response {

@@ -28,9 +28,6 @@
 //!
 //! Not supported (400): input images and files, `background`, `n`.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-
 use serde_json::{json, Map, Value};
 
 use ridge_engine::FinishReason;
@@ -41,75 +38,8 @@ use super::responses_tools::{NamedCall, ToolMap};
 use super::{Adapter, Frame, Validator};
 use crate::error::{ApiError, ErrorStyle};
 use crate::params::{self, Fields, MAX_MESSAGES};
+use crate::response_store::{ResponseStore, Stored, MAX_STORED};
 use crate::session::{ChoiceState, Delta, Job, Session, Update};
-
-/// Most responses the store keeps; the oldest is evicted first.
-pub const MAX_STORED: usize = 1024;
-
-/// A response kept for `GET` and `previous_response_id`.
-#[derive(Clone)]
-struct Stored {
-    response: Value,
-    conversation: Vec<ChatMessage>,
-}
-
-/// Past responses, bounded by count (insertion order: the oldest goes first).
-#[derive(Default)]
-pub struct ResponseStore {
-    inner: Mutex<(HashMap<String, Stored>, VecDeque<String>)>,
-}
-
-impl ResponseStore {
-    fn insert(&self, id: String, stored: Stored) {
-        let Ok(mut g) = self.inner.lock() else {
-            return;
-        };
-        let (map, order) = &mut *g;
-        if map.insert(id.clone(), stored).is_none() {
-            order.push_back(id);
-        }
-        while order.len() > MAX_STORED {
-            if let Some(old) = order.pop_front() {
-                map.remove(&old);
-            }
-        }
-    }
-
-    /// The stored response object with this id.
-    pub fn get(&self, id: &str) -> Option<Value> {
-        let g = self.inner.lock().ok()?;
-        g.0.get(id).map(|s| s.response.clone())
-    }
-
-    /// The conversation (input and output) of the stored response with this id.
-    pub fn conversation(&self, id: &str) -> Option<Vec<ChatMessage>> {
-        let g = self.inner.lock().ok()?;
-        g.0.get(id).map(|s| s.conversation.clone())
-    }
-
-    /// Removes a stored response; whether it was there.
-    pub fn remove(&self, id: &str) -> bool {
-        let Ok(mut g) = self.inner.lock() else {
-            return false;
-        };
-        let (map, order) = &mut *g;
-        let found = map.remove(id).is_some();
-        if found {
-            order.retain(|k| k != id);
-        }
-        found
-    }
-
-    /// How many responses are stored.
-    pub fn len(&self) -> usize {
-        self.inner.lock().map_or(0, |g| g.0.len())
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// A validated Responses request.
 pub struct ResponsesJob {
@@ -504,7 +434,7 @@ pub struct Responses {
     echo: Map<String, Value>,
     conversation: Vec<ChatMessage>,
     store: bool,
-    store_ref: std::sync::Arc<crate::state::AppState>,
+    store_ref: std::sync::Arc<ResponseStore>,
     seq: u64,
     items: Vec<Value>,
     open: Option<OpenItem>,
@@ -512,14 +442,14 @@ pub struct Responses {
 }
 
 impl Responses {
-    /// An adapter for the validated request.
-    pub fn new(state: std::sync::Arc<crate::state::AppState>, r: &mut ResponsesJob) -> Self {
+    /// An adapter for the validated request, keeping its answer in `store` when asked to.
+    pub fn new(store: std::sync::Arc<ResponseStore>, r: &mut ResponsesJob) -> Self {
         Responses {
-            id: format!("resp_{}", state.next_response_id()),
+            id: format!("resp_{}", crate::state::next_id()),
             echo: std::mem::take(&mut r.echo),
             conversation: std::mem::take(&mut r.conversation),
             store: r.store,
-            store_ref: state,
+            store_ref: store,
             seq: 0,
             items: Vec::new(),
             open: None,
@@ -662,7 +592,7 @@ impl Responses {
             msg.tool_calls = Some(calls);
         }
         conversation.push(msg);
-        self.store_ref.responses.insert(
+        self.store_ref.insert(
             self.id.clone(),
             Stored {
                 response: response.clone(),
@@ -888,11 +818,11 @@ pub mod handlers {
     use serde_json::json;
 
     use super::Responses;
+    use crate::app::AppState;
     use crate::error::ApiError;
-    use crate::handlers::{body_and_model, Body};
     use crate::protocols::Validator;
+    use crate::request::{body_and_model, Body};
     use crate::session;
-    use crate::state::AppState;
 
     fn not_found(id: &str) -> ApiError {
         ApiError::new(
@@ -912,7 +842,7 @@ pub mod handlers {
         let lookup = move |id: &str| store.responses.conversation(id);
         match Validator::of(&st).responses(&b, &lookup) {
             Ok(mut r) => {
-                let a = Responses::new(app.clone(), &mut r);
+                let a = Responses::new(app.responses.clone(), &mut r);
                 session::run(st.clone(), r.job, a).await
             }
             Err(e) => e.into_response(),

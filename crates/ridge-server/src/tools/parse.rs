@@ -12,6 +12,7 @@
 use serde_json::{Map, Value};
 
 use super::{Syntax, ToolFormat, HARMONY_CALL_START};
+use crate::reasoning::partial_suffix;
 
 /// A complete call found in the output.
 #[derive(Clone, Debug, PartialEq)]
@@ -725,20 +726,6 @@ fn harmony_text(block: &str) -> String {
         }
     };
     text.strip_suffix(CALL_TOKEN).unwrap_or(text).to_string()
-}
-
-/// Length of the longest suffix of `s` that is a proper prefix of one of `tags` (on a char
-/// boundary): text that may still become a tag.
-pub(crate) fn partial_suffix(s: &str, tags: &[&str]) -> usize {
-    tags.iter()
-        .map(|tag| {
-            (1..tag.len().min(s.len() + 1))
-                .rev()
-                .find(|&n| s.is_char_boundary(s.len() - n) && tag.starts_with(&s[s.len() - n..]))
-                .unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 pub(super) fn merge_content(pieces: Vec<Piece>) -> Vec<Piece> {
