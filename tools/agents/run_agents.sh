@@ -26,6 +26,8 @@
 #   PROXY       1 (default): record through the proxy; 0: clients talk to ridge directly
 #   CLIENT_DEBUG  1 (default): claude --debug-file, codex RUST_LOG=$CODEX_RUST_LOG (default debug)
 #   RIDGE_ARGS  extra arguments for `ridge serve`
+# Other variables reach the clients unchanged, e.g. CLAUDE_STREAM_IDLE_TIMEOUT_MS=3000000 to
+# lift Claude Code's 300 s stream watchdog (it does not count Anthropic `ping` events).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -95,7 +95,7 @@ def main():
     check(abs(math.sqrt(sum(x * x for x in a)) - 1.0) < 1e-5, "unit length")
     check(cosine(a, b) < 0.99, f"different texts are different vectors ({cosine(a, b)})")
 
-    # Bad inputs: 400 (404 for another model) with OpenAI's error object.
+    # Bad inputs: 400 with OpenAI's error object.
     bad = [
         ({"input": ""}, "input", 400),
         ({"input": []}, "input", 400),
@@ -106,7 +106,7 @@ def main():
         ({"input": ["a", 3]}, "input", 400),
         ({"input": "x", "dimensions": width // 2}, "dimensions", 400),
         ({"input": "x", "encoding_format": "hex"}, "encoding_format", 400),
-        ({"input": "x", "model": "no-such-model"}, "model", 404),
+        ({"input": "x", "model": 5}, "model", 400),
     ]
     for body, param, status in bad:
         kwargs = {"model": name, **body}

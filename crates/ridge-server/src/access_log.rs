@@ -162,6 +162,11 @@ pub fn note_usage(
 }
 
 impl Record {
+    /// A successful poll of a monitoring path.
+    fn is_poll(&self) -> bool {
+        self.method == "GET" && self.status < 400 && POLLED.contains(&self.path.as_str())
+    }
+
     /// The line, in `format`.
     pub fn line(&self, format: LogFormat, duration_ms: f64) -> Option<String> {
         match format {
@@ -298,11 +303,25 @@ struct LogOnDrop {
 impl Drop for LogOnDrop {
     fn drop(&mut self) {
         let ms = self.started.elapsed().as_secs_f64() * 1e3;
-        if let Some(line) = lock(&self.record).line(self.format, ms) {
+        let r = lock(&self.record);
+        if r.is_poll() {
+            return;
+        }
+        if let Some(line) = r.line(self.format, ms) {
             eprintln!("{line}");
         }
     }
 }
+
+/// Paths that monitors and the chat page poll every few seconds: a successful poll is not
+/// logged (it would bury the requests), a failed one is.
+const POLLED: [&str; 5] = [
+    "/health",
+    "/metrics",
+    "/state",
+    "/get_load",
+    "/health_generate",
+];
 
 /// The middleware: a record per request, the `x-ridge-*` headers on its answer, and its
 /// line once the answer is done.
@@ -390,6 +409,25 @@ mod tests {
             .line(LogFormat::Text, 1.0)
             .unwrap()
             .ends_with("duration_ms=1.0 error=\"messages: bad\""));
+    }
+
+    #[test]
+    fn successful_polls_are_quiet_and_failed_ones_are_not() {
+        let poll = |path: &str, status: u16| Record {
+            method: "GET".into(),
+            path: path.into(),
+            status,
+            ..Record::default()
+        };
+        assert!(poll("/metrics", 200).is_poll());
+        assert!(poll("/state", 200).is_poll());
+        assert!(!poll("/metrics", 401).is_poll());
+        assert!(!poll("/v1/models", 200).is_poll());
+        let post = Record {
+            method: "POST".into(),
+            ..poll("/health", 200)
+        };
+        assert!(!post.is_poll());
     }
 
     #[test]

@@ -439,6 +439,8 @@ pub struct Responses {
     items: Vec<Value>,
     open: Option<OpenItem>,
     tools: ToolMap,
+    /// The response object as `response.created` sent it (keep-alives resend it).
+    echo_object: Value,
 }
 
 impl Responses {
@@ -454,6 +456,7 @@ impl Responses {
             items: Vec::new(),
             open: None,
             tools: std::mem::take(&mut r.tools),
+            echo_object: Value::Null,
         }
     }
 
@@ -658,6 +661,7 @@ impl Adapter for Responses {
 
     fn start(&mut self, s: &mut Session) -> Vec<Frame> {
         let created = self.object(s, Vec::new(), Value::Null);
+        self.echo_object = created.clone();
         vec![
             self.frame("response.created", json!({"response": created.clone()})),
             self.frame("response.in_progress", json!({"response": created})),
@@ -799,6 +803,14 @@ impl Adapter for Responses {
 
     fn end(&mut self, _s: &mut Session) -> Vec<Frame> {
         Vec::new()
+    }
+
+    /// `response.in_progress` again: the Responses stream has no ping event, and clients time
+    /// idleness by events (Codex gives up after 300 s without one; SSE comments do not count).
+    fn keepalive(&mut self) -> Frame {
+        let mut response = self.echo_object.clone();
+        response["output"] = Value::Array(self.items.clone());
+        self.frame("response.in_progress", json!({"response": response}))
     }
 
     fn stream_error(&mut self, e: &ApiError) -> Vec<Frame> {
