@@ -98,8 +98,8 @@ pub trait Adapter: Send + 'static {
     }
     /// A frame that keeps an idle stream alive while the prompt is prefilled or a tool call is
     /// held back until complete (an SSE comment unless the protocol has its own).
-    fn keepalive(&mut self) -> Frame {
-        Frame::comment("keep-alive")
+    fn keepalive(&mut self) -> Vec<Frame> {
+        vec![Frame::comment("keep-alive")]
     }
     /// Frames for one update; `last` is true when it ended the last choice.
     fn update(&mut self, s: &mut Session, u: Update, last: bool) -> Vec<Frame>;
@@ -647,7 +647,7 @@ fn stream_response<A: Adapter>(
             let next = match tokio::time::timeout_at(quiet_until, st.rx.recv()).await {
                 Ok(next) => next,
                 Err(_) => {
-                    st.out.push_back(st.adapter.keepalive());
+                    st.out.extend(st.adapter.keepalive());
                     continue;
                 }
             };

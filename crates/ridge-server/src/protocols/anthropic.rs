@@ -587,7 +587,7 @@ fn assistant_blocks(
 }
 
 /// The content block a stream has open.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Open {
     Text,
     Thinking,
@@ -600,7 +600,14 @@ pub struct Anthropic {
     /// Blocks started so far (the next block's index).
     blocks: usize,
     open: Option<Open>,
+    /// When the stream last carried content (or opened).
+    last_content: std::time::Instant,
 }
+
+/// After this long without content, keep-alives carry content: Claude Code's stream watchdog
+/// (300 s, a warning at 150 s) does not count `ping` events, and prefilling its ~19k-token
+/// prompt cold on a small CPU can take longer than that.
+const PING_ONLY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Anthropic {
     /// An adapter for a response with unique part `id`.
@@ -610,6 +617,7 @@ impl Anthropic {
             input_tokens,
             blocks: 0,
             open: None,
+            last_content: std::time::Instant::now(),
         }
     }
 
@@ -721,6 +729,9 @@ impl Adapter for Anthropic {
 
     fn update(&mut self, s: &mut Session, u: Update, _last: bool) -> Vec<Frame> {
         let mut out = Vec::new();
+        if !u.deltas.is_empty() {
+            self.last_content = std::time::Instant::now();
+        }
         for d in u.deltas {
             match d {
                 Delta::Text(t) => {
@@ -778,8 +789,32 @@ impl Adapter for Anthropic {
         vec![Frame::named("error", &e.body_in(ErrorStyle::Anthropic))]
     }
 
-    fn keepalive(&mut self) -> Frame {
-        Frame::named("ping", &json!({"type": "ping"}))
+    /// A `ping`; after [`PING_ONLY_FOR`] without content, an empty delta of the open block —
+    /// or, before any block, an empty text block opened for it (the answer's text continues
+    /// in it) — which clients count as stream activity.
+    fn keepalive(&mut self) -> Vec<Frame> {
+        if self.last_content.elapsed() < PING_ONLY_FOR {
+            return vec![Frame::named("ping", &json!({"type": "ping"}))];
+        }
+        let mut out = Vec::new();
+        let (index, delta) = match self.open {
+            Some(Open::Thinking) => (
+                self.blocks - 1,
+                json!({"type": "thinking_delta", "thinking": ""}),
+            ),
+            Some(Open::Text) => (self.blocks - 1, json!({"type": "text_delta", "text": ""})),
+            None if self.blocks == 0 => (
+                self.open(Open::Text, &mut out),
+                json!({"type": "text_delta", "text": ""}),
+            ),
+            // Between blocks (a tool call being held back): a ping is all there is.
+            None => return vec![Frame::named("ping", &json!({"type": "ping"}))],
+        };
+        out.push(Frame::named(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        ));
+        out
     }
 }
 
@@ -823,5 +858,44 @@ pub mod handlers {
             Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
             Err(e) => e.render(ErrorStyle::Anthropic),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().map(|f| f.event.unwrap_or("")).collect()
+    }
+
+    #[test]
+    fn long_silences_are_kept_alive_with_content_clients_count() {
+        let mut a = Anthropic::new("x", 10);
+        assert_eq!(names(&a.keepalive()), ["ping"]);
+        // A minute without content: an empty text block opens and empty deltas follow.
+        a.last_content = std::time::Instant::now()
+            .checked_sub(PING_ONLY_FOR * 2)
+            .unwrap();
+        let f = a.keepalive();
+        assert_eq!(
+            names(&f),
+            ["content_block_start", "ping", "content_block_delta"]
+        );
+        let d: Value = serde_json::from_str(&f[2].data).unwrap();
+        assert_eq!(
+            d,
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}})
+        );
+        assert_eq!(names(&a.keepalive()), ["content_block_delta"]);
+        assert_eq!(
+            a.open,
+            Some(Open::Text),
+            "the answer's text continues in block 0"
+        );
+        // Between blocks (a held-back call after a closed block), pings only.
+        let mut out = Vec::new();
+        a.close(&mut out);
+        assert_eq!(names(&a.keepalive()), ["ping"]);
     }
 }

@@ -807,10 +807,10 @@ impl Adapter for Responses {
 
     /// `response.in_progress` again: the Responses stream has no ping event, and clients time
     /// idleness by events (Codex gives up after 300 s without one; SSE comments do not count).
-    fn keepalive(&mut self) -> Frame {
+    fn keepalive(&mut self) -> Vec<Frame> {
         let mut response = self.echo_object.clone();
         response["output"] = Value::Array(self.items.clone());
-        self.frame("response.in_progress", json!({"response": response}))
+        vec![self.frame("response.in_progress", json!({"response": response}))]
     }
 
     fn stream_error(&mut self, e: &ApiError) -> Vec<Frame> {
