@@ -319,6 +319,40 @@ fn json_log_lines_carry_the_same_fields() {
     assert!(v["prompt_tokens"].as_u64().unwrap() > 0);
     assert!(v["ttft_ms"].as_f64().unwrap() > 0.0);
     assert!(v["duration_ms"].as_f64().unwrap() >= v["ttft_ms"].as_f64().unwrap());
+    // A client that gives up on a JSON answer before it is ready: status 499, client_closed.
+    let quick = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let r = quick
+        .post(s.url("/v1/completions"))
+        .json(&json!({"prompt": "Hello", "max_tokens": 1000, "ignore_eos": true}))
+        .send();
+    assert!(
+        r.is_err(),
+        "the request should outlast the client's patience"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let found = s
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("\"status\":499"))
+            .cloned();
+        if let Some(l) = found {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line for the abandoned request"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["client_closed"], true);
+    assert_eq!(v["path"], "/v1/completions");
 }
 
 #[test]

@@ -293,17 +293,25 @@ fn rfc3339(secs: i64, millis: u32) -> String {
     )
 }
 
-/// Writes the line when dropped: at the end of a stream's body, or when the client left.
+/// Writes the line when dropped: when the answer is written, at the end of a stream's body,
+/// or when the client left — before its answer was ready too (its request is aborted then,
+/// and the line says `client_closed` with nginx's status 499).
 struct LogOnDrop {
     record: Handle,
     format: LogFormat,
     started: Instant,
+    /// The handler returned an answer.
+    answered: bool,
 }
 
 impl Drop for LogOnDrop {
     fn drop(&mut self) {
         let ms = self.started.elapsed().as_secs_f64() * 1e3;
-        let r = lock(&self.record);
+        let mut r = lock(&self.record);
+        if !self.answered {
+            r.client_closed = true;
+            r.status = 499;
+        }
         if r.is_poll() {
             return;
         }
@@ -332,7 +340,14 @@ pub async fn log_requests(State(format): State<LogFormat>, req: Request, next: N
         path: req.uri().path().to_string(),
         ..Record::default()
     }));
+    let mut guard = LogOnDrop {
+        record: record.clone(),
+        format,
+        started,
+        answered: false,
+    };
     let mut resp = CURRENT.scope(record.clone(), next.run(req)).await;
+    guard.answered = true;
     let headers = {
         let mut r = lock(&record);
         r.status = resp.status().as_u16();
@@ -343,11 +358,6 @@ pub async fn log_requests(State(format): State<LogFormat>, req: Request, next: N
             resp.headers_mut().insert(HeaderName::from_static(name), v);
         }
     }
-    let guard = LogOnDrop {
-        record,
-        format,
-        started,
-    };
     let streaming = resp
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
