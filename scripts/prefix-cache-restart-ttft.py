@@ -1,7 +1,7 @@
 """TTFT of Claude Code's real first request, cold and after a server restart that kept the
 prefix cache on disk (`--prefix-cache-dir`).
 
-Usage: python3 scripts/prefix-cache-restart-ttft.py RIDGE_BINARY MODEL [BODY_JSON]
+Usage: python3 scripts/prefix-cache-restart-ttft.py RIDGE_BINARY MODEL [BODY_JSON] [TOOLS]
 
 Starts `ridge serve --model MODEL --prefix-cache-dir <fresh temp folder>`, sends the captured
 Claude Code request (crates/ridge-server/tests/data/agents/claude_code_messages.json: its
@@ -46,7 +46,10 @@ def first_text(base, body):
                 event = line[7:]
             elif line.startswith("data: "):
                 d = json.loads(line[6:])
-                if event == "content_block_delta" and ttft is None:
+                # The first text (empty deltas are keep-alives during a long prefill).
+                delta = d.get("delta", {})
+                if event == "content_block_delta" and (delta.get("text") or delta.get(
+                        "partial_json") or delta.get("thinking")):
                     ttft = (time.perf_counter() - t0) * 1e3
                     break
     return ttft
@@ -58,6 +61,9 @@ def main():
         ROOT / "crates/ridge-server/tests/data/agents/claude_code_messages.json"
     body = json.loads(pathlib.Path(path).read_text())
     body["max_tokens"] = 8
+    if len(sys.argv) > 4:
+        # Keep the first TOOLS tools: a shorter prompt of the same shape.
+        body["tools"] = body["tools"][:int(sys.argv[4])]
     with tempfile.TemporaryDirectory() as folder:
         p, base = start(binary, model, folder)
         count = urllib.request.urlopen(urllib.request.Request(
