@@ -139,22 +139,23 @@ fn served_name_and_ctx(s: &Server) -> (String, usize) {
     )
 }
 
-/// The request's line in the server log (it is written when the answer ends).
-fn log_line(s: &Server, needle: &str) -> String {
+/// The first server log line that `matches` (a line is written when its answer ends).
+fn wait_line(s: &Server, what: &str, matches: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(l) = s
-            .stderr
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.starts_with("ridge serve: POST") && l.contains(needle))
-        {
+        if let Some(l) = s.stderr.lock().unwrap().iter().find(|l| matches(l)) {
             return l.clone();
         }
-        assert!(Instant::now() < deadline, "no log line with {needle}");
+        assert!(Instant::now() < deadline, "no log line: {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The text log line of a POST that contains `needle`.
+fn log_line(s: &Server, needle: &str) -> String {
+    wait_line(s, needle, |l| {
+        l.starts_with("ridge serve: POST") && l.contains(needle)
+    })
 }
 
 #[test]
@@ -296,21 +297,9 @@ fn json_log_lines_carry_the_same_fields() {
         &json!({"model": "davinci", "prompt": "Hello", "max_tokens": 3}),
     );
     assert_eq!(code, 200);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let line = loop {
-        let found = s
-            .stderr
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.starts_with('{') && l.contains("/v1/completions"))
-            .cloned();
-        if let Some(l) = found {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no JSON log line");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let line = wait_line(&s, "a JSON line", |l| {
+        l.starts_with('{') && l.contains("/v1/completions")
+    });
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["method"], "POST");
     assert_eq!(v["status"], 200);
@@ -332,24 +321,9 @@ fn json_log_lines_carry_the_same_fields() {
         r.is_err(),
         "the request should outlast the client's patience"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let line = loop {
-        let found = s
-            .stderr
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains("\"status\":499"))
-            .cloned();
-        if let Some(l) = found {
-            break l;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no line for the abandoned request"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let line = wait_line(&s, "the abandoned request", |l| {
+        l.contains("\"status\":499")
+    });
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["client_closed"], true);
     assert_eq!(v["path"], "/v1/completions");

@@ -733,8 +733,9 @@ fn strftime(unix_secs: i64, format: &str) -> String {
     out
 }
 
-/// Proleptic Gregorian date of a day count since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// Proleptic Gregorian date `(year, month, day)` of a day count since 1970-01-01 (Howard
+/// Hinnant's algorithm; templates' `strftime_now` and the server's log timestamps use it).
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

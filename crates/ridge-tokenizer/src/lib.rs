@@ -93,7 +93,9 @@ mod stream;
 mod tokenizer;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatTemplate, FUEL, MAX_RENDER_BYTES, RECURSION_LIMIT};
+pub use chat::{
+    civil_from_days, ChatMessage, ChatTemplate, FUEL, MAX_RENDER_BYTES, RECURSION_LIMIT,
+};
 pub use error::TokenizerError;
 pub use stream::IncrementalDecoder;
 pub use tokenizer::Tokenizer;
