@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1, MXFP4 and k-quant block
-formats.
+"""Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1, MXFP4, k-quant (Q2_K..Q6_K)
+and IQ4_NL/IQ4_XS block formats.
 
 For each format: a few blocks of random bytes (the f16 scale fields replaced by random finite
 values, and MXFP4's e8m0 scale byte drawn from 96..=160, so no block decodes to inf/NaN),
@@ -32,6 +32,10 @@ FORMATS = {
     # Appended last so the fixtures above keep their bytes (one random stream for all).
     "q5_1": (T.Q5_1, 8, [0, 2]),
     "mxfp4": (T.MXFP4, 8, []),
+    "q2_k": (T.Q2_K, 3, [80, 82]),
+    "q3_k": (T.Q3_K, 3, [108]),
+    "iq4_nl": (T.IQ4_NL, 8, [0]),
+    "iq4_xs": (T.IQ4_XS, 3, [0]),
 }
 
 # format -> byte offset of an e8m0 scale (a power of two: 2^(e - 127))

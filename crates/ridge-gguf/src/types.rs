@@ -27,6 +27,21 @@ pub enum GgmlType {
     BF16,
     /// OCP microscaling FP4: 32 × e2m1 with one e8m0 (power-of-two) scale.
     MXFP4,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ1_S,
+    IQ4_NL,
+    IQ3_S,
+    IQ2_S,
+    IQ4_XS,
+    IQ1_M,
+    TQ1_0,
+    TQ2_0,
+    /// NVIDIA's FP4: 64 × e2m1 with four e4m3 scales.
+    NVFP4,
+    Q1_0,
+    Q2_0,
 }
 
 impl GgmlType {
@@ -55,6 +70,20 @@ impl GgmlType {
             28 => F64,
             30 => BF16,
             39 => MXFP4,
+            16 => IQ2_XXS,
+            17 => IQ2_XS,
+            18 => IQ3_XXS,
+            19 => IQ1_S,
+            20 => IQ4_NL,
+            21 => IQ3_S,
+            22 => IQ2_S,
+            23 => IQ4_XS,
+            29 => IQ1_M,
+            34 => TQ1_0,
+            35 => TQ2_0,
+            40 => NVFP4,
+            41 => Q1_0,
+            42 => Q2_0,
             _ => return None,
         })
     }
@@ -64,8 +93,12 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | MXFP4 => 32,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | MXFP4 | IQ4_NL => 32,
+            NVFP4 | Q2_0 => 64,
+            Q1_0 => 128,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => 256,
+            IQ2_XXS | IQ2_XS | IQ3_XXS | IQ1_S | IQ3_S | IQ2_S | IQ4_XS | IQ1_M => 256,
+            TQ1_0 | TQ2_0 => 256,
         }
     }
 
@@ -90,6 +123,20 @@ impl GgmlType {
             Q6_K => 210,
             Q8_K => 292,
             MXFP4 => 17,
+            IQ2_XXS => 66,
+            IQ2_XS => 74,
+            IQ3_XXS => 98,
+            IQ1_S => 50,
+            IQ4_NL => 18,
+            IQ3_S => 110,
+            IQ2_S => 82,
+            IQ4_XS => 136,
+            IQ1_M => 56,
+            TQ1_0 => 54,
+            TQ2_0 => 66,
+            NVFP4 => 36,
+            Q1_0 => 18,
+            Q2_0 => 18,
         }
     }
 

@@ -11,9 +11,11 @@
 //! - MXFP4: `e: u8, qs: [u8; 16]` (nibbles as Q4_0's), x = 2^(e − 128) · K[q] with
 //!   [`MXFP4_VALUES`] the doubled e2m1 values (so the scale is half the e8m0 `2^(e − 127)`).
 //! - Q4_K, Q5_K, Q6_K: 256-element super-blocks, see [`crate::kquant`].
+//! - Q2_K, Q3_K, IQ4_NL, IQ4_XS: see [`crate::lowbit`].
 
 pub use crate::fields::{e8m0_half, f16_at, MXFP4_VALUES};
 use crate::kquant::{self, QK_K};
+use crate::lowbit;
 use crate::DType;
 use half::{bf16, f16};
 
@@ -110,6 +112,22 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
         DType::Q6_K => {
             for (o, b) in out.chunks_exact_mut(QK_K).zip(row.chunks_exact(210)) {
                 kquant::dequantize_q6_k(b, o);
+            }
+        }
+        DType::IQ4_NL => {
+            for (o, b) in out.chunks_exact_mut(32).zip(row.chunks_exact(18)) {
+                lowbit::dequantize_iq4_nl(b, o);
+            }
+        }
+        DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
+            let deq = match dtype {
+                DType::Q2_K => lowbit::dequantize_q2_k,
+                DType::Q3_K => lowbit::dequantize_q3_k,
+                _ => lowbit::dequantize_iq4_xs,
+            };
+            let bb = dtype.block_bytes();
+            for (o, b) in out.chunks_exact_mut(QK_K).zip(row.chunks_exact(bb)) {
+                deq(b, o);
             }
         }
     }
@@ -244,6 +262,21 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
         DType::Q6_K => {
             for b in x.chunks_exact(QK_K) {
                 kquant::quantize_q6_k(b, &mut out);
+            }
+        }
+        DType::IQ4_NL => {
+            for b in x.chunks_exact(32) {
+                lowbit::quantize_iq4_nl(b, &mut out);
+            }
+        }
+        DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
+            let quant = match dtype {
+                DType::Q2_K => lowbit::quantize_q2_k,
+                DType::Q3_K => lowbit::quantize_q3_k,
+                _ => lowbit::quantize_iq4_xs,
+            };
+            for b in x.chunks_exact(QK_K) {
+                quant(b, &mut out);
             }
         }
     }

@@ -33,6 +33,17 @@ pub enum DType {
     /// byte, value = 2^(e − 128) · K[q] for K the doubled e2m1 values
     /// `0, 1, 2, 3, 4, 6, 8, 12` and their negatives (17 bytes).
     MXFP4,
+    /// 256 × 2-bit in 16 sub-blocks of 16 with 4-bit scales and minimums, value =
+    /// d·sc·q − dmin·m (84 bytes; layout in `lowbit`).
+    Q2_K,
+    /// 256 × 3-bit in 16 sub-blocks of 16 with 6-bit signed scales, value = d·sc·q, q in
+    /// −4..4 (110 bytes).
+    Q3_K,
+    /// 32 × 4-bit codes on a non-uniform grid with an f16 scale, value = d·K[q] (18 bytes).
+    IQ4_NL,
+    /// 256 × 4-bit codes as IQ4_NL's in 8 sub-blocks of 32 with 6-bit signed scales (136
+    /// bytes).
+    IQ4_XS,
 }
 
 impl DType {
@@ -40,10 +51,16 @@ impl DType {
     pub fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::MXFP4 => {
-                32
+            DType::Q8_0
+            | DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::MXFP4
+            | DType::IQ4_NL => 32,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
+                256
             }
-            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
 
@@ -61,6 +78,10 @@ impl DType {
             DType::Q5_K => 176,
             DType::Q6_K => 210,
             DType::MXFP4 => 17,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
+            DType::IQ4_NL => 18,
+            DType::IQ4_XS => 136,
         }
     }
 

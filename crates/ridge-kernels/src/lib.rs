@@ -34,6 +34,7 @@ mod dispatch;
 mod dtype;
 mod fields;
 pub mod kquant;
+pub mod lowbit;
 pub mod matmul;
 mod matrix;
 pub mod ops;

@@ -13,7 +13,7 @@ use ridge_kernels::{
     matmul, matmul_each, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
 };
 
-const ALL: [DType; 12] = [
+const ALL: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -26,6 +26,10 @@ const ALL: [DType; 12] = [
     DType::Q5_K,
     DType::Q6_K,
     DType::MXFP4,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
 ];
 
 /// `cols` rounded up to a whole number of `dtype`'s blocks.
@@ -93,6 +97,7 @@ fn reference(
             | DType::Q4_K
             | DType::Q5_K
             | DType::MXFP4
+            | DType::IQ4_NL
     ) || (tiled && dtype == DType::Q6_K);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
@@ -801,7 +806,7 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
     }
 }
 
-/// Dequantization of Q5_0, Q5_1, MXFP4 and the k-quants against the `gguf` Python package's dequantizer on
+/// Dequantization of Q5_0, Q5_1, MXFP4, the k-quants (Q2_K..Q6_K) and IQ4_NL/IQ4_XS against the `gguf` Python package's dequantizer on
 /// random blocks (fixtures from `tools/reference/quant_fixtures.py`). Both evaluate the same
 /// f32 operations (d·sc in f32, times q, minus dmin·m), so the values agree to the bit.
 #[test]
@@ -814,6 +819,10 @@ fn dequantize_matches_gguf_reference_fixtures() {
         ("q6_k", DType::Q6_K),
         ("q5_1", DType::Q5_1),
         ("mxfp4", DType::MXFP4),
+        ("q2_k", DType::Q2_K),
+        ("q3_k", DType::Q3_K),
+        ("iq4_nl", DType::IQ4_NL),
+        ("iq4_xs", DType::IQ4_XS),
     ] {
         let blocks = std::fs::read(format!("{dir}{name}.blocks")).unwrap();
         let want: Vec<f32> = std::fs::read(format!("{dir}{name}.f32"))
@@ -845,6 +854,10 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
         DType::Q5_K,
         DType::Q6_K,
         DType::MXFP4,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
     ] {
         let (rows, cols) = (9, 3 * 256);
         let mut w: Vec<u8> = (0..rows * dtype.row_bytes(cols))
@@ -852,8 +865,10 @@ fn simd_dot_products_match_scalar_on_random_blocks() {
             .collect();
         // Finite f16 scales in [-1, 1] at each block's scale offsets.
         let scale_offsets: &[usize] = match dtype {
-            DType::Q5_0 => &[0],
+            DType::Q5_0 | DType::IQ4_NL | DType::IQ4_XS => &[0],
             DType::Q4_K | DType::Q5_K => &[0, 2],
+            DType::Q2_K => &[80, 82],
+            DType::Q3_K => &[108],
             DType::MXFP4 => &[],
             _ => &[208],
         };

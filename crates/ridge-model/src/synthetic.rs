@@ -216,6 +216,10 @@ fn to_dtype_id(d: DType) -> GgmlType {
         DType::Q5_K => GgmlType::Q5_K,
         DType::Q6_K => GgmlType::Q6_K,
         DType::MXFP4 => GgmlType::MXFP4,
+        DType::Q2_K => GgmlType::Q2_K,
+        DType::Q3_K => GgmlType::Q3_K,
+        DType::IQ4_NL => GgmlType::IQ4_NL,
+        DType::IQ4_XS => GgmlType::IQ4_XS,
     }
 }
 

@@ -34,7 +34,7 @@ impl MatRef {
 
 /// The file types ridge computes in, and the kernel format of each (the one list both the
 /// lookup and the "not supported" message read, so they cannot disagree).
-const FORMATS: [(GgmlType, DType); 12] = [
+const FORMATS: [(GgmlType, DType); 16] = [
     (GgmlType::F32, DType::F32),
     (GgmlType::F16, DType::F16),
     (GgmlType::BF16, DType::BF16),
@@ -47,6 +47,10 @@ const FORMATS: [(GgmlType, DType); 12] = [
     (GgmlType::Q5_K, DType::Q5_K),
     (GgmlType::Q6_K, DType::Q6_K),
     (GgmlType::MXFP4, DType::MXFP4),
+    (GgmlType::Q2_K, DType::Q2_K),
+    (GgmlType::Q3_K, DType::Q3_K),
+    (GgmlType::IQ4_NL, DType::IQ4_NL),
+    (GgmlType::IQ4_XS, DType::IQ4_XS),
 ];
 
 fn dtype_of(t: GgmlType) -> Option<DType> {
@@ -177,14 +181,14 @@ mod tests {
 
     #[test]
     fn an_unsupported_weight_type_is_named_with_every_supported_one() {
-        // Q2_K: 256 elements in 84 bytes; one row of 256.
+        // IQ2_XXS: 256 elements in 66 bytes; one row of 256.
         let mut w = GgufWriter::new();
-        w.tensor("m", &[256, 1], GgmlType::Q2_K, vec![0u8; 84]);
+        w.tensor("m", &[256, 1], GgmlType::IQ2_XXS, vec![0u8; 66]);
         let f = GgufFile::from_bytes("<memory>", w.to_bytes()).expect("valid file");
         let e = matrix(&f, "m", 1, 256)
-            .expect_err("Q2_K is not computed")
+            .expect_err("IQ2_XXS is not computed")
             .to_string();
-        assert!(e.contains("weight type Q2_K is not supported"), "{e}");
+        assert!(e.contains("weight type IQ2_XXS is not supported"), "{e}");
         for (g, _) in FORMATS {
             assert!(e.contains(&g.to_string()), "{e} lacks {g}");
         }

@@ -16,8 +16,8 @@ use crate::DType;
 pub enum ActPrecision {
     /// 8-bit activation blocks.
     Int8,
-    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, MXFP4): integer dot products
-    /// nearly as fast as 8-bit, with rounding ~256× finer. Other formats take the f32 path.
+    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, MXFP4, IQ4_NL): integer
+    /// dot products nearly as fast as 8-bit, with rounding ~256× finer. Other formats take the f32 path.
     Int16,
     /// f32 activations.
     F32,
@@ -48,6 +48,7 @@ impl Path {
                 | DType::Q4_K
                 | DType::Q5_K
                 | DType::MXFP4
+                | DType::IQ4_NL
         ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
         match precision {
             _ if !dtype.is_quantized() => Path::F32,

@@ -15,6 +15,7 @@ use crate::act::{self, Act16Block, ActBlock, ActSplit16};
 use crate::packed::{self, TILE_ROWS};
 use crate::pool::{self, SharedMut};
 use crate::scalar::dot as dot_scalar;
+use crate::scalar::lowbit as lowbit_scalar;
 use crate::{tiles, DType, Isa};
 use acts::{Acts, CallActs, Path};
 
@@ -51,8 +52,21 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
         _ => {}
     }
     use dot_scalar as s;
+    use lowbit_scalar as l;
     let (xq, x16, xf) = (a.q8, a.q16, a.f);
     match (dtype, path) {
+        (DType::Q2_K, Path::Int8) => l::dot_q2_k(row, xq),
+        (DType::Q3_K, Path::Int8) => l::dot_q3_k(row, xq),
+        (DType::IQ4_NL, Path::Int8) => l::dot_iq4_nl(row, xq),
+        (DType::IQ4_XS, Path::Int8) => l::dot_iq4_xs(row, xq),
+        (DType::Q2_K, Path::Int16) => l::dot_q2_k(row, x16),
+        (DType::Q3_K, Path::Int16) => l::dot_q3_k(row, x16),
+        (DType::IQ4_NL, Path::Int16) => l::dot_iq4_nl(row, x16),
+        (DType::IQ4_XS, Path::Int16) => l::dot_iq4_xs(row, x16),
+        (DType::Q2_K, _) => l::dot_q2_k_f32(row, xf),
+        (DType::Q3_K, _) => l::dot_q3_k_f32(row, xf),
+        (DType::IQ4_NL, _) => l::dot_iq4_nl_f32(row, xf),
+        (DType::IQ4_XS, _) => l::dot_iq4_xs_f32(row, xf),
         (DType::F32 | DType::F16 | DType::BF16, _) => unreachable!("float rows returned above"),
         (DType::Q8_0, Path::Int8) => s::dot_q8_0(row, xq),
         (DType::Q4_0, Path::Int8) => s::dot_q4_0(row, xq),

@@ -5,4 +5,5 @@
 
 pub mod dot;
 pub(crate) mod elementwise;
+pub mod lowbit;
 pub(crate) mod recurrent;

@@ -1,6 +1,6 @@
 //! AVX2 + FMA + F16C dot products of weight rows in their stored layout: float rows (F32, F16,
-//! BF16) against f32, and the 32-element quantized formats (Q4_0, Q4_1, Q5_0, Q8_0, MXFP4)
-//! against 8- or 16-bit activation blocks or f32, several rows and tokens per pass.
+//! BF16) against f32, and the 32-element quantized formats (Q4_0, Q4_1, Q5_0, Q8_0, MXFP4,
+//! IQ4_NL) against 8- or 16-bit activation blocks or f32, several rows and tokens per pass.
 //!
 //! Every function here is `unsafe` because it must only be called on a CPU with those
 //! features, which callers guarantee by holding an `Isa` of an AVX2 kind (made only after
@@ -87,6 +87,7 @@ pub(crate) const FMT_Q4_1: u8 = 1;
 pub(crate) const FMT_Q8_0: u8 = 2;
 pub(crate) const FMT_Q5_0: u8 = 3;
 pub(crate) const FMT_MXFP4: u8 = 4;
+pub(crate) const FMT_IQ4_NL: u8 = 5;
 
 #[inline(always)]
 const fn block_bytes(fmt: u8) -> usize {
@@ -95,6 +96,7 @@ const fn block_bytes(fmt: u8) -> usize {
         FMT_Q4_1 => 20,
         FMT_Q5_0 => 22,
         FMT_MXFP4 => 17,
+        FMT_IQ4_NL => 18,
         _ => 34,
     }
 }
@@ -125,21 +127,30 @@ unsafe fn q5_0_bytes(b: *const u8) -> __m256i {
     _mm256_or_si256(lo, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
 }
 
-/// An MXFP4 block's 32 values as signed bytes in element order (the doubled e2m1 values
-/// looked up from the nibbles, which lie as Q4_0's after the scale byte at `b`).
+/// Sixteen nibbles at `qs` (laid out as Q4_0's) looked up in `table`: 32 signed bytes in
+/// element order.
 #[inline(always)]
-unsafe fn mxfp4_bytes(b: *const u8) -> __m256i {
-    let q = _mm_loadu_si128(b.add(1) as *const __m128i);
+unsafe fn lut_bytes(qs: *const u8, table: &[i8; 16]) -> __m256i {
+    let q = _mm_loadu_si128(qs as *const __m128i);
     let codes = _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
         _mm256_set1_epi8(0x0F),
     );
-    let k = crate::blocks::MXFP4_VALUES;
-    let table = _mm_setr_epi8(
-        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
-        k[14], k[15],
-    );
-    _mm256_shuffle_epi8(_mm256_set_m128i(table, table), codes)
+    let t = _mm_loadu_si128(table.as_ptr() as *const __m128i);
+    _mm256_shuffle_epi8(_mm256_set_m128i(t, t), codes)
+}
+
+/// An MXFP4 block's 32 values as signed bytes in element order (the doubled e2m1 values
+/// looked up from the nibbles, which lie as Q4_0's after the scale byte at `b`).
+#[inline(always)]
+unsafe fn mxfp4_bytes(b: *const u8) -> __m256i {
+    lut_bytes(b.add(1), &crate::blocks::MXFP4_VALUES)
+}
+
+/// An IQ4_NL block's 32 levels as signed bytes in element order (nibbles after the f16 scale).
+#[inline(always)]
+pub(crate) unsafe fn iq4nl_bytes(qs: *const u8) -> __m256i {
+    lut_bytes(qs, &crate::lowbit::IQ4_VALUES)
 }
 
 /// Integer products of one weight block with one activation block, 8 f32 lanes (unscaled).
@@ -151,8 +162,12 @@ unsafe fn block_products(fmt: u8, b: *const u8, xv: __m256i) -> __m256 {
             _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w))
         }
         FMT_Q5_0 => _mm256_maddubs_epi16(q5_0_bytes(b), xv),
-        FMT_MXFP4 => {
-            let w = mxfp4_bytes(b);
+        FMT_MXFP4 | FMT_IQ4_NL => {
+            let w = if fmt == FMT_MXFP4 {
+                mxfp4_bytes(b)
+            } else {
+                iq4nl_bytes(b.add(2))
+            };
             _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w))
         }
         _ => {
@@ -284,6 +299,10 @@ unsafe fn unpack_block(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
             let w = mxfp4_bytes(b);
             (_mm256_sign_epi8(w, w), w)
         }
+        FMT_IQ4_NL => {
+            let w = iq4nl_bytes(b.add(2));
+            (_mm256_sign_epi8(w, w), w)
+        }
         _ => {
             let qs = b.add(if fmt == FMT_Q4_1 { 4 } else { 2 });
             let q = _mm_loadu_si128(qs as *const __m128i);
@@ -299,7 +318,7 @@ unsafe fn unpack_block(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
 /// [`block_products`] from an unpacked block: the same instructions, so the same values.
 #[inline(always)]
 unsafe fn unpacked_products(fmt: u8, w: (__m256i, __m256i), xv: __m256i) -> __m256 {
-    let p16 = if fmt == FMT_Q8_0 || fmt == FMT_MXFP4 {
+    let p16 = if fmt == FMT_Q8_0 || fmt == FMT_MXFP4 || fmt == FMT_IQ4_NL {
         _mm256_maddubs_epi16(w.0, _mm256_sign_epi8(xv, w.1))
     } else {
         _mm256_maddubs_epi16(w.0, xv)
@@ -414,8 +433,12 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
                 _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w, 1)),
             )
         }
-        FMT_MXFP4 => {
-            let w = mxfp4_bytes(b);
+        FMT_MXFP4 | FMT_IQ4_NL => {
+            let w = if fmt == FMT_MXFP4 {
+                mxfp4_bytes(b)
+            } else {
+                iq4nl_bytes(b.add(2))
+            };
             (
                 _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
                 _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)),
@@ -435,7 +458,7 @@ unsafe fn unpack_block16(fmt: u8, b: *const u8) -> (__m256i, __m256i) {
 }
 
 /// One quantized block dequantized to 32 f32 values in four registers (Q4_0, Q4_1, Q5_0, Q8_0,
-/// MXFP4).
+/// MXFP4, IQ4_NL).
 /// (No closures here: a closure does not inherit the caller's target features, so intrinsics
 /// inside one would compile to slow out-of-line calls.)
 #[inline(always)]
@@ -453,9 +476,12 @@ unsafe fn dequant_block(fmt: u8, b: *const u8) -> [__m256; 4] {
             _mm256_mul_ps(_mm256_cvtepi32_ps(q3), dv),
         ];
     }
-    if fmt == FMT_MXFP4 {
-        let dv = _mm256_set1_ps(crate::blocks::e8m0_half(*b));
-        let w = mxfp4_bytes(b);
+    if fmt == FMT_MXFP4 || fmt == FMT_IQ4_NL {
+        let (dv, w) = if fmt == FMT_MXFP4 {
+            (_mm256_set1_ps(crate::blocks::e8m0_half(*b)), mxfp4_bytes(b))
+        } else {
+            (_mm256_set1_ps(f16_ptr(b)), iq4nl_bytes(b.add(2)))
+        };
         let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
         let parts = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
         let mut out = [_mm256_setzero_ps(); 4];

@@ -10,6 +10,7 @@ pub(crate) mod attention;
 pub(crate) mod dot;
 pub(crate) mod elementwise;
 pub(crate) mod kquant;
+pub(crate) mod lowbit;
 pub(crate) mod recurrent;
 pub(crate) mod rows;
 pub(crate) mod tiles;

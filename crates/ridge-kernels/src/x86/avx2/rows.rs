@@ -2,8 +2,8 @@
 //! into tiles): rows and tokens grouped so each unpacked weight block serves several of
 //! each, dispatched from the format and activation path to the kernels of `dot` and `kquant`.
 
-use super::dot::{self as k, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
-use super::kquant;
+use super::dot::{self as k, FMT_IQ4_NL, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
+use super::{kquant, lowbit};
 use crate::act::blocks::{Act16Block, ActBlock};
 use crate::matmul::acts::{Acts, CallActs, Path};
 use crate::matrix::WeightMatrix;
@@ -78,6 +78,25 @@ unsafe fn rows_t<const R: usize, const T: usize>(
     let x16 = a.map(|a| a.q16);
     let xf = a.map(|a| a.f);
     match (dtype, path) {
+        (DType::IQ4_NL, Path::Int8) if T == 1 => {
+            k::dot_rows::<FMT_IQ4_NL, R>(base, stride, xq[0], &mut o[0])
+        }
+        (DType::IQ4_NL, Path::F32) if T == 1 => {
+            k::dot_rows_f32::<FMT_IQ4_NL, R>(base, stride, xf[0], &mut o[0])
+        }
+        (DType::IQ4_NL, Path::Int8) => {
+            k::dot_rows_xt::<ActBlock, FMT_IQ4_NL, R, T>(base, stride, xq, &mut o)
+        }
+        (DType::IQ4_NL, Path::Int16) => {
+            k::dot_rows_xt::<Act16Block, FMT_IQ4_NL, R, T>(base, stride, x16, &mut o)
+        }
+        (DType::IQ4_NL, _) => k::dot_rows_f32_xt::<FMT_IQ4_NL, R, T>(base, stride, xf, &mut o),
+        (DType::Q2_K, Path::Int8) => lowbit::q2k_rows::<R, T>(base, stride, xq, &mut o),
+        (DType::Q3_K, Path::Int8) => lowbit::q3k_rows::<R, T>(base, stride, xq, &mut o),
+        (DType::IQ4_XS, Path::Int8) => lowbit::iq4xs_rows::<R, T>(base, stride, xq, &mut o),
+        (DType::Q2_K | DType::Q3_K | DType::IQ4_XS, _) => {
+            lowbit::rows_f32::<R, T>(dtype, base, stride, xf, &mut o)
+        }
         (DType::Q4_0, Path::Int8) if T == 1 => {
             k::dot_rows::<FMT_Q4_0, R>(base, stride, xq[0], &mut o[0])
         }

@@ -1,0 +1,338 @@
+//! AVX2 + FMA + F16C kernels for the low-bit super-block formats (Q2_K, Q3_K, IQ4_XS; layouts
+//! in [`crate::lowbit`]; IQ4_NL, a 32-element format, runs through `dot`'s kernels). Same
+//! contracts as `x86::avx2::kquant`: `R` (≤ 4) consecutive weight rows against `T` activation
+//! rows, every output with its own accumulator and the same operations in the same order
+//! whatever `R` and `T` (batch invariance); tested against the scalar references in
+//! `scalar::lowbit`.
+//!
+//! With 8-bit activations each 32-element activation block `c` of a super-block reads one
+//! 32-byte group of weights:
+//! - Q2_K/Q3_K: the 2-bit fields of `qs[32·(c / 4)..]` at shift `2·(c % 4)` (Q3_K adds its
+//!   `hmask` bit, giving signed q in −4..4, multiplied with the sign trick). Its two 16-element
+//!   halves have different sub-scales: `pmaddwd` of the byte-pair sums with a vector holding
+//!   the first half's scale in the low 128 bits and the second's in the high 128 bits applies
+//!   both in the integer domain, then one FMA by `d·dx` per block. Q2_K's minimums are one
+//!   vector FMA per super-block (lane c = activation block c: `m_2c·Σx_lo + m_2c+1·Σx_hi`).
+//! - IQ4_XS: the block's nibbles looked up in the sixteen levels (`pshufb`), signed products,
+//!   and one FMA by `d·ls_c·dx` per block.
+//!
+//! With f32 activations the weights are dequantized a super-block at a time by the scalar
+//! reference into a buffer and multiplied from there (the formats' fields are too scattered to
+//! unpack cheaply in registers; these paths serve `--activations f32` and the matrices a
+//! model's plan keeps in f32).
+// Row index `r` and token index `t` address accumulators and pointers together.
+#![allow(clippy::needless_range_loop)]
+
+use super::dot::iq4nl_bytes;
+use crate::act::blocks::ActBlock;
+use crate::kquant::QK_K;
+use crate::lowbit as lb;
+use crate::x86::shared::{f16_ptr, hsum, prefetch_l1};
+use crate::DType;
+use std::arch::x86_64::*;
+
+/// How many row groups ahead the kernels prefetch (as `kquant`'s).
+const PREFETCH_GROUPS: usize = 4;
+
+/// Lane `j` of `v` in all eight lanes.
+#[inline(always)]
+unsafe fn bcast(v: __m256, j: usize) -> __m256 {
+    _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j as i32))
+}
+
+/// The scales of the eight activation blocks at `a` (lane c = block c).
+#[inline(always)]
+unsafe fn act_scales(a: *const ActBlock) -> __m256 {
+    let a = &*(a as *const [ActBlock; 8]);
+    let d: [f32; 8] = std::array::from_fn(|c| a[c].d);
+    _mm256_loadu_ps(d.as_ptr())
+}
+
+/// Sixteen sub-block scales (bytes, signed or not) arranged for [`pair_scales`]: 16-bit lanes
+/// 0..8 the even sub-blocks', 8..16 the odd ones'.
+#[inline(always)]
+unsafe fn spread_scales<const SIGNED: bool>(s: __m128i) -> __m256i {
+    let evens_odds = _mm_shuffle_epi8(
+        s,
+        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15),
+    );
+    if SIGNED {
+        _mm256_cvtepi8_epi16(evens_odds)
+    } else {
+        _mm256_cvtepu8_epi16(evens_odds)
+    }
+}
+
+/// Sub-scales `2c` (all 16-bit lanes of the low 128 bits) and `2c + 1` (the high 128 bits),
+/// from a [`spread_scales`] vector.
+#[inline(always)]
+unsafe fn pair_scales(spread: __m256i, c: usize) -> __m256i {
+    let (lo, hi) = ((2 * c) as i8, (2 * c + 1) as i8);
+    _mm256_shuffle_epi8(
+        spread,
+        _mm256_set1_epi16(i16::from_le_bytes([lo as u8, hi as u8])),
+    )
+}
+
+/// The 2-bit fields of activation block `c % 4` of a 32-byte `qs` group, one per byte.
+#[inline(always)]
+unsafe fn low2(q: __m256i, c: usize) -> __m256i {
+    let v = match c % 4 {
+        0 => q,
+        1 => _mm256_srli_epi16::<2>(q),
+        2 => _mm256_srli_epi16::<4>(q),
+        _ => _mm256_srli_epi16::<6>(q),
+    };
+    _mm256_and_si256(v, _mm256_set1_epi8(3))
+}
+
+/// A Q2_K/Q3_K `qs` group's load for activation block `c`.
+#[inline(always)]
+unsafe fn qs_group(qs: *const u8, c: usize) -> __m256i {
+    _mm256_loadu_si256(qs.add(32 * (c / 4)) as *const __m256i)
+}
+
+/// Q2_K rows against 8-bit activation blocks.
+///
+/// # Safety
+/// The CPU supports AVX2/FMA/F16C; `rows` points at `R` rows `stride` bytes apart, each
+/// holding `x[t].len() / 8` super-blocks, and every `x[t]` the same number of blocks, a
+/// multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q2k_rows<const R: usize, const T: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: [&[ActBlock]; T],
+    out: &mut [[f32; R]; T],
+) {
+    const BB: usize = lb::Q2_K_BYTES;
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / 8 {
+        prefetch_l1(next.wrapping_add(s * R * BB), R * BB);
+        let mut dx = [_mm256_setzero_ps(); T];
+        // Per token: each activation block's two half sums (lane c = block c).
+        let mut half = [[_mm256_setzero_si256(); 2]; T];
+        for t in 0..T {
+            let a = x[t].as_ptr().add(8 * s);
+            dx[t] = act_scales(a);
+            let blocks = &*(a as *const [ActBlock; 8]);
+            for h in 0..2 {
+                let v: [i32; 8] = std::array::from_fn(|c| blocks[c].off32[h] / 32);
+                half[t][h] = _mm256_loadu_si256(v.as_ptr() as *const __m256i);
+            }
+        }
+        for r in 0..R {
+            let b = rows.add(r * stride + s * BB);
+            let sv = _mm_loadu_si128(b as *const __m128i);
+            let m4 = _mm_set1_epi8(0x0F);
+            let scales = spread_scales::<false>(_mm_and_si128(sv, m4));
+            let mins = spread_scales::<false>(_mm_and_si128(_mm_srli_epi16::<4>(sv), m4));
+            // 32-bit lanes: lane c holds the (even, odd) minimum pair of block c.
+            let m_even = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(mins));
+            let m_odd = _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(mins));
+            let d = _mm256_set1_ps(f16_ptr(b.add(lb::Q2_K_D)));
+            let dmin = _mm256_set1_ps(f16_ptr(b.add(lb::Q2_K_D + 2)));
+            let mut st = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                let m = _mm256_add_epi32(
+                    _mm256_mullo_epi32(m_even, half[t][0]),
+                    _mm256_mullo_epi32(m_odd, half[t][1]),
+                );
+                let dm = _mm256_mul_ps(dmin, dx[t]);
+                acc[r][t] = _mm256_fnmadd_ps(dm, _mm256_cvtepi32_ps(m), acc[r][t]);
+                st[t] = _mm256_mul_ps(d, dx[t]);
+            }
+            let qs = b.add(lb::Q2_K_QS);
+            let mut q = qs_group(qs, 0);
+            for c in 0..8 {
+                if c == 4 {
+                    q = qs_group(qs, 4);
+                }
+                let w = low2(q, c);
+                let sc = pair_scales(scales, c);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * s + c);
+                    let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), sc);
+                    acc[r][t] = _mm256_fmadd_ps(bcast(st[t], c), _mm256_cvtepi32_ps(p), acc[r][t]);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// Q3_K rows against 8-bit activation blocks.
+///
+/// # Safety
+/// As [`q2k_rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q3k_rows<const R: usize, const T: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: [&[ActBlock]; T],
+    out: &mut [[f32; R]; T],
+) {
+    const BB: usize = lb::Q3_K_BYTES;
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / 8 {
+        prefetch_l1(next.wrapping_add(s * R * BB), R * BB);
+        let mut dx = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            dx[t] = act_scales(x[t].as_ptr().add(8 * s));
+        }
+        for r in 0..R {
+            let b = rows.add(r * stride + s * BB);
+            // SAFETY: `b` is a whole super-block (function contract).
+            let sc = lb::q3_scales(std::slice::from_raw_parts(b, BB));
+            let scales = spread_scales::<true>(_mm_loadu_si128(sc.as_ptr() as *const __m128i));
+            let d = _mm256_set1_ps(f16_ptr(b.add(lb::Q3_K_D)));
+            let mut st = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                st[t] = _mm256_mul_ps(d, dx[t]);
+            }
+            let hm = _mm256_loadu_si256(b as *const __m256i);
+            let qs = b.add(lb::Q3_K_QS);
+            let mut q = qs_group(qs, 0);
+            for c in 0..8 {
+                if c == 4 {
+                    q = qs_group(qs, 4);
+                }
+                // q − 4 where the block's hmask bit is clear.
+                let bit = _mm256_set1_epi8((1u8 << c) as i8);
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+                let w = _mm256_sub_epi8(low2(q, c), _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+                let aw = _mm256_sign_epi8(w, w);
+                let sc = pair_scales(scales, c);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * s + c);
+                    let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+                    let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w));
+                    let p = _mm256_madd_epi16(p16, sc);
+                    acc[r][t] = _mm256_fmadd_ps(bcast(st[t], c), _mm256_cvtepi32_ps(p), acc[r][t]);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// IQ4_XS rows against 8-bit activation blocks.
+///
+/// # Safety
+/// As [`q2k_rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn iq4xs_rows<const R: usize, const T: usize>(
+    rows: *const u8,
+    stride: usize,
+    x: [&[ActBlock]; T],
+    out: &mut [[f32; R]; T],
+) {
+    const BB: usize = lb::IQ4_XS_BYTES;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / 8 {
+        prefetch_l1(next.wrapping_add(s * R * BB), R * BB);
+        let mut dx = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            dx[t] = act_scales(x[t].as_ptr().add(8 * s));
+        }
+        for r in 0..R {
+            let b = rows.add(r * stride + s * BB);
+            // SAFETY: `b` is a whole super-block (function contract).
+            let ls = lb::iq4xs_scales(std::slice::from_raw_parts(b, BB));
+            let lsv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                ls.as_ptr() as *const __m128i
+            )));
+            let dls = _mm256_mul_ps(_mm256_set1_ps(f16_ptr(b)), lsv);
+            let mut st = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                st[t] = _mm256_mul_ps(dls, dx[t]);
+            }
+            for c in 0..8 {
+                let w = iq4nl_bytes(b.add(lb::IQ4_XS_QS + 16 * c));
+                let aw = _mm256_sign_epi8(w, w);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * s + c);
+                    let xv = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+                    let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w));
+                    let p = _mm256_madd_epi16(p16, ones);
+                    acc[r][t] = _mm256_fmadd_ps(bcast(st[t], c), _mm256_cvtepi32_ps(p), acc[r][t]);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// A 256-value buffer aligned for vector loads.
+#[repr(align(32))]
+struct Deq([f32; QK_K]);
+
+/// Q2_K, Q3_K or IQ4_XS rows against f32 activations: each super-block dequantized by the
+/// scalar reference, then multiplied into every token, one partial sum per 32 values.
+///
+/// # Safety
+/// The CPU supports AVX2/FMA/F16C; `dtype` is one of the three; `rows` points at `R` rows
+/// `stride` bytes apart, each `dtype.row_bytes(n)` long for `n = x[t].len()` (a multiple of
+/// 256, the same for every `t`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_f32<const R: usize, const T: usize>(
+    dtype: DType,
+    rows: *const u8,
+    stride: usize,
+    x: [&[f32]; T],
+    out: &mut [[f32; R]; T],
+) {
+    let bb = dtype.block_bytes();
+    let deq: fn(&[u8], &mut [f32]) = match dtype {
+        DType::Q2_K => lb::dequantize_q2_k,
+        DType::Q3_K => lb::dequantize_q3_k,
+        _ => lb::dequantize_iq4_xs,
+    };
+    let mut w = Deq([0f32; QK_K]);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / QK_K {
+        prefetch_l1(next.wrapping_add(s * R * bb), R * bb);
+        for r in 0..R {
+            // SAFETY: the super-block lies inside row r (function contract).
+            deq(
+                std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb),
+                &mut w.0,
+            );
+            for t in 0..T {
+                let xp = x[t].as_ptr().add(QK_K * s);
+                for c in 0..8 {
+                    let mut part = _mm256_setzero_ps();
+                    for k in 0..4 {
+                        let o = 32 * c + 8 * k;
+                        let wv = _mm256_load_ps(w.0.as_ptr().add(o));
+                        part = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(o)), part);
+                    }
+                    acc[r][t] = _mm256_add_ps(acc[r][t], part);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
