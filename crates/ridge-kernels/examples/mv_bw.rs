@@ -38,6 +38,10 @@ fn parse() -> Result<(usize, DType, usize, usize, ActPrecision, usize), String> 
         Some("q5_0") => DType::Q5_0,
         Some("q4_k") => DType::Q4_K,
         Some("q5_k") => DType::Q5_K,
+        Some("q2_k") => DType::Q2_K,
+        Some("q3_k") => DType::Q3_K,
+        Some("iq4_nl") => DType::IQ4_NL,
+        Some("iq4_xs") => DType::IQ4_XS,
         Some("q6_k") => DType::Q6_K,
         _ => return Err("FORMAT: q8_0, q4_0, q4_1, q5_0, q4_k, q5_k or q6_k".into()),
     };
