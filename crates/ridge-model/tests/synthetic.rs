@@ -44,6 +44,10 @@ fn reference_logits(f: &GgufFile, tokens: &[u32]) -> Vec<Vec<f64>> {
             ridge_gguf::GgmlType::Q4_K => DType::Q4_K,
             ridge_gguf::GgmlType::Q5_K => DType::Q5_K,
             ridge_gguf::GgmlType::Q6_K => DType::Q6_K,
+            ridge_gguf::GgmlType::Q2_K => DType::Q2_K,
+            ridge_gguf::GgmlType::Q3_K => DType::Q3_K,
+            ridge_gguf::GgmlType::IQ4_NL => DType::IQ4_NL,
+            ridge_gguf::GgmlType::IQ4_XS => DType::IQ4_XS,
             other => panic!("{other:?}"),
         };
         let (cols, rows) = (t.row_len() as usize, t.n_rows() as usize);
@@ -225,6 +229,44 @@ fn every_format_and_path_matches_the_f64_reference() {
                 }
             }
             // Same math in f32 instead of f64.
+            assert!(
+                worst < 1e-3,
+                "{dtype:?} {isa:?}: worst relative error {worst}"
+            );
+        }
+    }
+}
+
+/// The low-bit formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS) as layer matrices, embeddings and head,
+/// mixed with the older ones as the "dynamic" files mix them, against the f64 reference on
+/// every path (widths of whole 256-element super-blocks).
+#[test]
+fn low_bit_formats_match_the_f64_reference() {
+    let formats = [DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS];
+    let embd = [DType::IQ4_XS, DType::Q6_K, DType::Q3_K, DType::Q8_0];
+    for (i, &dtype) in formats.iter().enumerate() {
+        let spec = SyntheticSpec {
+            dtype,
+            embd_dtype: embd[i],
+            d_model: 256,
+            ffn_dim: 512,
+            separate_output: i % 2 == 1,
+            seed: 40 + i as u64,
+            ..Default::default()
+        };
+        let f = write_model(&spec);
+        let want = reference_logits(&GgufFile::open(f.path()).unwrap(), &PROMPT);
+        let mut m = Model::load(f.path()).unwrap();
+        m.set_act_policy(ActPolicy::F32);
+        for isa in Isa::available() {
+            m.set_isa(isa);
+            let got = run_all_positions(&m, &PROMPT);
+            let mut worst = 0f64;
+            for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(&want) {
+                for (a, b) in row.iter().zip(w) {
+                    worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
+                }
+            }
             assert!(
                 worst < 1e-3,
                 "{dtype:?} {isa:?}: worst relative error {worst}"

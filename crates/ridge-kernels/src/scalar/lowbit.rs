@@ -88,13 +88,17 @@ pub fn dot_iq4_xs<A: IntActBlock>(row: &[u8], x: &[A]) -> f32 {
     sum
 }
 
-/// A super-block format's row · f32 activations: each super-block dequantized, then summed.
+/// A super-block format's row · f32 activations: each super-block dequantized, then summed
+/// in partial sums of 32 (as the SIMD kernels do: one running sum over a long row loses
+/// digits that Q2_K's minimum terms make visible).
 fn dot_super_f32(row: &[u8], x: &[f32], bb: usize, deq: fn(&[u8], &mut [f32])) -> f32 {
     let mut w = [0f32; QK_K];
     let mut sum = 0f32;
     for (b, xb) in row.chunks_exact(bb).zip(x.chunks_exact(QK_K)) {
         deq(b, &mut w);
-        sum += w.iter().zip(xb).map(|(a, b)| a * b).sum::<f32>();
+        for (wc, xc) in w.chunks_exact(32).zip(xb.chunks_exact(32)) {
+            sum += wc.iter().zip(xc).map(|(a, b)| a * b).sum::<f32>();
+        }
     }
     sum
 }
