@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fixtures for ridge-kernels' dequantization tests of the Q5_0, Q5_1, MXFP4, k-quant (Q2_K..Q6_K)
-and IQ4_NL/IQ4_XS block formats.
+IQ4_NL/IQ4_XS, lattice (IQ1_S..IQ3_S) and ternary (TQ1_0, TQ2_0) block formats.
 
 For each format: a few blocks of random bytes (the f16 scale fields replaced by random finite
 values, and MXFP4's e8m0 scale byte drawn from 96..=160, so no block decodes to inf/NaN),
@@ -36,7 +36,19 @@ FORMATS = {
     "q3_k": (T.Q3_K, 3, [108]),
     "iq4_nl": (T.IQ4_NL, 8, [0]),
     "iq4_xs": (T.IQ4_XS, 3, [0]),
+    "iq2_xxs": (T.IQ2_XXS, 3, [0]),
+    "iq2_xs": (T.IQ2_XS, 3, [0]),
+    "iq2_s": (T.IQ2_S, 3, [0]),
+    "iq3_xxs": (T.IQ3_XXS, 3, [0]),
+    "iq3_s": (T.IQ3_S, 3, [0]),
+    "iq1_s": (T.IQ1_S, 3, [0]),
+    "iq1_m": (T.IQ1_M, 3, []),
+    "tq1_0": (T.TQ1_0, 3, [52]),
+    "tq2_0": (T.TQ2_0, 3, [64]),
 }
+
+# IQ1_M spreads its f16 scale over the top nibbles of the four u16 words at bytes 48..56.
+SPREAD_F16 = {"iq1_m": 48}
 
 # format -> byte offset of an e8m0 scale (a power of two: 2^(e - 127))
 E8M0_FIELDS = {"mxfp4": 0}
@@ -51,6 +63,13 @@ def main():
         for off in f16_fields:
             d = rng.uniform(-2.0, 2.0, size=n_blocks).astype(np.float16)
             raw[:, off : off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+        if name in SPREAD_F16:
+            o = SPREAD_F16[name]
+            d = rng.uniform(-2.0, 2.0, size=n_blocks).astype(np.float16).view(np.uint16)
+            for k in range(4):
+                w = raw[:, o + 2 * k : o + 2 * k + 2].copy().view(np.uint16).reshape(n_blocks)
+                w = (w & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12).astype(np.uint16)
+                raw[:, o + 2 * k : o + 2 * k + 2] = w.view(np.uint8).reshape(n_blocks, 2)
         if name in E8M0_FIELDS:
             raw[:, E8M0_FIELDS[name]] = rng.integers(96, 161, size=n_blocks, dtype=np.uint8)
         vals = dequantize(raw.reshape(-1), qtype).astype("<f4")

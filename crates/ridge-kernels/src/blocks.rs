@@ -119,6 +119,20 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 lowbit::dequantize_iq4_nl(b, o);
             }
         }
+        DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S
+        | DType::IQ1_S
+        | DType::IQ1_M
+        | DType::TQ1_0
+        | DType::TQ2_0 => {
+            let bb = dtype.block_bytes();
+            for (o, b) in out.chunks_exact_mut(QK_K).zip(row.chunks_exact(bb)) {
+                crate::iquant::dequantize(dtype, b, o);
+            }
+        }
         DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
             let deq = match dtype {
                 DType::Q2_K => lowbit::dequantize_q2_k,
@@ -144,6 +158,9 @@ fn min_scale(b: &[f32], top: f32) -> (f32, f32, f32) {
 
 /// Quantizes an f32 row into `dtype`'s byte layout (length must be a multiple of the block
 /// size). Used for test data and synthetic models, not on the inference path.
+///
+/// Panics for the lattice formats (`iquant`): ridge reads them but has no quantizer for them
+/// (their test data are random blocks).
 pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(dtype.row_bytes(x.len()));
     match dtype {
@@ -268,6 +285,17 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
             for b in x.chunks_exact(32) {
                 lowbit::quantize_iq4_nl(b, &mut out);
             }
+        }
+        DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S
+        | DType::IQ1_S
+        | DType::IQ1_M
+        | DType::TQ1_0
+        | DType::TQ2_0 => {
+            panic!("quantize_row: ridge has no quantizer for {dtype:?} (it computes with it)")
         }
         DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
             let quant = match dtype {

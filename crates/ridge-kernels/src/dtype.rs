@@ -44,6 +44,27 @@ pub enum DType {
     /// 256 × 4-bit codes as IQ4_NL's in 8 sub-blocks of 32 with 6-bit signed scales (136
     /// bytes).
     IQ4_XS,
+    /// 2.06 bits per weight: groups of 8 from a 256-entry lattice codebook with 7-bit sign
+    /// patterns, a 4-bit scale per 32 (66 bytes; layouts of this and the following in
+    /// `iquant`).
+    IQ2_XXS,
+    /// 2.31 bits: a 512-entry codebook, 4-bit scales per 16 (74 bytes).
+    IQ2_XS,
+    /// 2.56 bits: a 1024-entry codebook, explicit signs (82 bytes).
+    IQ2_S,
+    /// 3.06 bits: groups of 4 from a 256-entry codebook (98 bytes).
+    IQ3_XXS,
+    /// 3.44 bits: a 512-entry codebook, explicit signs (110 bytes).
+    IQ3_S,
+    /// 1.56 bits: groups of 8 of −1, 0, 1 from a 2048-entry codebook, shifted by ±1/8 (50
+    /// bytes).
+    IQ1_S,
+    /// 1.75 bits: IQ1_S's codebook with scales per 16 (56 bytes).
+    IQ1_M,
+    /// 1.69 bits: ternary values packed five per byte in base 3 (54 bytes).
+    TQ1_0,
+    /// 2.06 bits: ternary values in two bits each (66 bytes).
+    TQ2_0,
 }
 
 impl DType {
@@ -58,9 +79,21 @@ impl DType {
             | DType::Q5_1
             | DType::MXFP4
             | DType::IQ4_NL => 32,
-            DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {
-                256
-            }
+            DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
+            | DType::Q2_K
+            | DType::Q3_K
+            | DType::IQ4_XS
+            | DType::IQ2_XXS
+            | DType::IQ2_XS
+            | DType::IQ2_S
+            | DType::IQ3_XXS
+            | DType::IQ3_S
+            | DType::IQ1_S
+            | DType::IQ1_M
+            | DType::TQ1_0
+            | DType::TQ2_0 => 256,
         }
     }
 
@@ -82,6 +115,15 @@ impl DType {
             DType::Q3_K => 110,
             DType::IQ4_NL => 18,
             DType::IQ4_XS => 136,
+            DType::IQ2_XXS => 66,
+            DType::IQ2_XS => 74,
+            DType::IQ2_S => 82,
+            DType::IQ3_XXS => 98,
+            DType::IQ3_S => 110,
+            DType::IQ1_S => 50,
+            DType::IQ1_M => 56,
+            DType::TQ1_0 => 54,
+            DType::TQ2_0 => 66,
         }
     }
 

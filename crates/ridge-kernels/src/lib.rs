@@ -33,6 +33,8 @@ mod cpu;
 mod dispatch;
 mod dtype;
 mod fields;
+mod iq_grids;
+pub mod iquant;
 pub mod kquant;
 pub mod lowbit;
 pub mod matmul;

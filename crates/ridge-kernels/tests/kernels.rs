@@ -13,7 +13,7 @@ use ridge_kernels::{
     matmul, matmul_each, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
 };
 
-const ALL: [DType; 16] = [
+const ALL: [DType; 25] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -30,7 +30,52 @@ const ALL: [DType; 16] = [
     DType::Q3_K,
     DType::IQ4_NL,
     DType::IQ4_XS,
+    DType::IQ2_XXS,
+    DType::IQ2_XS,
+    DType::IQ2_S,
+    DType::IQ3_XXS,
+    DType::IQ3_S,
+    DType::IQ1_S,
+    DType::IQ1_M,
+    DType::TQ1_0,
+    DType::TQ2_0,
 ];
+
+/// The lattice and ternary formats, which ridge reads but does not quantize: their test rows
+/// are random blocks with finite scales (any bit pattern is a valid block).
+fn is_lattice(dtype: DType) -> bool {
+    ridge_kernels::iquant::is_lattice(dtype)
+}
+
+/// Random blocks of a lattice format, their f16 scales set to finite values in [-1, 1].
+fn lattice_bytes(rng: &mut StdRng, dtype: DType, n_blocks: usize) -> Vec<u8> {
+    let mut w: Vec<u8> = (0..n_blocks * dtype.block_bytes())
+        .map(|_| rng.random())
+        .collect();
+    for b in w.chunks_exact_mut(dtype.block_bytes()) {
+        let d = f16::from_f32(rng.random_range(-1.0f32..1.0)).to_bits();
+        match dtype {
+            DType::IQ1_M => {
+                // The scale's nibbles are the top nibbles of the four u16 words at 48..56.
+                for k in 0..4 {
+                    let o = 48 + 2 * k;
+                    let v = u16::from_le_bytes([b[o], b[o + 1]]) & 0x0FFF;
+                    let v = v | ((d >> (4 * k)) & 0xF) << 12;
+                    b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            _ => {
+                let o = match dtype {
+                    DType::TQ1_0 => 52,
+                    DType::TQ2_0 => 64,
+                    _ => 0,
+                };
+                b[o..o + 2].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+    }
+    w
+}
 
 /// `cols` rounded up to a whole number of `dtype`'s blocks.
 fn cols_for(dtype: DType, cols: usize) -> usize {
@@ -57,6 +102,9 @@ fn randv(rng: &mut StdRng, n: usize) -> Vec<f32> {
 
 /// `rows` random rows of `cols` values in `[-2, 2)`, each quantized to `dtype`.
 fn random_rows(rng: &mut StdRng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    if is_lattice(dtype) {
+        return lattice_bytes(rng, dtype, rows * cols / dtype.block_size());
+    }
     let wf = randv(rng, rows * cols);
     wf.chunks(cols)
         .flat_map(|r| quantize_row(dtype, r))
@@ -806,7 +854,8 @@ fn grouped_attention_is_bitwise_the_same_alone_or_in_its_group() {
     }
 }
 
-/// Dequantization of Q5_0, Q5_1, MXFP4, the k-quants (Q2_K..Q6_K) and IQ4_NL/IQ4_XS against the `gguf` Python package's dequantizer on
+/// Dequantization of Q5_0, Q5_1, MXFP4, the k-quants (Q2_K..Q6_K), IQ4_NL/IQ4_XS and the
+/// lattice and ternary formats (IQ1_S..IQ3_S, TQ1_0, TQ2_0: their codebooks too) against the `gguf` Python package's dequantizer on
 /// random blocks (fixtures from `tools/reference/quant_fixtures.py`). Both evaluate the same
 /// f32 operations (d·sc in f32, times q, minus dmin·m), so the values agree to the bit.
 #[test]
@@ -823,6 +872,15 @@ fn dequantize_matches_gguf_reference_fixtures() {
         ("q3_k", DType::Q3_K),
         ("iq4_nl", DType::IQ4_NL),
         ("iq4_xs", DType::IQ4_XS),
+        ("iq2_xxs", DType::IQ2_XXS),
+        ("iq2_xs", DType::IQ2_XS),
+        ("iq2_s", DType::IQ2_S),
+        ("iq3_xxs", DType::IQ3_XXS),
+        ("iq3_s", DType::IQ3_S),
+        ("iq1_s", DType::IQ1_S),
+        ("iq1_m", DType::IQ1_M),
+        ("tq1_0", DType::TQ1_0),
+        ("tq2_0", DType::TQ2_0),
     ] {
         let blocks = std::fs::read(format!("{dir}{name}.blocks")).unwrap();
         let want: Vec<f32> = std::fs::read(format!("{dir}{name}.f32"))

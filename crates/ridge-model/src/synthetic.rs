@@ -220,6 +220,15 @@ fn to_dtype_id(d: DType) -> GgmlType {
         DType::Q3_K => GgmlType::Q3_K,
         DType::IQ4_NL => GgmlType::IQ4_NL,
         DType::IQ4_XS => GgmlType::IQ4_XS,
+        DType::IQ2_XXS => GgmlType::IQ2_XXS,
+        DType::IQ2_XS => GgmlType::IQ2_XS,
+        DType::IQ2_S => GgmlType::IQ2_S,
+        DType::IQ3_XXS => GgmlType::IQ3_XXS,
+        DType::IQ3_S => GgmlType::IQ3_S,
+        DType::IQ1_S => GgmlType::IQ1_S,
+        DType::IQ1_M => GgmlType::IQ1_M,
+        DType::TQ1_0 => GgmlType::TQ1_0,
+        DType::TQ2_0 => GgmlType::TQ2_0,
     }
 }
 

@@ -34,7 +34,7 @@ impl MatRef {
 
 /// The file types ridge computes in, and the kernel format of each (the one list both the
 /// lookup and the "not supported" message read, so they cannot disagree).
-const FORMATS: [(GgmlType, DType); 16] = [
+const FORMATS: [(GgmlType, DType); 25] = [
     (GgmlType::F32, DType::F32),
     (GgmlType::F16, DType::F16),
     (GgmlType::BF16, DType::BF16),
@@ -51,6 +51,15 @@ const FORMATS: [(GgmlType, DType); 16] = [
     (GgmlType::Q3_K, DType::Q3_K),
     (GgmlType::IQ4_NL, DType::IQ4_NL),
     (GgmlType::IQ4_XS, DType::IQ4_XS),
+    (GgmlType::IQ2_XXS, DType::IQ2_XXS),
+    (GgmlType::IQ2_XS, DType::IQ2_XS),
+    (GgmlType::IQ2_S, DType::IQ2_S),
+    (GgmlType::IQ3_XXS, DType::IQ3_XXS),
+    (GgmlType::IQ3_S, DType::IQ3_S),
+    (GgmlType::IQ1_S, DType::IQ1_S),
+    (GgmlType::IQ1_M, DType::IQ1_M),
+    (GgmlType::TQ1_0, DType::TQ1_0),
+    (GgmlType::TQ2_0, DType::TQ2_0),
 ];
 
 fn dtype_of(t: GgmlType) -> Option<DType> {
@@ -181,14 +190,14 @@ mod tests {
 
     #[test]
     fn an_unsupported_weight_type_is_named_with_every_supported_one() {
-        // IQ2_XXS: 256 elements in 66 bytes; one row of 256.
+        // NVFP4: 64 elements in 36 bytes; one row of 256.
         let mut w = GgufWriter::new();
-        w.tensor("m", &[256, 1], GgmlType::IQ2_XXS, vec![0u8; 66]);
+        w.tensor("m", &[256, 1], GgmlType::NVFP4, vec![0u8; 4 * 36]);
         let f = GgufFile::from_bytes("<memory>", w.to_bytes()).expect("valid file");
         let e = matrix(&f, "m", 1, 256)
-            .expect_err("IQ2_XXS is not computed")
+            .expect_err("NVFP4 is not computed")
             .to_string();
-        assert!(e.contains("weight type IQ2_XXS is not supported"), "{e}");
+        assert!(e.contains("weight type NVFP4 is not supported"), "{e}");
         for (g, _) in FORMATS {
             assert!(e.contains(&g.to_string()), "{e} lacks {g}");
         }

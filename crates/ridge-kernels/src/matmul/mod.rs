@@ -55,6 +55,22 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
     use lowbit_scalar as l;
     let (xq, x16, xf) = (a.q8, a.q16, a.f);
     match (dtype, path) {
+        (
+            DType::IQ2_XXS
+            | DType::IQ2_XS
+            | DType::IQ2_S
+            | DType::IQ3_XXS
+            | DType::IQ3_S
+            | DType::IQ1_S
+            | DType::IQ1_M
+            | DType::TQ1_0
+            | DType::TQ2_0,
+            p,
+        ) => match p {
+            Path::Int8 => l::dot_lattice(dtype, row, xq),
+            Path::Int16 => l::dot_lattice(dtype, row, x16),
+            Path::F32 => l::dot_lattice_f32(dtype, row, xf),
+        },
         (DType::Q2_K, Path::Int8) => l::dot_q2_k(row, xq),
         (DType::Q3_K, Path::Int8) => l::dot_q3_k(row, xq),
         (DType::IQ4_NL, Path::Int8) => l::dot_iq4_nl(row, xq),

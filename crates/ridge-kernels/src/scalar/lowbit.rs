@@ -128,3 +128,35 @@ pub fn dot_iq4_nl_f32(row: &[u8], x: &[f32]) -> f32 {
     }
     sum
 }
+
+/// A lattice or ternary format's row (`iquant`) · 8- or 16-bit activations: per activation
+/// block, `dx·(scale_lo·Σ_lo w·qx + scale_hi·Σ_hi w·qx)` over the decoded signed values.
+pub fn dot_lattice<A: IntActBlock>(dtype: crate::DType, row: &[u8], x: &[A]) -> f32 {
+    let mut w = [0i8; 32];
+    let mut sum = 0f32;
+    for (b, xs) in row.chunks_exact(dtype.block_bytes()).zip(x.chunks_exact(8)) {
+        for (c, a) in xs.iter().enumerate() {
+            let sc = crate::iquant::decode32(dtype, b, c, &mut w);
+            let s: [i32; 2] =
+                std::array::from_fn(|h| (16 * h..16 * h + 16).map(|i| w[i] as i32 * a.q(i)).sum());
+            sum += a.scale() * (sc[0] * s[0] as f32 + sc[1] * s[1] as f32);
+        }
+    }
+    sum
+}
+
+/// A lattice or ternary format's row · f32 activations.
+pub fn dot_lattice_f32(dtype: crate::DType, row: &[u8], x: &[f32]) -> f32 {
+    let mut w = [0f32; QK_K];
+    let mut sum = 0f32;
+    for (b, xb) in row
+        .chunks_exact(dtype.block_bytes())
+        .zip(x.chunks_exact(QK_K))
+    {
+        crate::iquant::dequantize(dtype, b, &mut w);
+        for (wc, xc) in w.chunks_exact(32).zip(xb.chunks_exact(32)) {
+            sum += wc.iter().zip(xc).map(|(a, b)| a * b).sum::<f32>();
+        }
+    }
+    sum
+}

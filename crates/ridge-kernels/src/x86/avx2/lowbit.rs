@@ -362,11 +362,12 @@ pub(crate) unsafe fn iq4xs_rows<const R: usize, const T: usize>(
 #[repr(align(32))]
 struct Deq([f32; QK_K]);
 
-/// Q2_K, Q3_K or IQ4_XS rows against f32 activations: each super-block dequantized by the
-/// scalar reference, then multiplied into every token, one partial sum per 32 values.
+/// Rows of a super-block format without register-level f32 kernels (Q2_K, Q3_K, IQ4_XS and
+/// the lattice formats) against f32 activations: each super-block dequantized by the scalar
+/// reference, then multiplied into every token, one partial sum per 32 values.
 ///
 /// # Safety
-/// The CPU supports AVX2/FMA/F16C; `dtype` is one of the three; `rows` points at `R` rows
+/// The CPU supports AVX2/FMA/F16C; `dtype` is a 256-element format; `rows` points at `R` rows
 /// `stride` bytes apart, each `dtype.row_bytes(n)` long for `n = x[t].len()` (a multiple of
 /// 256, the same for every `t`).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -378,11 +379,7 @@ pub(crate) unsafe fn rows_f32<const R: usize, const T: usize>(
     out: &mut [[f32; R]; T],
 ) {
     let bb = dtype.block_bytes();
-    let deq: fn(&[u8], &mut [f32]) = match dtype {
-        DType::Q2_K => lb::dequantize_q2_k,
-        DType::Q3_K => lb::dequantize_q3_k,
-        _ => lb::dequantize_iq4_xs,
-    };
+    let deq = |b: &[u8], out: &mut [f32]| crate::blocks::dequantize_row(dtype, b, out);
     let mut w = Deq([0f32; QK_K]);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
@@ -404,6 +401,55 @@ pub(crate) unsafe fn rows_f32<const R: usize, const T: usize>(
                         part = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(o)), part);
                     }
                     acc[r][t] = _mm256_add_ps(acc[r][t], part);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// A lattice or ternary format's rows (`iquant`) against 8-bit activation blocks: each
+/// 32-value block decoded to signed bytes by the scalar decoder (once for all tokens), then
+/// signed byte products and one FMA by `[scale_lo·dx × 4, scale_hi·dx × 4]` (the low four
+/// 32-bit lanes of the products hold values 0..16).
+///
+/// # Safety
+/// As [`q2k_rows`], with `dtype` one of `iquant::is_lattice`'s formats.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn lattice_rows<const R: usize, const T: usize>(
+    dtype: DType,
+    rows: *const u8,
+    stride: usize,
+    x: [&[ActBlock]; T],
+    out: &mut [[f32; R]; T],
+) {
+    #[repr(align(32))]
+    struct Bytes([i8; 32]);
+    let bb = dtype.block_bytes();
+    let ones = _mm256_set1_epi16(1);
+    let mut w = Bytes([0; 32]);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / 8 {
+        prefetch_l1(next.wrapping_add(s * R * bb), R * bb);
+        for r in 0..R {
+            // SAFETY: the super-block lies inside row r (function contract).
+            let b = std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb);
+            for c in 0..8 {
+                let sc = crate::iquant::decode32(dtype, b, c, &mut w.0);
+                let wv = _mm256_load_si256(w.0.as_ptr() as *const __m256i);
+                let aw = _mm256_sign_epi8(wv, wv);
+                let scv = _mm256_setr_ps(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * s + c);
+                    let xs = _mm256_sign_epi8(qs(a), wv);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones);
+                    let st = _mm256_mul_ps(scv, _mm256_set1_ps(a.d));
+                    acc[r][t] = _mm256_fmadd_ps(st, _mm256_cvtepi32_ps(p), acc[r][t]);
                 }
             }
         }

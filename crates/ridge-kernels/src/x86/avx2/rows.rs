@@ -94,9 +94,33 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q2_K, Path::Int8) => lowbit::q2k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::Q3_K, Path::Int8) => lowbit::q3k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::IQ4_XS, Path::Int8) => lowbit::iq4xs_rows::<R, T>(base, stride, xq, &mut o),
-        (DType::Q2_K | DType::Q3_K | DType::IQ4_XS, _) => {
-            lowbit::rows_f32::<R, T>(dtype, base, stride, xf, &mut o)
-        }
+        (
+            DType::IQ2_XXS
+            | DType::IQ2_XS
+            | DType::IQ2_S
+            | DType::IQ3_XXS
+            | DType::IQ3_S
+            | DType::IQ1_S
+            | DType::IQ1_M
+            | DType::TQ1_0
+            | DType::TQ2_0,
+            Path::Int8,
+        ) => lowbit::lattice_rows::<R, T>(dtype, base, stride, xq, &mut o),
+        (
+            DType::Q2_K
+            | DType::Q3_K
+            | DType::IQ4_XS
+            | DType::IQ2_XXS
+            | DType::IQ2_XS
+            | DType::IQ2_S
+            | DType::IQ3_XXS
+            | DType::IQ3_S
+            | DType::IQ1_S
+            | DType::IQ1_M
+            | DType::TQ1_0
+            | DType::TQ2_0,
+            _,
+        ) => lowbit::rows_f32::<R, T>(dtype, base, stride, xf, &mut o),
         (DType::Q4_0, Path::Int8) if T == 1 => {
             k::dot_rows::<FMT_Q4_0, R>(base, stride, xq[0], &mut o[0])
         }
