@@ -179,6 +179,25 @@ fn hugging_face_config_and_charts() {
         "--json",
     ]);
     assert_eq!(num(&lines(&o)[0], "weights_bytes"), 67_257_504.0);
+    // A GGUF block format at its stored size: IQ4_XS is 4.25 bits, 17/16 of int4.
+    let o = run(&[
+        "roofline",
+        "--model",
+        cfg.to_str().unwrap(),
+        "--hardware",
+        "h200",
+        "--batch",
+        "1",
+        "--context",
+        "0",
+        "--weight-dtype",
+        "IQ4_XS",
+        "--json",
+    ]);
+    assert_eq!(
+        num(&lines(&o)[0], "weights_bytes"),
+        67_257_504.0 * 17.0 / 16.0
+    );
 }
 
 #[test]

@@ -68,6 +68,47 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every format, in the order of this enum.
+    pub const ALL: [DType; 25] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::MXFP4,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+        DType::IQ2_XXS,
+        DType::IQ2_XS,
+        DType::IQ2_S,
+        DType::IQ3_XXS,
+        DType::IQ3_S,
+        DType::IQ1_S,
+        DType::IQ1_M,
+        DType::TQ1_0,
+        DType::TQ2_0,
+    ];
+
+    /// The format named `name` as ggml names it, any case (`q3_k`, `IQ4_XS`).
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|d| format!("{d:?}").eq_ignore_ascii_case(name))
+    }
+
+    /// Stored bits per weight (`Q4_K`: 4.5).
+    pub fn bits_per_weight(self) -> f64 {
+        8.0 * self.block_bytes() as f64 / self.block_size() as f64
+    }
+
     /// Elements per block.
     pub fn block_size(self) -> usize {
         match self {

@@ -47,16 +47,22 @@ pub struct Args {
     plot: Option<PathBuf>,
 }
 
-/// Bytes per parameter of the formats `--weight-dtype` accepts.
+/// Bytes per parameter of the formats `--weight-dtype` accepts: the checkpoint formats, and
+/// every GGUF block format ridge computes with, at its stored size (`q4_k` 4.5 bits, `iq2_xxs`
+/// 2.0625: scales included).
 fn bytes_per_param(name: &str) -> Result<f64> {
     Ok(match name {
         "bf16" | "f16" => 2.0,
         "fp8" | "int8" => 1.0,
         "int4" => 0.5,
         "f32" => 4.0,
-        other => bail!(
-            "--weight-dtype: unknown format `{other}` (expected bf16, f16, fp8, int8, int4 or f32)"
-        ),
+        other => match ridge_kernels::DType::from_name(other) {
+            Some(d) => d.bits_per_weight() / 8.0,
+            None => bail!(
+                "--weight-dtype: unknown format `{other}` (expected bf16, f16, fp8, int8, int4, \
+                 f32 or a GGUF block format such as q4_k, q3_k, iq4_xs, iq2_xxs)"
+            ),
+        },
     })
 }
 
@@ -295,7 +301,8 @@ struct FloorArgs {
     /// peak of ridge's quantized kernels).
     #[arg(long, default_value = "bf16")]
     precision: Precision,
-    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32.
+    /// Weight format of a config.json model: bf16, f16, fp8, int8, int4, f32, or a GGUF block
+    /// format (q8_0, q4_k, q3_k, q2_k, iq4_xs, iq3_s, iq2_xxs, …) at its stored bits per weight.
     #[arg(long)]
     weight_dtype: Option<String>,
     /// Price of one machine in USD per hour, for cost per million tokens.
