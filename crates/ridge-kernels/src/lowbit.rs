@@ -25,6 +25,7 @@
 
 use crate::fields::f16_at;
 use crate::kquant::QK_K;
+use crate::DType;
 use half::f16;
 
 /// The sixteen levels of IQ4_NL and IQ4_XS (a non-uniform grid fitted to weight
@@ -134,6 +135,43 @@ pub(crate) fn dequantize_iq4_xs(b: &[u8], out: &mut [f32]) {
         for i in 0..32 {
             out[32 * j + i] = dl * IQ4_VALUES[iq4_code(qs, i)] as f32;
         }
+    }
+}
+
+/// Activation block `c` (values `32c..32c + 32`) of a Q2_K, Q3_K or IQ4_XS super-block, or
+/// of a lattice format (`iquant`), as signed bytes `w` with per-half scales and minimums:
+/// value = `scale[i / 16] · w[i] − min[i / 16]` (the minimum is Q2_K's; zero elsewhere). The
+/// 16-bit integer kernels multiply through this form.
+pub fn decode32(dtype: DType, b: &[u8], c: usize, w: &mut [i8; 32]) -> ([f32; 2], [f32; 2]) {
+    match dtype {
+        DType::Q2_K => {
+            let (d, dmin) = (f16_at(&b[Q2_K_D..]), f16_at(&b[Q2_K_D + 2..]));
+            for (i, o) in w.iter_mut().enumerate() {
+                *o = low2(&b[Q2_K_QS..], 32 * c + i) as i8;
+            }
+            let sc = [b[2 * c], b[2 * c + 1]];
+            (
+                sc.map(|s| d * (s & 0x0F) as f32),
+                sc.map(|s| dmin * (s >> 4) as f32),
+            )
+        }
+        DType::Q3_K => {
+            let d = f16_at(&b[Q3_K_D..]);
+            for (i, o) in w.iter_mut().enumerate() {
+                *o = q3(b, 32 * c + i) as i8;
+            }
+            let sc = q3_scales(b);
+            ([sc[2 * c], sc[2 * c + 1]].map(|s| d * s as f32), [0.0; 2])
+        }
+        DType::IQ4_XS => {
+            let qs = &b[IQ4_XS_QS + 16 * c..];
+            for (i, o) in w.iter_mut().enumerate() {
+                *o = IQ4_VALUES[iq4_code(qs, i)];
+            }
+            let dl = f16_at(b) * iq4xs_scales(b)[c] as f32;
+            ([dl, dl], [0.0; 2])
+        }
+        _ => (crate::iquant::decode32(dtype, b, c, w), [0.0; 2]),
     }
 }
 

@@ -146,7 +146,11 @@ fn reference(
             | DType::Q5_K
             | DType::MXFP4
             | DType::IQ4_NL
-    ) || (tiled && dtype == DType::Q6_K);
+            | DType::Q2_K
+            | DType::Q3_K
+            | DType::IQ4_XS
+    ) || is_lattice(dtype)
+        || (tiled && dtype == DType::Q6_K);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
         let xe: Vec<f32> = match prec {

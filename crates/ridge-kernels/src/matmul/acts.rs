@@ -16,8 +16,9 @@ use crate::DType;
 pub enum ActPrecision {
     /// 8-bit activation blocks.
     Int8,
-    /// 16-bit activation blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, MXFP4, IQ4_NL): integer
-    /// dot products nearly as fast as 8-bit, with rounding ~256× finer. Other formats take the f32 path.
+    /// 16-bit activation blocks (every quantized format; Q6_K only in tiles): integer dot
+    /// products nearly as fast as 8-bit, with rounding
+    /// ~256× finer. Other formats take the f32 path.
     Int16,
     /// f32 activations.
     F32,
@@ -49,6 +50,18 @@ impl Path {
                 | DType::Q5_K
                 | DType::MXFP4
                 | DType::IQ4_NL
+                | DType::Q2_K
+                | DType::Q3_K
+                | DType::IQ4_XS
+                | DType::IQ2_XXS
+                | DType::IQ2_XS
+                | DType::IQ2_S
+                | DType::IQ3_XXS
+                | DType::IQ3_S
+                | DType::IQ1_S
+                | DType::IQ1_M
+                | DType::TQ1_0
+                | DType::TQ2_0
         ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
         match precision {
             _ if !dtype.is_quantized() => Path::F32,

@@ -31,7 +31,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::dot::iq4nl_bytes;
-use crate::act::blocks::ActBlock;
+use crate::act::blocks::{Act16Block, ActBlock};
 use crate::kquant::QK_K;
 use crate::lowbit as lb;
 use crate::x86::shared::{f16_ptr, hsum, prefetch_l1};
@@ -450,6 +450,65 @@ pub(crate) unsafe fn lattice_rows<const R: usize, const T: usize>(
                     let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones);
                     let st = _mm256_mul_ps(scv, _mm256_set1_ps(a.d));
                     acc[r][t] = _mm256_fmadd_ps(st, _mm256_cvtepi32_ps(p), acc[r][t]);
+                }
+            }
+        }
+    }
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// Q2_K, Q3_K, IQ4_XS or a lattice format's rows against 16-bit activation blocks: each
+/// 32-value block decoded by `lowbit::decode32` (once for all tokens), widened to 16 bits and
+/// multiplied exactly by `pmaddwd`; per half one FMA by `scale·dx`, and for Q2_K one by
+/// `−min·dx` times the half's activation sum.
+///
+/// # Safety
+/// The CPU supports AVX2/FMA/F16C; `dtype` is one of those formats; `rows` points at `R` rows
+/// `stride` bytes apart, each holding `x[t].len() / 8` super-blocks, and every `x[t]` the same
+/// number of blocks, a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn decoded_rows16<const R: usize, const T: usize>(
+    dtype: DType,
+    rows: *const u8,
+    stride: usize,
+    x: [&[Act16Block]; T],
+    out: &mut [[f32; R]; T],
+) {
+    let bb = dtype.block_bytes();
+    let ones = _mm256_set1_epi16(1);
+    let mut w = [0i8; 32];
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
+    for s in 0..x[0].len() / 8 {
+        prefetch_l1(next.wrapping_add(s * R * bb), R * bb);
+        for r in 0..R {
+            // SAFETY: the super-block lies inside row r (function contract).
+            let b = std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb);
+            for c in 0..8 {
+                let (sc, mn) = lb::decode32(dtype, b, c, &mut w);
+                let w16 = [
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.as_ptr() as *const __m128i)),
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.as_ptr().add(16) as *const __m128i)),
+                ];
+                let has_min = mn != [0.0; 2];
+                for t in 0..T {
+                    let a = x[t].get_unchecked(8 * s + c);
+                    let dx = _mm256_set1_ps(a.d);
+                    for h in 0..2 {
+                        let xv = _mm256_loadu_si256(a.qs.as_ptr().add(16 * h) as *const __m256i);
+                        let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(w16[h], xv));
+                        let st = _mm256_mul_ps(_mm256_set1_ps(sc[h]), dx);
+                        acc[r][t] = _mm256_fmadd_ps(st, p, acc[r][t]);
+                        if has_min {
+                            let xs = _mm256_cvtepi32_ps(_mm256_madd_epi16(xv, ones));
+                            let sm = _mm256_mul_ps(_mm256_set1_ps(mn[h]), dx);
+                            acc[r][t] = _mm256_fnmadd_ps(sm, xs, acc[r][t]);
+                        }
+                    }
                 }
             }
         }

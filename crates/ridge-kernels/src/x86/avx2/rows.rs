@@ -119,6 +119,21 @@ unsafe fn rows_t<const R: usize, const T: usize>(
             | DType::IQ1_M
             | DType::TQ1_0
             | DType::TQ2_0,
+            Path::Int16,
+        ) => lowbit::decoded_rows16::<R, T>(dtype, base, stride, x16, &mut o),
+        (
+            DType::Q2_K
+            | DType::Q3_K
+            | DType::IQ4_XS
+            | DType::IQ2_XXS
+            | DType::IQ2_XS
+            | DType::IQ2_S
+            | DType::IQ3_XXS
+            | DType::IQ3_S
+            | DType::IQ1_S
+            | DType::IQ1_M
+            | DType::TQ1_0
+            | DType::TQ2_0,
             _,
         ) => lowbit::rows_f32::<R, T>(dtype, base, stride, xf, &mut o),
         (DType::Q4_0, Path::Int8) if T == 1 => {
