@@ -7,7 +7,9 @@
 //!   Q4_K, Q5_K, Q6_K) are multiplied against activations quantized on the fly to 8-bit (or
 //!   16-bit) blocks of 32 ([`act::ActBlock`]), so the inner loop is an integer dot product (a
 //!   k-quant super-block meets eight activation blocks); float weights (F32, F16, BF16)
-//!   multiply f32 activations.
+//!   multiply f32 activations. The low-bit formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS: [`lowbit`];
+//!   the lattice and ternary IQ1..IQ3, TQ1_0, TQ2_0: [`iquant`]) go the same way, the lattice
+//!   ones through a per-block decoder to signed bytes.
 //! - Where tile kernels exist for it (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), a matrix is
 //!   repacked at load into tiles of eight rows ([`packed`]): the same blocks, the same bytes
 //!   (Q4_K +2.8%), interleaved so one instruction advances eight rows. The file's pages are
