@@ -39,7 +39,7 @@ pub enum DType {
     /// 256 × 3-bit in 16 sub-blocks of 16 with 6-bit signed scales, value = d·sc·q, q in
     /// −4..4 (110 bytes).
     Q3_K,
-    /// 32 × 4-bit codes on a non-uniform grid with an f16 scale, value = d·K[q] (18 bytes).
+    /// 32 × 4-bit codes on a non-uniform grid with an f16 scale, value = `d·K[q]` (18 bytes).
     IQ4_NL,
     /// 256 × 4-bit codes as IQ4_NL's in 8 sub-blocks of 32 with 6-bit signed scales (136
     /// bytes).

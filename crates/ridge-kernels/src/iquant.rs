@@ -1,6 +1,6 @@
 //! The lattice formats (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) and the ternary
 //! ones (TQ1_0, TQ2_0): super-blocks of 256 whose values are small integers from a codebook
-//! ([`crate::iq_grids`]) or a base-3 packing, times a float scale per 16 or 32 values.
+//! (`iq_grids`) or a base-3 packing, times a float scale per 16 or 32 values.
 //!
 //! One shape serves every kernel: [`decode32`] turns the 32 values of activation block `c` of a
 //! super-block into signed bytes `w` and the scales of its two halves, with value =
@@ -12,7 +12,7 @@
 //! Layouts (little-endian; `d` is an f16 super-block scale; a "sign byte" negates element k
 //! of its group of 8 where bit k is set):
 //! - IQ2_XXS, 66 bytes: `d, qs: [u32; 64]` as 8 pairs per 32 values: the first word's four
-//!   bytes index [`crate::iq_grids::IQ2XXS_GRID`] (8 values each), the second holds four 7-bit
+//!   bytes index `iq_grids::IQ2XXS_GRID` (8 values each), the second holds four 7-bit
 //!   sign indices (bit 7 of the sign byte makes the parity even) and the 4-bit scale `s` in its
 //!   top bits: scale `d·(0.5 + s)·0.25`.
 //! - IQ2_XS, 74 bytes: `d, qs: [u16; 32], scales: [u8; 8]`: each u16 is a 9-bit grid index
