@@ -31,19 +31,9 @@ fn parse() -> Result<(usize, DType, usize, usize, ActPrecision, usize), String> 
             .map_err(|_| format!("{what} must be a positive integer"))
     };
     let threads = num(0, "THREADS")?;
-    let dtype = match a.get(1).map(String::as_str) {
-        Some("q8_0") => DType::Q8_0,
-        Some("q4_0") => DType::Q4_0,
-        Some("q4_1") => DType::Q4_1,
-        Some("q5_0") => DType::Q5_0,
-        Some("q4_k") => DType::Q4_K,
-        Some("q5_k") => DType::Q5_K,
-        Some("q2_k") => DType::Q2_K,
-        Some("q3_k") => DType::Q3_K,
-        Some("iq4_nl") => DType::IQ4_NL,
-        Some("iq4_xs") => DType::IQ4_XS,
-        Some("q6_k") => DType::Q6_K,
-        _ => return Err("FORMAT: q8_0, q4_0, q4_1, q5_0, q4_k, q5_k or q6_k".into()),
+    let dtype = match a.get(1).and_then(|f| DType::from_name(f)) {
+        Some(d) if d.is_quantized() => d,
+        _ => return Err("FORMAT: a block format (q8_0, q4_k, q3_k, iq4_xs, iq3_s, …)".into()),
     };
     let (rows, cols) = (num(2, "ROWS")?, num(3, "COLS")?);
     if rows == 0 || cols == 0 || !cols.is_multiple_of(dtype.block_size()) {

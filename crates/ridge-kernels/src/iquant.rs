@@ -46,7 +46,7 @@ use crate::DType;
 /// The sign byte of a 7-bit sign index: its bits, and bit 7 set where they are odd in number
 /// (the formats store only sign patterns of even parity).
 #[inline(always)]
-fn ksign(i: u32) -> u8 {
+pub(crate) fn ksign(i: u32) -> u8 {
     let i = (i & 0x7F) as u8;
     i | (((i.count_ones() & 1) as u8) << 7)
 }
@@ -71,13 +71,13 @@ fn put4(w: &mut [i8], g: u32, signs: u8) {
 
 /// The little-endian u32 at `b[o..o + 4]`.
 #[inline(always)]
-fn u32_at(b: &[u8], o: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
 /// The little-endian u16 at `b[o..o + 2]`.
 #[inline(always)]
-fn u16_at(b: &[u8], o: usize) -> u16 {
+pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
 
@@ -241,9 +241,113 @@ pub(crate) fn dequantize(dtype: DType, b: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Activation block `c` of an IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS or IQ3_S super-block as
+/// magnitudes and signs: the 32 grid bytes (little-endian words, element order), a sign bit
+/// per element (bit i set: element i is negative) and the halves' scales — the form the SIMD
+/// kernels take (the magnitudes go straight into `pmaddubsw`, the signs onto the
+/// activations). `None` for the other formats.
+#[inline(always)]
+pub(crate) fn magnitudes32(dtype: DType, b: &[u8], c: usize) -> Option<([u64; 4], u32, [f32; 2])> {
+    let mut g = [0u64; 4];
+    let signs: u32;
+    let sc: [f32; 2];
+    match dtype {
+        DType::IQ2_XXS => {
+            let (grid, aux) = (u32_at(b, 2 + 8 * c), u32_at(b, 6 + 8 * c));
+            let mut sg = 0u32;
+            for (l, gl) in g.iter_mut().enumerate() {
+                *gl = IQ2XXS_GRID[(grid >> (8 * l) & 0xFF) as usize];
+                sg |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
+            }
+            signs = sg;
+            let db = f16_at(b) * (0.5 + (aux >> 28) as f32) * 0.25;
+            sc = [db, db];
+        }
+        DType::IQ2_XS => {
+            let mut sg = 0u32;
+            for (l, gl) in g.iter_mut().enumerate() {
+                let q = u16_at(b, 2 + 2 * (4 * c + l));
+                *gl = IQ2XS_GRID[(q & 511) as usize];
+                sg |= (ksign((q >> 9) as u32) as u32) << (8 * l);
+            }
+            signs = sg;
+            let (s, d) = (b[66 + c], f16_at(b));
+            sc = [s & 0x0F, s >> 4].map(|v| d * (0.5 + v as f32) * 0.25);
+        }
+        DType::IQ2_S => {
+            for (l, gl) in g.iter_mut().enumerate() {
+                let hi = (b[66 + c] >> (2 * l)) as usize & 3;
+                *gl = IQ2S_GRID[b[2 + 4 * c + l] as usize | hi << 8];
+            }
+            signs = u32_at(b, 34 + 4 * c);
+            let (s, d) = (b[74 + c], f16_at(b));
+            sc = [s & 0x0F, s >> 4].map(|v| d * (0.5 + v as f32) * 0.25);
+        }
+        DType::IQ3_XXS => {
+            let aux = u32_at(b, 66 + 4 * c);
+            let mut sg = 0u32;
+            for (l, gl) in g.iter_mut().enumerate() {
+                let lo = IQ3XXS_GRID[b[2 + 8 * c + 2 * l] as usize] as u64;
+                let hi = IQ3XXS_GRID[b[3 + 8 * c + 2 * l] as usize] as u64;
+                *gl = lo | hi << 32;
+                sg |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
+            }
+            signs = sg;
+            let db = f16_at(b) * (0.5 + (aux >> 28) as f32) * 0.5;
+            sc = [db, db];
+        }
+        DType::IQ3_S => {
+            let qh = b[66 + c];
+            for (l, gl) in g.iter_mut().enumerate() {
+                let i0 = b[2 + 8 * c + 2 * l] as usize | ((qh >> (2 * l)) as usize & 1) << 8;
+                let i1 = b[3 + 8 * c + 2 * l] as usize | ((qh >> (2 * l + 1)) as usize & 1) << 8;
+                *gl = IQ3S_GRID[i0] as u64 | (IQ3S_GRID[i1] as u64) << 32;
+            }
+            signs = u32_at(b, 74 + 4 * c);
+            let s = (b[106 + c / 2] >> (4 * (c % 2))) & 0x0F;
+            let db = f16_at(b) * (1 + 2 * s) as f32;
+            sc = [db, db];
+        }
+        _ => return None,
+    }
+    Some((g, signs, sc))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn magnitudes_and_signs_are_the_decoded_values() {
+        // Every lattice format with a magnitude form, on patterned blocks: |w| and sign(w)
+        // of `decode32` element by element, the same scales.
+        for dtype in [
+            DType::IQ2_XXS,
+            DType::IQ2_XS,
+            DType::IQ2_S,
+            DType::IQ3_XXS,
+            DType::IQ3_S,
+        ] {
+            for seed in 0..8u32 {
+                let mut b: Vec<u8> = (0..dtype.block_bytes() as u32)
+                    .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97) >> 13) as u8)
+                    .collect();
+                b[0] = 0x00;
+                b[1] = 0x3c; // d = 1.0
+                for c in 0..8 {
+                    let mut w = [0i8; 32];
+                    let sc = decode32(dtype, &b, c, &mut w);
+                    let (g, signs, sc2) = magnitudes32(dtype, &b, c).expect("a lattice format");
+                    assert_eq!(sc, sc2, "{dtype:?} block {c}");
+                    for (i, &v) in w.iter().enumerate() {
+                        let m = (g[i / 8] >> (8 * (i % 8))) as u8 as i8;
+                        let neg = signs >> i & 1 == 1;
+                        assert_eq!(v, if neg { -m } else { m }, "{dtype:?} block {c} elem {i}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn sign_bytes_have_even_parity_and_keep_their_index() {

@@ -412,10 +412,28 @@ pub(crate) unsafe fn rows_f32<const R: usize, const T: usize>(
     }
 }
 
+/// −1 in byte i where bit i of `signs` is set, else 1.
+#[inline(always)]
+unsafe fn sign_bytes(signs: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(signs as i32),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let neg = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_or_si256(neg, _mm256_set1_epi8(1))
+}
+
 /// A lattice or ternary format's rows (`iquant`) against 8-bit activation blocks: each
-/// 32-value block decoded to signed bytes by the scalar decoder (once for all tokens), then
-/// signed byte products and one FMA by `[scale_lo·dx × 4, scale_hi·dx × 4]` (the low four
-/// 32-bit lanes of the products hold values 0..16).
+/// 32-value block as grid magnitudes and signs (`iquant::magnitudes32`: the IQ2 and IQ3
+/// formats) or decoded to signed bytes (the others), once for all tokens, then byte products
+/// and one FMA by `[scale_lo·dx × 4, scale_hi·dx × 4]` (the low four 32-bit lanes of the
+/// products hold values 0..16).
 ///
 /// # Safety
 /// As [`q2k_rows`], with `dtype` one of `iquant::is_lattice`'s formats.
@@ -440,13 +458,24 @@ pub(crate) unsafe fn lattice_rows<const R: usize, const T: usize>(
             // SAFETY: the super-block lies inside row r (function contract).
             let b = std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb);
             for c in 0..8 {
-                let sc = crate::iquant::decode32(dtype, b, c, &mut w.0);
-                let wv = _mm256_load_si256(w.0.as_ptr() as *const __m256i);
-                let aw = _mm256_sign_epi8(wv, wv);
+                // Magnitudes and ±1 per byte where the format has that form, else the signed
+                // values and themselves (the sign trick).
+                let (aw, sgn, sc) = match crate::iquant::magnitudes32(dtype, b, c) {
+                    Some((g, signs, sc)) => {
+                        let gv =
+                            _mm256_setr_epi64x(g[0] as i64, g[1] as i64, g[2] as i64, g[3] as i64);
+                        (gv, sign_bytes(signs), sc)
+                    }
+                    None => {
+                        let sc = crate::iquant::decode32(dtype, b, c, &mut w.0);
+                        let wv = _mm256_load_si256(w.0.as_ptr() as *const __m256i);
+                        (_mm256_sign_epi8(wv, wv), wv, sc)
+                    }
+                };
                 let scv = _mm256_setr_ps(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]);
                 for t in 0..T {
                     let a = x[t].get_unchecked(8 * s + c);
-                    let xs = _mm256_sign_epi8(qs(a), wv);
+                    let xs = _mm256_sign_epi8(qs(a), sgn);
                     let p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones);
                     let st = _mm256_mul_ps(scv, _mm256_set1_ps(a.d));
                     acc[r][t] = _mm256_fmadd_ps(st, _mm256_cvtepi32_ps(p), acc[r][t]);
