@@ -23,16 +23,14 @@
 //! a 8960 × 1536 product went from 7.9 to 8.6 GMAC/s (IQ4_XS) and 6.6 to 7.9 (Q3_K), one
 //! thread, single runs; Q2_K did not move. All three stay compute-bound there (Q4_K: 10.7).
 //!
-//! With f32 activations the weights are dequantized a super-block at a time by the scalar
-//! reference into a buffer and multiplied from there (the formats' fields are too scattered to
-//! unpack cheaply in registers; these paths serve `--activations f32` and the matrices a
-//! model's plan keeps in f32).
+//! With f32 activations each weight row is dequantized once by the scalar reference into a
+//! buffer and multiplied into every token from there (the formats' fields are too scattered to
+//! unpack cheaply in registers; this path serves `--activations f32`).
 // Row index `r` and token index `t` address accumulators and pointers together.
 #![allow(clippy::needless_range_loop)]
 
 use super::dot::iq4nl_bytes;
 use crate::act::blocks::{Act16Block, ActBlock};
-use crate::kquant::QK_K;
 use crate::lowbit as lb;
 use crate::x86::shared::{f16_ptr, hsum, prefetch_l1};
 use crate::DType;
@@ -358,56 +356,50 @@ pub(crate) unsafe fn iq4xs_rows<const R: usize, const T: usize>(
     }
 }
 
-/// A 256-value buffer aligned for vector loads.
-#[repr(align(32))]
-struct Deq([f32; QK_K]);
+/// Whether `dtype`'s f32-activation products go through [`dequantized_rows_f32`] (the
+/// super-block formats without register-level f32 kernels).
+pub(crate) fn dequantizes_for_f32(dtype: DType) -> bool {
+    matches!(dtype, DType::Q2_K | DType::Q3_K | DType::IQ4_XS) || crate::iquant::is_lattice(dtype)
+}
 
-/// Rows of a super-block format without register-level f32 kernels (Q2_K, Q3_K, IQ4_XS and
-/// the lattice formats) against f32 activations: each super-block dequantized by the scalar
-/// reference, then multiplied into every token, one partial sum per 32 values.
+/// Rows `r0..r1` of such a matrix against `n` f32 activation rows: each weight row
+/// dequantized once by the scalar reference (not once per token group: prefill reuses it for
+/// every token), then per token one partial sum per 32 values added into an 8-lane
+/// accumulator. The same operations for every token whatever `n`, so results do not depend on
+/// the batch.
 ///
 /// # Safety
-/// The CPU supports AVX2/FMA/F16C; `dtype` is a 256-element format; `rows` points at `R` rows
-/// `stride` bytes apart, each `dtype.row_bytes(n)` long for `n = x[t].len()` (a multiple of
-/// 256, the same for every `t`).
+/// The CPU supports AVX2/FMA/F16C; [`dequantizes_for_f32`] holds; `x` holds `n` rows of
+/// `w.cols` values; `r1 <= w.rows <= rows`; `yp` points at `n · rows` floats whose columns
+/// `r0..r1` no other thread writes meanwhile.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_f32<const R: usize, const T: usize>(
-    dtype: DType,
-    rows: *const u8,
-    stride: usize,
-    x: [&[f32]; T],
-    out: &mut [[f32; R]; T],
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dequantized_rows_f32(
+    w: &crate::matrix::WeightMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    r0: usize,
+    r1: usize,
+    yp: crate::pool::SharedMut<f32>,
+    rows: usize,
 ) {
-    let bb = dtype.block_bytes();
-    let deq = |b: &[u8], out: &mut [f32]| crate::blocks::dequantize_row(dtype, b, out);
-    let mut w = Deq([0f32; QK_K]);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    let next = rows.wrapping_add(PREFETCH_GROUPS * R * stride);
-    for s in 0..x[0].len() / QK_K {
-        prefetch_l1(next.wrapping_add(s * R * bb), R * bb);
-        for r in 0..R {
-            // SAFETY: the super-block lies inside row r (function contract).
-            deq(
-                std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb),
-                &mut w.0,
-            );
-            for t in 0..T {
-                let xp = x[t].as_ptr().add(QK_K * s);
-                for c in 0..8 {
-                    let mut part = _mm256_setzero_ps();
-                    for k in 0..4 {
-                        let o = 32 * c + 8 * k;
-                        let wv = _mm256_load_ps(w.0.as_ptr().add(o));
-                        part = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(o)), part);
-                    }
-                    acc[r][t] = _mm256_add_ps(acc[r][t], part);
+    let cols = w.cols;
+    let mut buf = vec![0f32; cols];
+    for r in r0..r1 {
+        crate::blocks::dequantize_row(w.dtype, w.row(r), &mut buf);
+        for t in 0..n {
+            let xp = x.as_ptr().add(t * cols);
+            let mut acc = _mm256_setzero_ps();
+            for c in 0..cols / 32 {
+                let mut part = _mm256_setzero_ps();
+                for k in 0..4 {
+                    let o = 32 * c + 8 * k;
+                    let wv = _mm256_loadu_ps(buf.as_ptr().add(o));
+                    part = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp.add(o)), part);
                 }
+                acc = _mm256_add_ps(acc, part);
             }
-        }
-    }
-    for t in 0..T {
-        for r in 0..R {
-            out[t][r] = hsum(acc[r][t]);
+            *yp.ptr().add(t * rows + r) = hsum(acc);
         }
     }
 }

@@ -30,6 +30,12 @@ pub(crate) unsafe fn stored_chunk(
     if !has_rows(w.dtype) {
         return false;
     }
+    if a.path == Path::F32 && lowbit::dequantizes_for_f32(w.dtype) {
+        // SAFETY: AVX2 is available (function contract), the format qualifies (checked), and
+        // the rest is this function's own contract.
+        lowbit::dequantized_rows_f32(w, a.f, n, r0, r1, yp, rows);
+        return true;
+    }
     let mut t = 0;
     // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
     // rows per call keeps the accumulators in registers), then the last 1, 2 or 3.
@@ -135,7 +141,7 @@ unsafe fn rows_t<const R: usize, const T: usize>(
             | DType::TQ1_0
             | DType::TQ2_0,
             _,
-        ) => lowbit::rows_f32::<R, T>(dtype, base, stride, xf, &mut o),
+        ) => unreachable!("f32 products of {dtype:?} dequantize whole rows (stored_chunk)"),
         (DType::Q4_0, Path::Int8) if T == 1 => {
             k::dot_rows::<FMT_Q4_0, R>(base, stride, xq[0], &mut o[0])
         }
