@@ -245,67 +245,74 @@ pub(crate) fn dequantize(dtype: DType, b: &[u8], out: &mut [f32]) {
 /// magnitudes and signs: the 32 grid bytes (little-endian words, element order), a sign bit
 /// per element (bit i set: element i is negative) and the halves' scales — the form the SIMD
 /// kernels take (the magnitudes go straight into `pmaddubsw`, the signs onto the
-/// activations). `None` for the other formats.
+/// activations). `d` is the super-block's scale (its f16 at byte 0, which the caller converts
+/// once per super-block). `None` for the other formats.
 #[inline(always)]
-pub(crate) fn magnitudes32(dtype: DType, b: &[u8], c: usize) -> Option<([u64; 4], u32, [f32; 2])> {
+pub(crate) fn magnitudes32(
+    dtype: DType,
+    b: &[u8],
+    c: usize,
+    d: f32,
+) -> Option<([u64; 4], u32, [f32; 2])> {
+    let c = c & 7;
     let mut g = [0u64; 4];
-    let signs: u32;
+    let mut signs = 0u32;
     let sc: [f32; 2];
+    // Fixed-size views, so that every index below (c < 8) is provably in bounds.
     match dtype {
         DType::IQ2_XXS => {
+            let b: &[u8; 66] = b.get(..66)?.try_into().ok()?;
             let (grid, aux) = (u32_at(b, 2 + 8 * c), u32_at(b, 6 + 8 * c));
-            let mut sg = 0u32;
             for (l, gl) in g.iter_mut().enumerate() {
                 *gl = IQ2XXS_GRID[(grid >> (8 * l) & 0xFF) as usize];
-                sg |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
+                signs |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
             }
-            signs = sg;
-            let db = f16_at(b) * (0.5 + (aux >> 28) as f32) * 0.25;
+            let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
             sc = [db, db];
         }
         DType::IQ2_XS => {
-            let mut sg = 0u32;
+            let b: &[u8; 74] = b.get(..74)?.try_into().ok()?;
             for (l, gl) in g.iter_mut().enumerate() {
                 let q = u16_at(b, 2 + 2 * (4 * c + l));
                 *gl = IQ2XS_GRID[(q & 511) as usize];
-                sg |= (ksign((q >> 9) as u32) as u32) << (8 * l);
+                signs |= (ksign((q >> 9) as u32) as u32) << (8 * l);
             }
-            signs = sg;
-            let (s, d) = (b[66 + c], f16_at(b));
+            let s = b[66 + c];
             sc = [s & 0x0F, s >> 4].map(|v| d * (0.5 + v as f32) * 0.25);
         }
         DType::IQ2_S => {
+            let b: &[u8; 82] = b.get(..82)?.try_into().ok()?;
+            let qh = b[66 + c] as usize;
             for (l, gl) in g.iter_mut().enumerate() {
-                let hi = (b[66 + c] >> (2 * l)) as usize & 3;
-                *gl = IQ2S_GRID[b[2 + 4 * c + l] as usize | hi << 8];
+                *gl = IQ2S_GRID[b[2 + 4 * c + l] as usize | (qh >> (2 * l) & 3) << 8];
             }
             signs = u32_at(b, 34 + 4 * c);
-            let (s, d) = (b[74 + c], f16_at(b));
+            let s = b[74 + c];
             sc = [s & 0x0F, s >> 4].map(|v| d * (0.5 + v as f32) * 0.25);
         }
         DType::IQ3_XXS => {
+            let b: &[u8; 98] = b.get(..98)?.try_into().ok()?;
             let aux = u32_at(b, 66 + 4 * c);
-            let mut sg = 0u32;
             for (l, gl) in g.iter_mut().enumerate() {
                 let lo = IQ3XXS_GRID[b[2 + 8 * c + 2 * l] as usize] as u64;
                 let hi = IQ3XXS_GRID[b[3 + 8 * c + 2 * l] as usize] as u64;
                 *gl = lo | hi << 32;
-                sg |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
+                signs |= (ksign(aux >> (7 * l)) as u32) << (8 * l);
             }
-            signs = sg;
-            let db = f16_at(b) * (0.5 + (aux >> 28) as f32) * 0.5;
+            let db = d * (0.5 + (aux >> 28) as f32) * 0.5;
             sc = [db, db];
         }
         DType::IQ3_S => {
-            let qh = b[66 + c];
+            let b: &[u8; 110] = b.get(..110)?.try_into().ok()?;
+            let qh = b[66 + c] as usize;
             for (l, gl) in g.iter_mut().enumerate() {
-                let i0 = b[2 + 8 * c + 2 * l] as usize | ((qh >> (2 * l)) as usize & 1) << 8;
-                let i1 = b[3 + 8 * c + 2 * l] as usize | ((qh >> (2 * l + 1)) as usize & 1) << 8;
+                let i0 = b[2 + 8 * c + 2 * l] as usize | (qh >> (2 * l) & 1) << 8;
+                let i1 = b[3 + 8 * c + 2 * l] as usize | (qh >> (2 * l + 1) & 1) << 8;
                 *gl = IQ3S_GRID[i0] as u64 | (IQ3S_GRID[i1] as u64) << 32;
             }
             signs = u32_at(b, 74 + 4 * c);
             let s = (b[106 + c / 2] >> (4 * (c % 2))) & 0x0F;
-            let db = f16_at(b) * (1 + 2 * s) as f32;
+            let db = d * (1 + 2 * s) as f32;
             sc = [db, db];
         }
         _ => return None,
@@ -337,7 +344,8 @@ mod tests {
                 for c in 0..8 {
                     let mut w = [0i8; 32];
                     let sc = decode32(dtype, &b, c, &mut w);
-                    let (g, signs, sc2) = magnitudes32(dtype, &b, c).expect("a lattice format");
+                    let (g, signs, sc2) =
+                        magnitudes32(dtype, &b, c, 1.0).expect("a lattice format");
                     assert_eq!(sc, sc2, "{dtype:?} block {c}");
                     for (i, &v) in w.iter().enumerate() {
                         let m = (g[i / 8] >> (8 * (i % 8))) as u8 as i8;

@@ -449,10 +449,11 @@ pub(crate) unsafe fn lattice_rows<const R: usize, const T: usize>(
         for r in 0..R {
             // SAFETY: the super-block lies inside row r (function contract).
             let b = std::slice::from_raw_parts(rows.add(r * stride + s * bb), bb);
+            let d = f16_ptr(b.as_ptr());
             for c in 0..8 {
                 // Magnitudes and ±1 per byte where the format has that form, else the signed
                 // values and themselves (the sign trick).
-                let (aw, sgn, sc) = match crate::iquant::magnitudes32(dtype, b, c) {
+                let (aw, sgn, sc) = match crate::iquant::magnitudes32(dtype, b, c, d) {
                     Some((g, signs, sc)) => {
                         let gv =
                             _mm256_setr_epi64x(g[0] as i64, g[1] as i64, g[2] as i64, g[3] as i64);
