@@ -13,6 +13,7 @@
 //! - Q4_K, Q5_K, Q6_K: 256-element super-blocks, see [`crate::kquant`].
 //! - Q2_K, Q3_K, IQ4_NL, IQ4_XS: see [`crate::lowbit`].
 
+use crate::dtype::lattice;
 pub use crate::fields::{e8m0_half, f16_at, MXFP4_VALUES};
 use crate::kquant::{self, QK_K};
 use crate::lowbit;
@@ -119,15 +120,7 @@ pub fn dequantize_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 lowbit::dequantize_iq4_nl(b, o);
             }
         }
-        DType::IQ2_XXS
-        | DType::IQ2_XS
-        | DType::IQ2_S
-        | DType::IQ3_XXS
-        | DType::IQ3_S
-        | DType::IQ1_S
-        | DType::IQ1_M
-        | DType::TQ1_0
-        | DType::TQ2_0 => {
+        lattice!() => {
             let bb = dtype.block_bytes();
             for (o, b) in out.chunks_exact_mut(QK_K).zip(row.chunks_exact(bb)) {
                 crate::iquant::dequantize(dtype, b, o);
@@ -286,15 +279,7 @@ pub fn quantize_row(dtype: DType, x: &[f32]) -> Vec<u8> {
                 lowbit::quantize_iq4_nl(b, &mut out);
             }
         }
-        DType::IQ2_XXS
-        | DType::IQ2_XS
-        | DType::IQ2_S
-        | DType::IQ3_XXS
-        | DType::IQ3_S
-        | DType::IQ1_S
-        | DType::IQ1_M
-        | DType::TQ1_0
-        | DType::TQ2_0 => {
+        lattice!() => {
             panic!("quantize_row: ridge has no quantizer for {dtype:?} (it computes with it)")
         }
         DType::Q2_K | DType::Q3_K | DType::IQ4_XS => {

@@ -1,5 +1,22 @@
 //! Weight element formats ridge computes with, and their block geometry.
 
+/// The lattice and ternary formats (`iquant`) as one match pattern, so the places that treat
+/// them alike name them once.
+macro_rules! lattice {
+    () => {
+        $crate::DType::IQ2_XXS
+            | $crate::DType::IQ2_XS
+            | $crate::DType::IQ2_S
+            | $crate::DType::IQ3_XXS
+            | $crate::DType::IQ3_S
+            | $crate::DType::IQ1_S
+            | $crate::DType::IQ1_M
+            | $crate::DType::TQ1_0
+            | $crate::DType::TQ2_0
+    };
+}
+pub(crate) use lattice;
+
 /// A weight storage format. Quantized formats store blocks of 32 elements with a scale, or
 /// (the k-quants) super-blocks of 256 elements: eight or sixteen sub-blocks whose scales are
 /// themselves quantized against one f16 super-block scale.
@@ -126,15 +143,7 @@ impl DType {
             | DType::Q2_K
             | DType::Q3_K
             | DType::IQ4_XS
-            | DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0 => 256,
+            | lattice!() => 256,
         }
     }
 

@@ -38,6 +38,7 @@
 //! - TQ2_0, 66 bytes: `qs: [u8; 64], d`: two bits per value laid out as Q2_K's, value
 //!   `d·(q − 1)`.
 
+use crate::dtype::lattice;
 use crate::fields::f16_at;
 use crate::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::kquant::QK_K;
@@ -83,18 +84,7 @@ pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
 
 /// Whether `dtype` is one of this module's formats.
 pub fn is_lattice(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0
-    )
+    matches!(dtype, lattice!())
 }
 
 /// Base-3 digit `k` of byte `q` as TQ1_0 stores it (0..3).

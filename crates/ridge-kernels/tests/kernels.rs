@@ -13,33 +13,7 @@ use ridge_kernels::{
     matmul, matmul_each, ActPrecision, DType, Isa, MatmulScratch, PackedMatrix, WeightMatrix,
 };
 
-const ALL: [DType; 25] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::MXFP4,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-    DType::IQ2_XXS,
-    DType::IQ2_XS,
-    DType::IQ2_S,
-    DType::IQ3_XXS,
-    DType::IQ3_S,
-    DType::IQ1_S,
-    DType::IQ1_M,
-    DType::TQ1_0,
-    DType::TQ2_0,
-];
+const ALL: [DType; 25] = DType::ALL;
 
 /// The lattice and ternary formats, which ridge reads but does not quantize: their test rows
 /// are random blocks with finite scales (any bit pattern is a valid block).
@@ -134,23 +108,8 @@ fn reference(
     let mut out = vec![0f64; n * rows];
     let mut xa = vec![ActBlock::default(); cols / 32];
     let mut x16 = vec![Act16Block::default(); cols / 32];
-    // Q6_K has a 16-bit path only in tiles.
-    let has16 = matches!(
-        dtype,
-        DType::Q8_0
-            | DType::Q4_0
-            | DType::Q4_1
-            | DType::Q5_0
-            | DType::Q5_1
-            | DType::Q4_K
-            | DType::Q5_K
-            | DType::MXFP4
-            | DType::IQ4_NL
-            | DType::Q2_K
-            | DType::Q3_K
-            | DType::IQ4_XS
-    ) || is_lattice(dtype)
-        || (tiled && dtype == DType::Q6_K);
+    // Every quantized format has a 16-bit path; Q6_K only in tiles.
+    let has16 = dtype.is_quantized() && (dtype != DType::Q6_K || tiled);
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
         let xe: Vec<f32> = match prec {

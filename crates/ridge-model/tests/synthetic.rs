@@ -196,6 +196,17 @@ fn run_all_positions(m: &Model, tokens: &[u32]) -> Vec<f32> {
 
 const PROMPT: [u32; 11] = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 256];
 
+/// The largest `|got − want| / (1 + |want|)` over every logit of every position.
+fn worst_relative_error(got: &[f32], want: &[Vec<f64>]) -> f64 {
+    let mut worst = 0f64;
+    for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(want) {
+        for (a, b) in row.iter().zip(w) {
+            worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
+        }
+    }
+    worst
+}
+
 #[test]
 fn every_format_and_path_matches_the_f64_reference() {
     let formats = [
@@ -222,12 +233,7 @@ fn every_format_and_path_matches_the_f64_reference() {
             m.set_isa(isa);
             let got = run_all_positions(&m, &PROMPT);
             assert_eq!(got.len(), PROMPT.len() * SYNTHETIC_VOCAB);
-            let mut worst = 0f64;
-            for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(&want) {
-                for (a, b) in row.iter().zip(w) {
-                    worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
-                }
-            }
+            let worst = worst_relative_error(&got, &want);
             // Same math in f32 instead of f64.
             assert!(
                 worst < 1e-3,
@@ -261,12 +267,7 @@ fn low_bit_formats_match_the_f64_reference() {
         for isa in Isa::available() {
             m.set_isa(isa);
             let got = run_all_positions(&m, &PROMPT);
-            let mut worst = 0f64;
-            for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(&want) {
-                for (a, b) in row.iter().zip(w) {
-                    worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
-                }
-            }
+            let worst = worst_relative_error(&got, &want);
             assert!(
                 worst < 1e-3,
                 "{dtype:?} {isa:?}: worst relative error {worst}"
@@ -304,12 +305,7 @@ fn qwen2_matches_the_f64_reference() {
         for isa in Isa::available() {
             m.set_isa(isa);
             let got = run_all_positions(&m, &PROMPT);
-            let mut worst = 0f64;
-            for (row, w) in got.chunks(SYNTHETIC_VOCAB).zip(&want) {
-                for (a, b) in row.iter().zip(w) {
-                    worst = worst.max((*a as f64 - b).abs() / (1.0 + b.abs()));
-                }
-            }
+            let worst = worst_relative_error(&got, &want);
             assert!(
                 worst < 1e-3,
                 "{n_heads}:{n_kv_heads} {dtype:?} {isa:?}: worst relative error {worst}"

@@ -38,35 +38,12 @@ pub(crate) enum Path {
 impl Path {
     /// The path of a `dtype` matrix in `layout` at `precision`.
     pub(crate) fn of(dtype: DType, precision: ActPrecision, layout: Layout) -> Path {
-        // Q6_K has a 16-bit kernel only in tiles.
-        let simple = matches!(
-            dtype,
-            DType::Q8_0
-                | DType::Q4_0
-                | DType::Q4_1
-                | DType::Q5_0
-                | DType::Q5_1
-                | DType::Q4_K
-                | DType::Q5_K
-                | DType::MXFP4
-                | DType::IQ4_NL
-                | DType::Q2_K
-                | DType::Q3_K
-                | DType::IQ4_XS
-                | DType::IQ2_XXS
-                | DType::IQ2_XS
-                | DType::IQ2_S
-                | DType::IQ3_XXS
-                | DType::IQ3_S
-                | DType::IQ1_S
-                | DType::IQ1_M
-                | DType::TQ1_0
-                | DType::TQ2_0
-        ) || (dtype == DType::Q6_K && layout == Layout::Tiles8);
+        // Every quantized format has a 16-bit kernel; Q6_K only in tiles.
+        let has16 = dtype != DType::Q6_K || layout == Layout::Tiles8;
         match precision {
             _ if !dtype.is_quantized() => Path::F32,
             ActPrecision::Int8 => Path::Int8,
-            ActPrecision::Int16 if simple => Path::Int16,
+            ActPrecision::Int16 if has16 => Path::Int16,
             ActPrecision::Int16 | ActPrecision::F32 => Path::F32,
         }
     }

@@ -12,6 +12,7 @@ pub use crate::matrix::{Layout, WeightMatrix};
 pub use acts::ActPrecision;
 
 use crate::act::{self, Act16Block, ActBlock, ActSplit16};
+use crate::dtype::lattice;
 use crate::packed::{self, TILE_ROWS};
 use crate::pool::{self, SharedMut};
 use crate::scalar::dot as dot_scalar;
@@ -55,18 +56,7 @@ fn dot_row(isa: Isa, dtype: DType, path: Path, row: &[u8], a: Acts<'_>) -> f32 {
     use lowbit_scalar as l;
     let (xq, x16, xf) = (a.q8, a.q16, a.f);
     match (dtype, path) {
-        (
-            DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0,
-            p,
-        ) => match p {
+        (lattice!(), p) => match p {
             Path::Int8 => l::dot_lattice(dtype, row, xq),
             Path::Int16 => l::dot_lattice(dtype, row, x16),
             Path::F32 => l::dot_lattice_f32(dtype, row, xf),

@@ -31,6 +31,7 @@
 
 use super::dot::iq4nl_bytes;
 use crate::act::blocks::{Act16Block, ActBlock};
+use crate::dtype::lattice;
 use crate::lowbit as lb;
 use crate::x86::shared::{f16_ptr, hsum, prefetch_l1};
 use crate::DType;
@@ -359,7 +360,10 @@ pub(crate) unsafe fn iq4xs_rows<const R: usize, const T: usize>(
 /// Whether `dtype`'s f32-activation products go through [`dequantized_rows_f32`] (the
 /// super-block formats without register-level f32 kernels).
 pub(crate) fn dequantizes_for_f32(dtype: DType) -> bool {
-    matches!(dtype, DType::Q2_K | DType::Q3_K | DType::IQ4_XS) || crate::iquant::is_lattice(dtype)
+    matches!(
+        dtype,
+        DType::Q2_K | DType::Q3_K | DType::IQ4_XS | lattice!()
+    )
 }
 
 /// Rows `r0..r1` of such a matrix against `n` f32 activation rows: each weight row

@@ -5,6 +5,7 @@
 use super::dot::{self as k, FMT_IQ4_NL, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q8_0};
 use super::{kquant, lowbit};
 use crate::act::blocks::{Act16Block, ActBlock};
+use crate::dtype::lattice;
 use crate::matmul::acts::{Acts, CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::pool::SharedMut;
@@ -100,48 +101,13 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q2_K, Path::Int8) => lowbit::q2k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::Q3_K, Path::Int8) => lowbit::q3k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::IQ4_XS, Path::Int8) => lowbit::iq4xs_rows::<R, T>(base, stride, xq, &mut o),
-        (
-            DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0,
-            Path::Int8,
-        ) => lowbit::lattice_rows::<R, T>(dtype, base, stride, xq, &mut o),
-        (
-            DType::Q2_K
-            | DType::Q3_K
-            | DType::IQ4_XS
-            | DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0,
-            Path::Int16,
-        ) => lowbit::decoded_rows16::<R, T>(dtype, base, stride, x16, &mut o),
-        (
-            DType::Q2_K
-            | DType::Q3_K
-            | DType::IQ4_XS
-            | DType::IQ2_XXS
-            | DType::IQ2_XS
-            | DType::IQ2_S
-            | DType::IQ3_XXS
-            | DType::IQ3_S
-            | DType::IQ1_S
-            | DType::IQ1_M
-            | DType::TQ1_0
-            | DType::TQ2_0,
-            _,
-        ) => unreachable!("f32 products of {dtype:?} dequantize whole rows (stored_chunk)"),
+        (lattice!(), Path::Int8) => lowbit::lattice_rows::<R, T>(dtype, base, stride, xq, &mut o),
+        (DType::Q2_K | DType::Q3_K | DType::IQ4_XS | lattice!(), Path::Int16) => {
+            lowbit::decoded_rows16::<R, T>(dtype, base, stride, x16, &mut o)
+        }
+        (DType::Q2_K | DType::Q3_K | DType::IQ4_XS | lattice!(), _) => {
+            unreachable!("f32 products of {dtype:?} dequantize whole rows (stored_chunk)")
+        }
         (DType::Q4_0, Path::Int8) if T == 1 => {
             k::dot_rows::<FMT_Q4_0, R>(base, stride, xq[0], &mut o[0])
         }
