@@ -16,12 +16,17 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         | Architecture::Qwen2Moe
         | Architecture::Qwen3Moe
         | Architecture::Olmoe
-        | Architecture::GptOss => Box::new(llama::LlamaStack::bind(f, cfg)?),
+        | Architecture::GptOss
+        | Architecture::Smollm3
+        | Architecture::Mistral3
+        | Architecture::Phi3 => Box::new(llama::LlamaStack::bind(f, cfg)?),
         Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
         Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Qwen3Next => {
             Box::new(qwen35::Qwen35Stack::bind(f, cfg)?)
         }
-        Architecture::GraniteHybrid => Box::new(granite_hybrid::GraniteHybridStack::bind(f, cfg)?),
+        Architecture::GraniteHybrid | Architecture::Granite | Architecture::GraniteMoe => {
+            Box::new(granite_hybrid::GraniteHybridStack::bind(f, cfg)?)
+        }
         Architecture::NemotronH => Box::new(nemotron_h::NemotronHStack::bind(f, cfg)?),
         Architecture::Lfm2 => Box::new(lfm2::Lfm2Stack::bind(f, cfg)?),
     })

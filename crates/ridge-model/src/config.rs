@@ -69,6 +69,31 @@ pub enum Architecture {
     /// norms; the layers with no K/V heads in `attention.head_count_kv` are the recurrent
     /// ones; the final norm is `token_embd_norm`.
     Lfm2,
+    /// SmolLM3 (3B): llama's layer, with every fourth layer attending without positions
+    /// (llama.cpp's fixed `n_no_rope_layer_step` of 4: layer `i` skips RoPE when
+    /// `(i + 1) % 4 == 0`).
+    Smollm3,
+    /// IBM Granite 3.x / 4.0 dense (`granite`): llama's layer with Granite's four multipliers
+    /// (embeddings × `embedding_scale`, each block's output × `residual_scale`, scores ×
+    /// `attention.scale`, logits ÷ `logit_scale`) — Granite 4.0-H's attention layers, all of
+    /// them, run by the same file (`granite_hybrid.rs`).
+    Granite,
+    /// IBM Granite MoE (`granitemoe`: Granite 3.x 1B-A400M / 3B-A800M): `granite` over a
+    /// routed feed-forward (softmax router, top-k renormalised) with an optional ungated
+    /// shared expert.
+    GraniteMoe,
+    /// Mistral 3 as Mistral ships it (`mistral3`: Ministral 3 3B/8B/14B, Mistral Small 3.x
+    /// with Llama 4's scaling): llama's layer with YaRN whose betas and log multiplier come
+    /// from the metadata, and Llama 4's attention temperature — each query multiplied by
+    /// `1 + β·ln(⌊pos / L⌋ + 1)` (`attention.temperature_scale` β, `L` the original context).
+    Mistral3,
+    /// Phi-3 / Phi-3.5 / Phi-4 / Phi-4-mini (`phi3`): llama's layer with Q, K and V fused in
+    /// one `attn_qkv` and gate and up in one `ffn_up` (gate rows first), RoPE in the NEOX
+    /// layout over `rope.dimension_count` of each head, and LongRoPE's per-pair divisors
+    /// (`rope_factors_long` where the context exceeds the original one, else
+    /// `rope_factors_short`) with `rope.scaling.attn_factor`. Its sliding window is not
+    /// applied, as llama.cpp does not apply it.
+    Phi3,
 }
 
 impl Architecture {
@@ -89,11 +114,16 @@ impl Architecture {
             Architecture::GraniteHybrid => "granitehybrid",
             Architecture::NemotronH => "nemotron_h",
             Architecture::Lfm2 => "lfm2",
+            Architecture::Smollm3 => "smollm3",
+            Architecture::Granite => "granite",
+            Architecture::GraniteMoe => "granitemoe",
+            Architecture::Mistral3 => "mistral3",
+            Architecture::Phi3 => "phi3",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 14] = [
+    pub const ALL: [Architecture; 19] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -108,6 +138,11 @@ impl Architecture {
         Architecture::GraniteHybrid,
         Architecture::NemotronH,
         Architecture::Lfm2,
+        Architecture::Smollm3,
+        Architecture::Granite,
+        Architecture::GraniteMoe,
+        Architecture::Mistral3,
+        Architecture::Phi3,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -157,12 +192,34 @@ impl Architecture {
         matches!(self, Architecture::Qwen2 | Architecture::Qwen2Moe)
     }
 
+    /// Whether Granite's conventions apply: its four multipliers and RoPE switched by
+    /// `rope.scaling.finetuned`, an ungated shared expert.
+    pub fn is_granite(self) -> bool {
+        matches!(
+            self,
+            Architecture::Granite | Architecture::GraniteMoe | Architecture::GraniteHybrid
+        )
+    }
+
+    /// Whether a file may route its feed-forward over experts when it says so with
+    /// `expert_count` (llama's Mixtral-style files, Granite, Mistral 3).
+    fn may_route(self) -> bool {
+        matches!(
+            self,
+            Architecture::Llama
+                | Architecture::Granite
+                | Architecture::GraniteHybrid
+                | Architecture::Mistral3
+        )
+    }
+
     /// Whether every layer's feed-forward is routed over experts (llama may be either: a
     /// Mixtral-style file says so with `llama.expert_count`).
     pub fn is_moe(self) -> bool {
         matches!(
             self,
-            Architecture::Qwen2Moe
+            Architecture::GraniteMoe
+                | Architecture::Qwen2Moe
                 | Architecture::Qwen3Moe
                 | Architecture::Olmoe
                 | Architecture::GptOss
@@ -340,6 +397,34 @@ pub struct ModelConfig {
     /// Layers that neither attend nor recur — Nemotron-H's MLP-only layers — and so keep no
     /// K/V (one flag per layer; empty for every other architecture).
     pub ffn_only_layers: Vec<bool>,
+    /// Attention layers that rotate nothing though the model uses RoPE (SmolLM3's every
+    /// fourth; one flag per layer, empty where every layer rotates).
+    pub nope_layers: Vec<bool>,
+    /// The per-pair RoPE frequency divisors to fold into the angles, by tensor name: Llama
+    /// 3's `rope_freqs.weight`, or LongRoPE's `rope_factors_long.weight` /
+    /// `rope_factors_short.weight` (Phi-3), chosen as llama.cpp chooses for a context of
+    /// `ctx_len`: long where it exceeds `rope.scaling.original_context_length`.
+    pub rope_factors: Option<&'static str>,
+    /// Llama 4's attention temperature (Mistral 3), if the file asks for it.
+    pub attn_temp: Option<AttnTemperature>,
+}
+
+/// Llama 4's attention temperature tuning: the query of a token at position `pos` is
+/// multiplied by `1 + scale · ln(⌊pos / floor⌋ + 1)` after RoPE.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTemperature {
+    /// `attention.temperature_scale`.
+    pub scale: f32,
+    /// Positions per step of the logarithm (the original context of YaRN, as llama.cpp
+    /// takes it for Mistral 3).
+    pub floor: usize,
+}
+
+impl AttnTemperature {
+    /// The factor on a query at position `pos` (computed as llama.cpp does, in f64).
+    pub fn factor(&self, pos: usize) -> f32 {
+        (((pos as f64 / self.floor as f64).floor() + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
 }
 
 impl ModelConfig {
@@ -369,6 +454,11 @@ impl ModelConfig {
     /// Layers that keep K/V (those that attend).
     pub fn n_kv_layers(&self) -> usize {
         (0..self.n_layers).filter(|&l| self.attends(l)).count()
+    }
+
+    /// Whether attention layer `layer` rotates queries and keys by position.
+    pub fn rotates(&self, layer: usize) -> bool {
+        self.use_rope && !self.nope_layers.get(layer).copied().unwrap_or(false)
     }
 
     /// Whether layer `layer` attends through the sliding window (Gemma 3's local layers,
@@ -476,11 +566,8 @@ impl ModelConfig {
             return Err(bad(format!("vocabulary size {vocab} out of range")));
         }
         let rope_scaling = rope_scaling(f, arch, arch_name, ctx_len).map_err(bad)?;
-        if f.has_tensor("rope_freqs.weight") && arch != Architecture::Llama {
-            return Err(bad(format!(
-                "per-dimension RoPE frequency factors (`rope_freqs.weight`) are supported for llama, not {arch_name}"
-            )));
-        }
+        let rope_factors = rope_factors(f, arch, arch_name, ctx_len).map_err(bad)?;
+        let attn_temp = attn_temperature(f, arch, arch_name, ctx_len).map_err(bad)?;
         let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
         let mut sliding_layers = Vec::new();
         let mut rope_base_swa = rope_base;
@@ -584,7 +671,16 @@ impl ModelConfig {
             ctx_len,
             rope_base,
             rope_dim,
-            rope_neox: !matches!(arch, Architecture::Llama | Architecture::GraniteHybrid),
+            // llama.cpp's LLAMA_ROPE_TYPE_NORM (adjacent pairs) for these, NEOX for the rest.
+            rope_neox: !matches!(
+                arch,
+                Architecture::Llama
+                    | Architecture::GraniteHybrid
+                    | Architecture::Granite
+                    | Architecture::GraniteMoe
+                    | Architecture::Smollm3
+                    | Architecture::Mistral3
+            ),
             norm_eps,
             attn_scale: if arch == Architecture::Gemma3 && n_layers == 62 {
                 // Gemma 3 27B (the only 62-layer size) scales by d_model / n_heads
@@ -606,8 +702,14 @@ impl ModelConfig {
             residual_scale: 1.0,
             logit_scale: 1.0,
             ffn_only_layers: Vec::new(),
+            nope_layers: Vec::new(),
+            rope_factors,
+            attn_temp,
         };
-        if arch == Architecture::GraniteHybrid {
+        if arch == Architecture::Smollm3 {
+            cfg.nope_layers = (0..n_layers).map(|i| (i + 1) % 4 == 0).collect();
+        }
+        if arch.is_granite() {
             granite_multipliers(f, arch_name, &mut cfg).map_err(bad)?;
         }
         if arch == Architecture::NemotronH {
@@ -679,8 +781,7 @@ fn moe_config(
 ) -> Result<Option<MoeConfig>, String> {
     let k = |s: &str| format!("{arch_name}.{s}");
     let has_count = f.get_u64(&k("expert_count")).is_ok_and(|n| n > 0);
-    let routed = arch.is_moe()
-        || (matches!(arch, Architecture::Llama | Architecture::GraniteHybrid) && has_count);
+    let routed = arch.is_moe() || (arch.may_route() && has_count);
     if !routed {
         if has_count {
             return Err(format!(
@@ -708,7 +809,15 @@ fn moe_config(
     }
     // llama.cpp's fallback for qwen2moe/qwen3moe without the key: the dense width over top-k.
     let expert_ffn = match (arch, f.get(&k("expert_feed_forward_length"))) {
-        (Architecture::Llama | Architecture::Olmoe | Architecture::GraniteHybrid, _) => ffn_dim,
+        (
+            Architecture::Llama
+            | Architecture::Olmoe
+            | Architecture::GraniteHybrid
+            | Architecture::Granite
+            | Architecture::GraniteMoe
+            | Architecture::Mistral3,
+            _,
+        ) => ffn_dim,
         (Architecture::GptOss, _) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
@@ -723,9 +832,10 @@ fn moe_config(
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
         // Granite's shared expert is optional (0 or absent: none).
-        (Architecture::GraniteHybrid, Some(_)) => {
-            Some(usize_in("expert_shared_feed_forward_length", 0..=1 << 20)?).filter(|&w| w > 0)
-        }
+        (
+            Architecture::GraniteHybrid | Architecture::Granite | Architecture::GraniteMoe,
+            Some(_),
+        ) => Some(usize_in("expert_shared_feed_forward_length", 0..=1 << 20)?).filter(|&w| w > 0),
         _ => None,
     };
     let weights_scale = match f.get(&k("expert_weights_scale")) {
@@ -755,6 +865,9 @@ fn moe_config(
                 | Architecture::Qwen35Moe
                 | Architecture::Qwen3Next
                 | Architecture::GraniteHybrid
+                | Architecture::Granite
+                | Architecture::GraniteMoe
+                | Architecture::Mistral3
                 | Architecture::Llama
         ),
         weights_scale,
@@ -830,7 +943,21 @@ fn rope_scaling(
             }
         }
     };
-    if f.get(&k("rope.scaling.yarn_log_multiplier")).is_some() {
+    // Mistral 3 names YaRN's betas and its log multiplier (llama.cpp reads them for it alone).
+    let mistral3 = arch == Architecture::Mistral3;
+    let non_negative = |key: &str| -> Result<Option<f32>, String> {
+        match f.get(&k(key)) {
+            None => Ok(None),
+            Some(_) => {
+                let v = f.get_f64(&k(key)).map_err(|e| without_path(f, e))? as f32;
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!("`{}` is {v}; it must be a number ≥ 0", k(key)));
+                }
+                Ok(Some(v))
+            }
+        }
+    };
+    if !mistral3 && f.get(&k("rope.scaling.yarn_log_multiplier")).is_some() {
         return Err(format!(
             "`{}` is not supported",
             k("rope.scaling.yarn_log_multiplier")
@@ -863,18 +990,35 @@ fn rope_scaling(
                     .map_err(|e| without_path(f, e))?,
             };
             // llama.cpp: attn_factor = mscale(factor) / (1 + 0.1·ln factor) · attn_factor,
-            // and the table multiplies by 1 + 0.1·ln(1/freq_scale) again.
-            let mscale = |s: f32| if s <= 1.0 { 1.0 } else { 0.1 * s.ln() + 1.0 };
+            // and the table multiplies by 1 + 0.1·ln(1/freq_scale) again; with a log
+            // multiplier m ≠ 0 (Mistral 3), mscale(factor, 1) / mscale(factor, m) instead.
+            let mscale = |s: f32, m: f32| {
+                if s <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * s.ln() + 1.0
+                }
+            };
+            let (mut beta_fast, mut beta_slow, mut yarn_mscale) = (32.0, 1.0, mscale(factor, 1.0));
+            if mistral3 {
+                beta_fast = non_negative("rope.scaling.yarn_beta_fast")?.unwrap_or(beta_fast);
+                beta_slow = non_negative("rope.scaling.yarn_beta_slow")?.unwrap_or(beta_slow);
+                if let Some(m) =
+                    non_negative("rope.scaling.yarn_log_multiplier")?.filter(|&m| m != 0.0)
+                {
+                    yarn_mscale = mscale(factor, 1.0) / mscale(factor, m);
+                }
+            }
             Ok(RopeScaling {
                 freq_scale,
                 freq_scale_swa,
                 yarn: Some(Yarn {
                     orig_ctx,
-                    beta_fast: 32.0,
-                    beta_slow: 1.0,
+                    beta_fast,
+                    beta_slow,
                     ext_factor: 1.0,
                 }),
-                attn_factor: mscale(factor) / (1.0 + 0.1 * factor.ln()) * rope_attn_factor,
+                attn_factor: yarn_mscale / (1.0 + 0.1 * factor.ln()) * rope_attn_factor,
             })
         }
         other => Err(format!(
@@ -882,6 +1026,84 @@ fn rope_scaling(
             k("rope.scaling.type")
         )),
     }
+}
+
+/// Which per-pair RoPE divisor tensor the angles take, if any: Llama 3's `rope_freqs.weight`
+/// (llama and the architectures on its layer that llama.cpp gives one), or Phi-3's LongRoPE
+/// pair — both tensors required, the long one where `ctx_len` exceeds the original context.
+fn rope_factors(
+    f: &GgufFile,
+    arch: Architecture,
+    arch_name: &str,
+    ctx_len: usize,
+) -> Result<Option<&'static str>, String> {
+    const FREQS: &str = "rope_freqs.weight";
+    const LONG: &str = "rope_factors_long.weight";
+    const SHORT: &str = "rope_factors_short.weight";
+    let takes_freqs = matches!(
+        arch,
+        Architecture::Llama
+            | Architecture::Granite
+            | Architecture::GraniteMoe
+            | Architecture::Mistral3
+    );
+    if f.has_tensor(FREQS) {
+        if !takes_freqs {
+            return Err(format!(
+                "per-dimension RoPE frequency factors (`{FREQS}`) are supported for llama, granite and mistral3, not {arch_name}"
+            ));
+        }
+        return Ok(Some(FREQS));
+    }
+    let (long, short) = (f.has_tensor(LONG), f.has_tensor(SHORT));
+    if !(long || short) {
+        return Ok(None);
+    }
+    if arch != Architecture::Phi3 {
+        return Err(format!(
+            "LongRoPE factors (`{LONG}`) are supported for phi3, not {arch_name}"
+        ));
+    }
+    if !(long && short) {
+        return Err(format!("LongRoPE needs both `{LONG}` and `{SHORT}`"));
+    }
+    let key = format!("{arch_name}.rope.scaling.original_context_length");
+    let orig = match f.get(&key) {
+        None => ctx_len,
+        Some(_) => f
+            .get_usize_in(&key, 1..=1 << 24)
+            .map_err(|e| without_path(f, e))?,
+    };
+    Ok(Some(if ctx_len > orig { LONG } else { SHORT }))
+}
+
+/// Mistral 3's attention temperature (`attention.temperature_scale`; absent or 0: none), over
+/// steps of YaRN's original context.
+fn attn_temperature(
+    f: &GgufFile,
+    arch: Architecture,
+    arch_name: &str,
+    ctx_len: usize,
+) -> Result<Option<AttnTemperature>, String> {
+    let key = format!("{arch_name}.attention.temperature_scale");
+    if arch != Architecture::Mistral3 || f.get(&key).is_none() {
+        return Ok(None);
+    }
+    let scale = f.get_f64(&key).map_err(|e| without_path(f, e))? as f32;
+    if !scale.is_finite() {
+        return Err(format!("`{key}` is {scale}"));
+    }
+    if scale == 0.0 {
+        return Ok(None);
+    }
+    let orig_key = format!("{arch_name}.rope.scaling.original_context_length");
+    let floor = match f.get(&orig_key) {
+        None => ctx_len,
+        Some(_) => f
+            .get_usize_in(&orig_key, 1..=1 << 24)
+            .map_err(|e| without_path(f, e))?,
+    };
+    Ok(Some(AttnTemperature { scale, floor }))
 }
 
 /// Nemotron-H's `feed_forward_length`: one width per layer, 0 on the layers without a

@@ -1,4 +1,6 @@
-//! IBM Granite 4.0-H (`granitehybrid`), as llama.cpp runs it (`src/models/granite-hybrid.cpp`).
+//! IBM Granite 4.0-H (`granitehybrid`), as llama.cpp runs it (`src/models/granite-hybrid.cpp`),
+//! and dense Granite (`granite`, `granitemoe`: `src/models/granite.cpp`), whose layers are
+//! Granite 4.0-H's attention layers, every one of them.
 //!
 //! Every layer is pre-norm with two residual blocks, each block's output scaled by
 //! `residual_scale` before its add — `x += s · mixer(attn_norm(x))`, then
@@ -46,20 +48,16 @@ enum GraniteLayer {
 impl GraniteHybridStack {
     /// Binds every layer as the configuration says it is.
     pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Self, ModelError> {
-        let Some(rc) = &cfg.recurrent else {
-            return Err(ModelError::Unsupported {
-                path: f.path().display().to_string(),
-                message: "granitehybrid needs its ssm.* keys".into(),
-            });
-        };
         let d = cfg.d_model;
         let mut r = 0;
         let layers = (0..cfg.n_layers)
             .map(|i| {
+                refuse_ffn_biases(f, i)?;
                 let routed = |m: &_| experts(f, cfg, i, m);
-                if !cfg.is_recurrent(i) {
+                // Dense Granite (`granite`, `granitemoe`) has no recurrent layer.
+                let Some(rc) = cfg.recurrent.as_ref().filter(|_| cfg.is_recurrent(i)) else {
                     return Ok(GraniteLayer::Attention(Layer::bind(f, cfg, i, routed)?));
-                }
+                };
                 r += 1;
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
                 Ok(GraniteLayer::Mamba {
@@ -73,6 +71,21 @@ impl GraniteHybridStack {
             .collect::<Result<_, ModelError>>()?;
         Ok(GraniteHybridStack { layers })
     }
+}
+
+/// Granite's feed-forward may carry biases in llama.cpp's loader; no published Granite has
+/// them, and running without them would be silently wrong, so a file with them is refused.
+fn refuse_ffn_biases(f: &GgufFile, i: usize) -> Result<(), ModelError> {
+    for t in ["ffn_gate", "ffn_up", "ffn_down"] {
+        let name = format!("blk.{i}.{t}.bias");
+        if f.has_tensor(&name) {
+            return Err(ModelError::Unsupported {
+                path: f.path().display().to_string(),
+                message: format!("feed-forward biases (`{name}`) are not supported"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `x += s · y` (`residual_scale`, applied as llama.cpp does: scale, then add).

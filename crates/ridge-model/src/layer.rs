@@ -23,7 +23,7 @@ use ridge_kernels::{
 
 use crate::attend::LayerAttention;
 use crate::config::{Architecture, ModelConfig, MoeConfig};
-use crate::weights::{matrix, vector, MatRef};
+use crate::weights::{matrix, matrix_parts, vector, MatRef};
 use crate::{ActPolicy, Batch, KvCache, ModelError, Workspace};
 
 /// The weights every architecture's layer has.
@@ -73,6 +73,15 @@ impl Ffn {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         Ok(match &cfg.moe {
             Some(moe) => Ffn::Routed(routed(moe)?),
+            // Phi-3 stores gate and up as one matrix, the gate's rows first.
+            None if !f.has_tensor(&n("ffn_gate")) && f.has_tensor(&n("ffn_up")) => {
+                let [gate, up] = matrix_parts(f, &n("ffn_up"), [ffn, ffn], d)?;
+                Ffn::Dense {
+                    gate,
+                    up,
+                    down: matrix(f, &n("ffn_down"), d, ffn)?,
+                }
+            }
             None => Ffn::Dense {
                 gate: matrix(f, &n("ffn_gate"), ffn, d)?,
                 up: matrix(f, &n("ffn_up"), ffn, d)?,
@@ -159,6 +168,17 @@ impl QkvBias {
     /// architectures take them where a file has them, as llama.cpp does).
     fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}.bias");
+        // A fused projection's bias is one vector, Q's part first.
+        let fused = n("attn_qkv");
+        if f.has_tensor(&fused) {
+            let (q, kv) = (cfg.q_dim(), cfg.kv_dim());
+            let all = vector(f, &fused, q + 2 * kv)?;
+            return Ok(Some(QkvBias {
+                q: all[..q].to_vec(),
+                k: all[q..q + kv].to_vec(),
+                v: all[q + kv..].to_vec(),
+            }));
+        }
         let names = [n("attn_q"), n("attn_k"), n("attn_v")];
         if !cfg.arch.requires_qkv_bias() && !names.iter().any(|t| f.has_tensor(t)) {
             return Ok(None);
@@ -197,11 +217,22 @@ impl Layer {
         };
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let o_bias = format!("blk.{i}.attn_output.bias");
+        // Q, K and V as one matrix (Phi-3, and any file llama.cpp's loader would fuse them
+        // in): three row ranges of it, bound as three matrices.
+        let [wq, wk, wv] = if f.has_tensor(&n("attn_qkv")) && !f.has_tensor(&n("attn_q")) {
+            matrix_parts(f, &n("attn_qkv"), [q, kv, kv], d)?
+        } else {
+            [
+                matrix(f, &n("attn_q"), q, d)?,
+                matrix(f, &n("attn_k"), kv, d)?,
+                matrix(f, &n("attn_v"), kv, d)?,
+            ]
+        };
         Ok(Layer {
             attn_norm: vector(f, &n("attn_norm"), d)?,
-            wq: matrix(f, &n("attn_q"), q, d)?,
-            wk: matrix(f, &n("attn_k"), kv, d)?,
-            wv: matrix(f, &n("attn_v"), kv, d)?,
+            wq,
+            wk,
+            wv,
             wo: matrix(f, &n("attn_output"), d, q)?,
             ffn_norm: vector(f, &n(ffn_norm), d)?,
             ffn: Ffn::bind(f, cfg, i, routed)?,
@@ -412,8 +443,9 @@ impl<'a> LayerCtx<'a> {
                 &cos[t * half..(t + 1) * half],
                 &sin[t * half..(t + 1) * half],
             );
-            // Granite 4.0-H's attention may have no positions at all (`use_rope`).
-            if self.cfg.use_rope {
+            // Granite 4.0-H's attention may have no positions at all (`use_rope`), SmolLM3's
+            // every fourth layer none.
+            if self.cfg.rotates(li) {
                 for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
                     ops::rope_apply(h, c, s, neox);
                 }
@@ -431,6 +463,17 @@ impl<'a> LayerCtx<'a> {
                 &ws.k[t * kvd..(t + 1) * kvd],
                 &ws.v[t * kvd..(t + 1) * kvd],
             );
+        }
+    }
+
+    /// Llama 4's attention temperature (Mistral 3): each token's query heads in `ws.q`
+    /// multiplied by the factor of its position, after RoPE; nothing where the model has none.
+    pub(crate) fn attn_temperature(&self, batch: &Batch, ws: &mut Workspace) {
+        if let Some(t) = &self.cfg.attn_temp {
+            let qd = self.cfg.q_dim();
+            for (row, &pos) in ws.q.chunks_exact_mut(qd).zip(&batch.positions) {
+                ops::scale_inplace(row, t.factor(pos));
+            }
         }
     }
 

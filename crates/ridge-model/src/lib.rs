@@ -57,8 +57,8 @@ mod zeroed;
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
 pub use config::{
-    Architecture, ExpertAct, Gating, ModelConfig, MoeConfig, RopeScaling, Yarn, GEMMA3_SWA_PATTERN,
-    GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
+    Architecture, AttnTemperature, ExpertAct, Gating, ModelConfig, MoeConfig, RopeScaling, Yarn,
+    GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use disk_tier::{DiskTierConfig, DiskTierStats};
 pub use error::ModelError;

@@ -17,6 +17,11 @@
 //! layer (`LayerCtx::window_of`), YaRN RoPE (`rope.rs`), and its routed feed-forward (`moe.rs`);
 //! its pre-FFN norm is stored as `post_attention_norm`, bound as `ffn_norm`.
 //!
+//! SmolLM3, Mistral 3 and Phi-3 run this stack too, their differences data: SmolLM3's layers
+//! without positions (`ModelConfig::rotates`), Mistral 3's YaRN and attention temperature
+//! (`LayerCtx::attn_temperature`), Phi-3's fused projections (bound as row ranges of one
+//! matrix in `layer.rs`) and LongRoPE divisors (folded into the RoPE tables as Llama 3's are).
+//!
 //! Llama 3.1's RoPE scaling is data too: `rope_freqs.weight` divides each pair's frequency,
 //! folded into the RoPE tables once per batch (`Model::embed`).
 //!
@@ -89,6 +94,7 @@ fn layers(
         cx.qkv(l, n, ws);
         cx.qk_norm(l, n, ws); // qwen3 only
         cx.rope_and_store(li, batch, kv, ws, table, cx.cfg.rope_neox);
+        cx.attn_temperature(batch, ws); // mistral3 only
         cx.attention(li, l.sinks.as_deref(), batch, kv, ws, window); // with gpt-oss's sinks
         cx.attn_out(l, n, ws); // + gpt-oss's bias
         ops::add_inplace(&mut ws.x, &ws.xn);

@@ -49,8 +49,8 @@ pub struct Model {
     output_norm: Vec<f32>,
     /// The architecture's layers (`stack.rs`: one file per architecture).
     layers: Box<dyn Stack>,
-    /// Llama 3's per-dimension RoPE frequency divisors (`rope_freqs.weight`, `rope_dim / 2`
-    /// of them), where the file has them.
+    /// Per-pair RoPE frequency divisors (`rope_dim / 2` of them: Llama 3's
+    /// `rope_freqs.weight`, Phi-3's LongRoPE factors), where the file has them.
     rope_freqs: Option<Vec<f32>>,
     act: ActPlan,
     /// Token ids the head computes logits for: `0..head_rows` (the whole vocabulary unless
@@ -92,19 +92,20 @@ impl Model {
         };
         let mut layers = arches::bind(f, &cfg)?;
         let output_norm = vector(f, cfg.arch.output_norm_tensor(), d)?;
-        // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair
-        // (`config.rs` lets only llama files carry them).
-        let rope_freqs = if f.has_tensor("rope_freqs.weight") {
-            let ff = vector(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
-            if let Some(bad) = ff.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-                return Err(ModelError::Unsupported {
-                    path: f.path().display().to_string(),
-                    message: format!("rope_freqs.weight holds {bad}; expected positive factors"),
-                });
+        // Llama 3.1+ stores its RoPE scaling as one frequency divisor per rotated pair, Phi-3's
+        // LongRoPE as two such sets (`config.rs` picks the tensor).
+        let rope_freqs = match cfg.rope_factors {
+            Some(name) => {
+                let ff = vector(f, name, cfg.rope_dim / 2)?;
+                if let Some(bad) = ff.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    return Err(ModelError::Unsupported {
+                        path: f.path().display().to_string(),
+                        message: format!("{name} holds {bad}; expected positive factors"),
+                    });
+                }
+                Some(ff)
             }
-            Some(ff)
-        } else {
-            None
+            None => None,
         };
         let rank = match crate::Pooling::declared(f)? {
             crate::Pooling::Rank => Some(Arc::new(crate::RankHead::bind(f, &cfg)?)),

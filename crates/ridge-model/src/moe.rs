@@ -91,7 +91,7 @@ impl Experts {
                 gate: matrix(f, &n("ffn_gate_shexp"), sf, d)?,
                 up: matrix(f, &n("ffn_up_shexp"), sf, d)?,
                 down: matrix(f, &n("ffn_down_shexp"), d, sf)?,
-                gate_inp: if cfg.arch == Architecture::GraniteHybrid {
+                gate_inp: if cfg.arch.is_granite() {
                     None
                 } else {
                     Some(vector(f, &n("ffn_gate_inp_shexp"), d)?)

@@ -75,6 +75,13 @@ pub struct SyntheticSpec {
     pub rank: Option<SyntheticRank>,
     /// A hybrid's recurrent layers (required for qwen35; see [`SyntheticHybrid`]).
     pub hybrid: Option<SyntheticHybrid>,
+    /// Rotated dimensions per head where fewer than the head (`rope.dimension_count`; not
+    /// for the hybrids, whose [`SyntheticHybrid::rope_dim`] it is).
+    pub rope_dim: Option<usize>,
+    /// The original context (`rope.scaling.original_context_length`) where it is not
+    /// `ctx_len / 4`: YaRN's, and phi3's, whose LongRoPE takes its long factors when the
+    /// context exceeds it.
+    pub rope_orig_ctx: Option<usize>,
 }
 
 /// The recurrent layers of a synthetic hybrid (qwen35), in llama.cpp's layout: per recurrent
@@ -164,6 +171,8 @@ impl Default for SyntheticSpec {
             rope_scaling: None,
             rank: None,
             hybrid: None,
+            rope_dim: None,
+            rope_orig_ctx: None,
         }
     }
 }
@@ -272,6 +281,11 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let gpt_oss = spec.arch == Architecture::GptOss;
     let lfm2 = spec.arch == Architecture::Lfm2;
     let granite = spec.arch == Architecture::GraniteHybrid;
+    // Granite's multipliers and ungated shared expert, dense or hybrid.
+    let granite_any = spec.arch.is_granite();
+    let phi3 = spec.arch == Architecture::Phi3;
+    let mistral3 = spec.arch == Architecture::Mistral3;
+    let orig_ctx = spec.rope_orig_ctx.unwrap_or((spec.ctx_len / 4).max(1));
     let nemotron = spec.arch == Architecture::NemotronH;
     // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec;
     // Granite 4.0-H reads its heads as Mamba2 heads, `n_k_heads` as groups and `head_dim` as
@@ -383,16 +397,47 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             .meta(&k("ssm.time_step_rank"), u(h.n_v_heads))
             .meta(&k("ssm.group_count"), u(h.n_k_heads));
     }
-    if let Some(h) = mamba.filter(|_| granite) {
+    if granite_any {
         w.meta(&k("embedding_scale"), MetadataValue::F32(3.0))
             .meta(&k("residual_scale"), MetadataValue::F32(0.6))
             .meta(&k("attention.scale"), MetadataValue::F32(0.2))
             .meta(&k("logit_scale"), MetadataValue::F32(2.5))
-            // `rope_dim` 0 asks for attention without positions.
+            // A hybrid's `rope_dim` 0 asks for attention without positions.
             .meta(
                 &k("rope.scaling.finetuned"),
-                MetadataValue::Bool(h.rope_dim > 0),
+                MetadataValue::Bool(mamba.is_none_or(|h| h.rope_dim > 0)),
             );
+    }
+    if let Some(r) = spec.rope_dim.filter(|_| hybrid.is_none()) {
+        w.meta(&k("rope.dimension_count"), u(r));
+    }
+    if phi3 {
+        // Phi-3's converter: the original context, LongRoPE's magnitude factor
+        // √(1 + ln(ctx / orig) / ln orig), and a sliding window of 0 (none).
+        let scale = spec.ctx_len as f64 / orig_ctx as f64;
+        let attn = (1.0 + scale.ln() / (orig_ctx as f64).ln()).sqrt();
+        w.meta(&k("rope.scaling.original_context_length"), u(orig_ctx))
+            .meta(
+                &k("rope.scaling.attn_factor"),
+                MetadataValue::F32(attn as f32),
+            )
+            .meta(&k("attention.sliding_window"), u(0));
+    }
+    if mistral3 {
+        // Llama 4's attention temperature over YaRN's original context (a β five times
+        // Ministral's 0.1, so that it shows in a 64-token window).
+        w.meta(&k("attention.temperature_scale"), MetadataValue::F32(0.5));
+        if spec.rope_scaling.is_some_and(|(kind, _)| kind == "yarn") {
+            w.meta(&k("rope.scaling.yarn_beta_fast"), MetadataValue::F32(16.0))
+                .meta(&k("rope.scaling.yarn_beta_slow"), MetadataValue::F32(2.0))
+                .meta(
+                    &k("rope.scaling.yarn_log_multiplier"),
+                    MetadataValue::F32(1.0),
+                );
+        }
+        if spec.rope_scaling.is_none() {
+            w.meta(&k("rope.scaling.original_context_length"), u(orig_ctx));
+        }
     }
     if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
@@ -406,10 +451,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             w.meta(&k("rope.scaling.type"), s(kind))
                 .meta(&k("rope.scaling.factor"), MetadataValue::F32(factor));
             if kind == "yarn" {
-                w.meta(
-                    &k("rope.scaling.original_context_length"),
-                    u((spec.ctx_len / 4).max(1)),
-                );
+                w.meta(&k("rope.scaling.original_context_length"), u(orig_ctx));
             }
         }
         // gpt-oss's published scaling: YaRN, factor 32 over an original context of 4096.
@@ -638,9 +680,14 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 norm(&mut w, &n("ssm_norm"), h.head_dim, i + 3);
             }
         } else {
-            mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
-            mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
-            mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+            if phi3 {
+                // Q, K and V in one matrix, Q's rows first.
+                mat(&mut w, &n("attn_qkv"), q + 2 * kv, d, spec.dtype, ws);
+            } else {
+                mat(&mut w, &n("attn_q"), q, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_k"), kv, d, spec.dtype, ws);
+                mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
+            }
             mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
             let ffn_norm = if gpt_oss {
                 "post_attention_norm"
@@ -661,8 +708,13 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             f32_tensor(&mut w, &n("attn_sinks"), &[spec.n_heads], &rng, 2.0);
         }
         let Some(moe) = &spec.moe else {
-            mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
-            mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+            if phi3 {
+                // Gate and up in one matrix, the gate's rows first.
+                mat(&mut w, &n("ffn_up"), 2 * ffn, d, spec.dtype, ws);
+            } else {
+                mat(&mut w, &n("ffn_gate"), ffn, d, spec.dtype, ws);
+                mat(&mut w, &n("ffn_up"), ffn, d, spec.dtype, ws);
+            }
             mat(
                 &mut w,
                 &n("ffn_down"),
@@ -710,7 +762,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 1.0 / (sf as f32).sqrt(),
             );
             // Granite's shared expert has no gate.
-            if !granite {
+            if !granite_any {
                 let g: Vec<f32> = (0..d).map(|_| rng.next() * ws * 4.0).collect();
                 let data = blocks::quantize_row(DType::F32, &g);
                 w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
@@ -728,6 +780,19 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 norm(&mut w, &n("post_attention_norm"), d, i + 3);
                 norm(&mut w, &n("post_ffw_norm"), d, i + 1);
             }
+        }
+    }
+    if phi3 {
+        // LongRoPE: divisors growing along the pairs, the long set about ten times the short.
+        let pairs = spec.rope_dim.unwrap_or(head_dim) / 2;
+        for (name, step) in [("rope_factors_long", 0.6f32), ("rope_factors_short", 0.05)] {
+            let f: Vec<f32> = (0..pairs).map(|i| 1.0 + step * i as f32).collect();
+            w.tensor(
+                &format!("{name}.weight"),
+                &[pairs as u64],
+                GgmlType::F32,
+                blocks::quantize_row(DType::F32, &f),
+            );
         }
     }
     if spec.rope_freqs {

@@ -90,6 +90,32 @@ pub(crate) fn matrix(
     bind(f, name, &[cols as u64, rows as u64], String::new(), rows)
 }
 
+/// Binds a fused matrix (GGUF dims `[cols, Σ parts]`) as consecutive row ranges of `parts[i]`
+/// rows each: Phi-3's `attn_qkv` as Q, K and V, its `ffn_up` as gate and up. A quantized row
+/// is whole blocks, so each part is a matrix of its own over the same bytes.
+pub(crate) fn matrix_parts<const N: usize>(
+    f: &GgufFile,
+    name: &str,
+    parts: [usize; N],
+    cols: usize,
+) -> Result<[MatRef; N], ModelError> {
+    let rows: usize = parts.iter().sum();
+    let what = format!(" (parts of {parts:?} rows)");
+    let whole = bind(f, name, &[cols as u64, rows as u64], what, rows)?;
+    let row_bytes = whole.dtype.row_bytes(cols);
+    let mut first = 0;
+    Ok(parts.map(|r| {
+        let m = MatRef {
+            rows: r,
+            offset: whole.offset + first * row_bytes,
+            len: r * row_bytes,
+            ..whole
+        };
+        first += r;
+        m
+    }))
+}
+
 /// Binds a mixture's stacked expert tensor: `n_expert` matrices of `rows` outputs by `cols`
 /// inputs (GGUF dims `[cols, rows, n_expert]`), as one matrix of `n_expert · rows` rows in
 /// which expert `e` holds rows `e · rows .. (e + 1) · rows`.

@@ -457,6 +457,100 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
     ]
 }
 
+/// The 2025–26 families on llama's layer checked against llama.cpp b11434
+/// (`tests/data/llama_cpp_families.json`): SmolLM3's layers without positions, dense and
+/// routed Granite with its multipliers, Mistral 3's YaRN (betas and log multiplier from the
+/// metadata) and attention temperature, Phi-3's fused projections with partial RoPE and
+/// LongRoPE's long and short factors; f32, and Q4_0 beside 8-bit embeddings for the default
+/// activations.
+#[allow(dead_code)]
+pub fn family_specs() -> Vec<(&'static str, SyntheticSpec)> {
+    let base = SyntheticSpec {
+        n_layers: 4,
+        d_model: 64,
+        n_heads: 4,
+        n_kv_heads: 2,
+        ffn_dim: 96,
+        ctx_len: 2 * CTX,
+        dtype: DType::F32,
+        embd_dtype: DType::F32,
+        separate_output: true,
+        ..SyntheticSpec::default()
+    };
+    let q4 = |s: SyntheticSpec, seed| SyntheticSpec {
+        dtype: DType::Q4_0,
+        embd_dtype: DType::Q8_0,
+        seed,
+        ..s
+    };
+    let smollm3 = SyntheticSpec {
+        arch: Architecture::Smollm3,
+        seed: 61,
+        ..base.clone()
+    };
+    let granite = SyntheticSpec {
+        arch: Architecture::Granite,
+        n_layers: 2,
+        seed: 62,
+        ..base.clone()
+    };
+    let phi3 = SyntheticSpec {
+        arch: Architecture::Phi3,
+        n_kv_heads: 1,
+        rope_dim: Some(12),
+        seed: 66,
+        ..base.clone()
+    };
+    vec![
+        ("smollm3", smollm3.clone()),
+        ("smollm3_q4_0", q4(smollm3, 71)),
+        ("granite", granite.clone()),
+        (
+            "granitemoe_e8_k2_shared",
+            SyntheticSpec {
+                arch: Architecture::GraniteMoe,
+                moe: Some(SyntheticMoe::new(8, 2, base.ffn_dim, Some(64))),
+                seed: 63,
+                ..granite.clone()
+            },
+        ),
+        ("granite_q4_0", q4(granite, 72)),
+        (
+            "mistral3_yarn",
+            SyntheticSpec {
+                arch: Architecture::Mistral3,
+                rope_scaling: Some(("yarn", 4.0)),
+                // An original context long enough that YaRN's ramp depends on the betas.
+                rope_orig_ctx: Some(4096),
+                head_dim: Some(32),
+                seed: 64,
+                ..base.clone()
+            },
+        ),
+        (
+            "mistral3_temperature",
+            SyntheticSpec {
+                arch: Architecture::Mistral3,
+                seed: 65,
+                ..base.clone()
+            },
+        ),
+        // The original context (32) is below the context: LongRoPE's long factors.
+        ("phi3_long", phi3.clone()),
+        // At or above it: the short factors (llama-perplexity runs its chunks in a context of
+        // 256 per sequence, which is what it compares with the original one).
+        (
+            "phi3_short",
+            SyntheticSpec {
+                rope_orig_ctx: Some(4 * CTX),
+                seed: 67,
+                ..phi3.clone()
+            },
+        ),
+        ("phi3_q4_0", q4(phi3, 73)),
+    ]
+}
+
 /// The tokens of `tests/data/prose.txt`: the synthetic vocabulary has one token per byte (the
 /// fixture script checks that llama.cpp tokenizes this text so).
 #[allow(dead_code)]
