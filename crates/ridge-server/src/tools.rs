@@ -56,6 +56,9 @@ pub enum Syntax {
     /// Mistral Nemo, Mistral 7B v0.3: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`; the
     /// newer `NAME[ARGS]` form is accepted too.
     MistralArray,
+    /// Granite 3.x: the format's start tag (`<|tool_call|>`), then a JSON array of
+    /// `{"name": …, "arguments": {…}}` to the end of the output.
+    TaggedArray,
     /// DeepSeek-R1 and its distills: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
     /// <｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`; the
     /// V3.1 form is accepted too.
@@ -145,6 +148,14 @@ pub const FORMATS: &[ToolFormat] = &[
         start: "[TOOL_CALLS]",
         end: "",
         tags: &["[TOOL_CALLS]"],
+    },
+    ToolFormat {
+        name: "granite3",
+        syntax: Syntax::TaggedArray,
+        detect: &["<|tool_call|>"],
+        start: "<|tool_call|>",
+        end: "",
+        tags: &["<|tool_call|>"],
     },
     ToolFormat {
         name: "harmony",

@@ -1,6 +1,7 @@
 //! The published chat templates of Qwen3 (`<think>` reasoning, tool calls), Qwen3-Coder
 //! (XML-style tool calls), gpt-oss (the harmony format) and the 2026 hybrids — Qwen3.5 (thinking
-//! on by default, Qwen3-Coder's tool calls), Granite 4.0, LFM2.5 and Nemotron Nano v2 — render
+//! on by default, Qwen3-Coder's tool calls), Granite 4.0, LFM2.5 and Nemotron Nano v2 — and the
+//! families on llama's layer — SmolLM3, Granite 3.3, Ministral 3, Mistral Small 3.2, Phi-3.5 — render
 //! as Python's jinja2 renders them. The templates are llama.cpp's copies (`data/templates/`); the expected renders, and the
 //! errors of the conversations the templates reject, were produced by jinja2 set up as Hugging
 //! Face transformers sets it up (`data/regen_chat_templates.sh`, `data/render_chat_templates.py`).
@@ -113,7 +114,12 @@ fn fixtures_cover_the_families() {
             "Qwen3.5-4B.jinja",
             "ibm-granite-granite-4.0.jinja",
             "LFM2.5-Instruct.jinja",
-            "NVIDIA-Nemotron-Nano-v2.jinja"
+            "NVIDIA-Nemotron-Nano-v2.jinja",
+            "HuggingFaceTB-SmolLM3-3B.jinja",
+            "ibm-granite-granite-3.3-2B-Instruct.jinja",
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+            "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+            "microsoft-Phi-3.5-mini-instruct.jinja",
         ]
     );
     for t in &r.templates {

@@ -37,7 +37,7 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
         Syntax::QwenXml => qwen_xml(t, &fns),
         Syntax::Llama => llama(t, &fns),
         Syntax::MistralArgs => mistral_args(t, &fns),
-        Syntax::MistralArray => mistral_array(t, &fns),
+        Syntax::MistralArray | Syntax::TaggedArray => tagged_array(t, &fns),
         Syntax::DeepSeekR1 => deepseek(t, &fns, true),
         Syntax::DeepSeekV31 => deepseek(t, &fns, false),
         Syntax::Harmony => harmony(t, &fns),
@@ -187,12 +187,12 @@ fn mistral_args(t: &Tools, fns: &[Func]) -> String {
 }
 
 /// Mistral Nemo's `[TOOL_CALLS][{"name", "arguments"}, …]`.
-fn mistral_array(t: &Tools, fns: &[Func]) -> String {
+fn tagged_array(t: &Tools, fns: &[Func]) -> String {
     let mut list = json!({"type": "array", "items": call_objects(fns, "arguments"), "minItems": 1});
     if !t.parallel {
         list["maxItems"] = json!(1);
     }
-    format!("start: {} %json {list}\n", t.lit("[TOOL_CALLS]"))
+    format!("start: {} %json {list}\n", t.lit(t.format.start))
 }
 
 /// DeepSeek's calls between `<｜tool▁calls▁begin｜>` and `<｜tool▁calls▁end｜>`: R1's

@@ -47,6 +47,8 @@ enum Block {
     Tagged(&'static str),
     /// `[TOOL_CALLS]` and one call, either a JSON array or `NAME[ARGS]{…}`.
     Mistral,
+    /// An opening tag of this many bytes, then a JSON array of calls (Granite 3.x).
+    Array(usize),
     /// JSON calls `{…}` separated by `;`, optionally after `<|python_tag|>`: the whole output.
     Json,
     /// A Markdown fence holding a call object (or an array of them).
@@ -167,6 +169,7 @@ impl CallParser {
             | Syntax::DeepSeekV31
             | Syntax::Harmony => vec![(f.start, Block::Tagged(f.end))],
             Syntax::MistralArgs | Syntax::MistralArray => vec![(TOOL_CALLS, Block::Mistral)],
+            Syntax::TaggedArray => vec![(f.start, Block::Array(f.start.len()))],
             Syntax::Llama => vec![(PYTHON_TAG, Block::Json)],
         };
         if self.offered.is_some() {
@@ -240,6 +243,7 @@ impl CallParser {
         let outcome = match block {
             Block::Tagged(end) => self.tagged(end, finished),
             Block::Mistral => self.mistral(finished),
+            Block::Array(tag) => self.array(tag, finished),
             Block::Json => self.json(finished),
             Block::Fence => self.fence(finished),
         };
@@ -319,23 +323,32 @@ impl CallParser {
             return self.wait_or_text(finished);
         }
         if self.buf[p..].starts_with('[') {
-            let Some(e) = json_end(&self.buf[p..]) else {
-                return self.wait_or_text(finished);
-            };
-            let calls = serde_json::from_str::<Value>(&self.buf[p..p + e])
-                .ok()
-                .and_then(|v| v.as_array().cloned())
-                .and_then(|a| a.iter().map(loose_call).collect::<Option<Vec<Call>>>())
-                .filter(|c| !c.is_empty());
-            return match calls {
-                Some(c) => Outcome::Calls(p + e, c),
-                None => Outcome::Text {
-                    len: p + e,
-                    code: false,
-                },
-            };
+            return self.array(TOOL_CALLS.len(), finished);
         }
         self.mistral_named(p, finished)
+    }
+
+    /// A tag of `tag` bytes, then `[{"name", "arguments"}, …]`.
+    fn array(&self, tag: usize, finished: bool) -> Outcome {
+        let p = skip_ws(&self.buf, tag);
+        if p == self.buf.len() {
+            return self.wait_or_text(finished);
+        }
+        let Some(e) = json_end(&self.buf[p..]) else {
+            return self.wait_or_text(finished);
+        };
+        let calls = serde_json::from_str::<Value>(&self.buf[p..p + e])
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .and_then(|a| a.iter().map(loose_call).collect::<Option<Vec<Call>>>())
+            .filter(|c| !c.is_empty());
+        match calls {
+            Some(c) => Outcome::Calls(p + e, c),
+            None => Outcome::Text {
+                len: p + e,
+                code: false,
+            },
+        }
     }
 
     /// `NAME[CALL_ID]ID[ARGS]{…}` from `p` (the `[CALL_ID]` part optional).

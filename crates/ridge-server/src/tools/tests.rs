@@ -265,6 +265,9 @@ fn each_family_is_detected_from_its_template() {
         // The 2026 hybrids whose templates write a format ridge reads.
         ("Qwen3.5-4B.jinja", "qwen3-coder"),
         ("ibm-granite-granite-4.0.jinja", "hermes"),
+        // Granite 3.x asks for `<|tool_call|>` and a JSON list in its system prompt (its
+        // template renders no calls back, so the round trip below cannot cover it).
+        ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite3"),
     ];
     for (file, want) in cases {
         let t = test_template(file);
@@ -387,6 +390,12 @@ fn call_variants_models_write() {
         ("mistral", "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]", &["now"]),
         ("mistral", "[TOOL_CALLS]now[CALL_ID]a1b2c3d4e[ARGS]{}", &["now"]),
         ("mistral-nemo", "[TOOL_CALLS]now[ARGS]{}", &["now"]),
+        // Granite 3.x: a space after the tag, `arguments` as a JSON string.
+        (
+            "granite3",
+            "<|tool_call|> [{\"name\": \"now\", \"arguments\": \"{}\"}]",
+            &["now"],
+        ),
         // Llama: after `<|python_tag|>`, several separated by `;`, `arguments` for `parameters`.
         ("llama3", "<|python_tag|>{\"name\": \"now\", \"parameters\": {}}", &["now"]),
         (
@@ -604,6 +613,7 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         ("llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"now\", \"parameters\": {}}"),
         ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]now[ARGS]{}"),
         ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
+        ("granite3", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
         ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
@@ -688,6 +698,7 @@ const FRAGMENTS: &[&str] = &[
     "3",
     "</parameter>",
     "[TOOL_CALLS]",
+    "<|tool_call|>",
     "now",
     "[ARGS]",
     "[CALL_ID]",

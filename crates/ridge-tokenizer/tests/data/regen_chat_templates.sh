@@ -16,7 +16,10 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ $# -ge 1 ]; then
     for t in Qwen-Qwen3-0.6B.jinja Qwen3-Coder.jinja openai-gpt-oss-120b.jinja Qwen3.5-4B.jinja \
-        ibm-granite-granite-4.0.jinja LFM2.5-Instruct.jinja NVIDIA-Nemotron-Nano-v2.jinja; do
+        ibm-granite-granite-4.0.jinja LFM2.5-Instruct.jinja NVIDIA-Nemotron-Nano-v2.jinja \
+        HuggingFaceTB-SmolLM3-3B.jinja ibm-granite-granite-3.3-2B-Instruct.jinja \
+        mistralai-Ministral-3-14B-Reasoning-2512.jinja Mistral-Small-3.2-24B-Instruct-2506.jinja \
+        microsoft-Phi-3.5-mini-instruct.jinja; do
         cp "$1/models/templates/$t" "$here/templates/$t"
     done
 fi

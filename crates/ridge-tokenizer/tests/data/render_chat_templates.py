@@ -361,6 +361,21 @@ hybrid_chat = [
      True),
 ]
 
+# Mistral's templates want call ids of nine alphanumerics (Mistral Small 3.2 raises otherwise).
+mistral_chat = [c for c in hybrid_chat if c[0] != "tool_calls_and_results"] + [
+    ("tool_calls_and_results", [
+        msg("user", "Weather in Paris and the time?"),
+        msg("assistant", "", tool_calls=[
+            call("Wx7Kp2Qa9", "get_weather", {"city": "Paris", "unit": "celsius"}),
+            call("Tm4Zr8Nb1", "now", {}),
+        ]),
+        tool_result("Wx7Kp2Qa9", "get_weather", "{\"temp\": 21}"),
+        tool_result("Tm4Zr8Nb1", "now", "14:05"),
+        msg("assistant", "21 °C, 14:05."),
+        msg("user", "Thanks."),
+    ], {"tools": [WEATHER, CLOCK]}, True),
+]
+
 # Conversations the templates reject. `raise` names the raise_exception message; otherwise
 # jinja2 fails in some other way and ridge must fail too.
 errors = {
@@ -376,6 +391,12 @@ errors = {
             msg("user", "Time?"),
             msg("assistant", "Calling.", thinking="Need the clock.",
                 tool_calls=[call("c", "now", {})])], {"tools": [CLOCK]}, True),
+    ],
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": [
+        ("call_id_not_nine_alphanumerics", [
+            msg("user", "Time?"),
+            msg("assistant", "", tool_calls=[call("call_1", "now", {})])],
+         {"tools": [CLOCK]}, True),
     ],
     "Qwen3-Coder.jinja": [
         # `arguments | items` needs a mapping; a JSON string is a TypeError in jinja2.
@@ -434,6 +455,15 @@ TEMPLATES = [
     ("ibm-granite-granite-4.0.jinja", "<|end_of_text|>", "<|end_of_text|>", hybrid_chat),
     ("LFM2.5-Instruct.jinja", "<|startoftext|>", "<|im_end|>", hybrid_chat),
     ("NVIDIA-Nemotron-Nano-v2.jinja", "<SPECIAL_10>", "<SPECIAL_11>", hybrid_chat),
+    # The families of llama's layer (llama.cpp's copies): SmolLM3 (<think> by default),
+    # Granite 3.3 (<|tool_call|> JSON lists), Ministral 3 and Mistral Small 3.2 ([THINK],
+    # [TOOL_CALLS]name[ARGS]{…}), Phi-3.5 / Phi-4-mini's chat format.
+    ("HuggingFaceTB-SmolLM3-3B.jinja", "<|im_start|>", "<|im_end|>", hybrid_chat),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "<|end_of_text|>", "<|end_of_text|>",
+     hybrid_chat),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "<s>", "</s>", mistral_chat),
+    ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>", mistral_chat),
+    ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", hybrid_chat),
 ]
 
 
