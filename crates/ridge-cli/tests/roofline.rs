@@ -372,6 +372,7 @@ fn a_mixture_reads_its_chosen_experts() {
             expert_ffn: 64,
             shared_ffn: None,
             router_scale: 1.0,
+            dense_lead: 0,
         }),
         ..SyntheticSpec::default()
     };

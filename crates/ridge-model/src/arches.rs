@@ -19,7 +19,8 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         | Architecture::GptOss
         | Architecture::Smollm3
         | Architecture::Mistral3
-        | Architecture::Phi3 => Box::new(llama::LlamaStack::bind(f, cfg)?),
+        | Architecture::Phi3
+        | Architecture::Glm4Moe => Box::new(llama::LlamaStack::bind(f, cfg)?),
         Architecture::Gemma3 => Box::new(gemma3::Gemma3Stack::bind(f, cfg)?),
         Architecture::Qwen35 | Architecture::Qwen35Moe | Architecture::Qwen3Next => {
             Box::new(qwen35::Qwen35Stack::bind(f, cfg)?)

@@ -1,6 +1,7 @@
 //! Hyper-parameters read from GGUF metadata, validated before anything is sized from them.
 
 use crate::hybrid::RecurrentConfig;
+use crate::per_layer::trunk;
 use crate::ModelError;
 use ridge_gguf::{GgufFile, MetadataValue};
 
@@ -94,6 +95,14 @@ pub enum Architecture {
     /// `rope_factors_short`) with `rope.scaling.attn_factor`. Its sliding window is not
     /// applied, as llama.cpp does not apply it.
     Phi3,
+    /// GLM-4.5 / GLM-4.5-Air / GLM-4.6 (`glm4moe`): attention with Q/K/V biases (and per-head
+    /// Q/K norms where the file has them), NEOX RoPE over part of each head, the pre-FFN norm
+    /// stored as `post_attention_norm`; `leading_dense_block_count` dense layers, then routed
+    /// feed-forwards with sigmoid gating whose expert choice adds a per-expert bias
+    /// (`exp_probs_b`) the weights do not, and an ungated shared expert of
+    /// `expert_shared_count` experts' width. The multi-token-prediction layer after the trunk
+    /// (`nextn_predict_layers`) is not run.
+    Glm4Moe,
 }
 
 impl Architecture {
@@ -119,11 +128,12 @@ impl Architecture {
             Architecture::GraniteMoe => "granitemoe",
             Architecture::Mistral3 => "mistral3",
             Architecture::Phi3 => "phi3",
+            Architecture::Glm4Moe => "glm4moe",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 19] = [
+    pub const ALL: [Architecture; 20] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -143,6 +153,7 @@ impl Architecture {
         Architecture::GraniteMoe,
         Architecture::Mistral3,
         Architecture::Phi3,
+        Architecture::Glm4Moe,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -182,6 +193,30 @@ impl Architecture {
         }
     }
 
+    /// Whether the per-head Q/K norms are there only where the file has them (GLM-4.5 has
+    /// them on some sizes).
+    pub fn qk_norm_optional(self) -> bool {
+        self == Architecture::Glm4Moe
+    }
+
+    /// The pre-FFN norm's tensor name (gpt-oss and GLM-4.5 name it after the attention it
+    /// follows).
+    pub fn ffn_norm_name(self) -> &'static str {
+        match self {
+            Architecture::GptOss | Architecture::Glm4Moe => "post_attention_norm",
+            _ => "ffn_norm",
+        }
+    }
+
+    /// Whether a shared expert's output is scaled by a sigmoid gate
+    /// (`ffn_gate_inp_shexp`): Qwen's mixtures; Granite's and GLM's are added as they are.
+    pub fn shared_expert_gated(self) -> bool {
+        matches!(
+            self,
+            Architecture::Qwen2Moe | Architecture::Qwen35Moe | Architecture::Qwen3Next
+        )
+    }
+
     /// Whether the Q/K norms span the whole query and key vectors (OLMoE) rather than a head.
     pub fn qk_norm_full_width(self) -> bool {
         self == Architecture::Olmoe
@@ -219,6 +254,7 @@ impl Architecture {
         matches!(
             self,
             Architecture::GraniteMoe
+                | Architecture::Glm4Moe
                 | Architecture::Qwen2Moe
                 | Architecture::Qwen3Moe
                 | Architecture::Olmoe
@@ -236,6 +272,9 @@ pub enum Gating {
     Softmax,
     /// The `k` largest logits, then a softmax over those `k` (gpt-oss).
     SoftmaxTopK,
+    /// A sigmoid per logit; the `k` largest after adding the layer's selection bias
+    /// (`exp_probs_b`), weighted by their sigmoid without it (GLM-4.5, DeepSeek-V3).
+    Sigmoid,
 }
 
 /// An expert's activation: `act(gate) ⊙ up`.
@@ -313,6 +352,9 @@ pub struct MoeConfig {
     pub gating: Gating,
     /// The experts' activation.
     pub act: ExpertAct,
+    /// Layers before the first routed one (`leading_dense_block_count`): dense
+    /// feed-forwards of `ffn_dim`.
+    pub dense_lead: usize,
 }
 
 /// Most experts a layer may have (llama.cpp's bound too).
@@ -485,7 +527,14 @@ impl ModelConfig {
             });
         };
         let k = |s: &str| format!("{arch_name}.{s}");
-        let n_layers = f.get_usize_in(&k("block_count"), 1..=1024)?;
+        // `block_count` counts the multi-token-prediction layers some files carry after the
+        // trunk (`nextn_predict_layers`); they are not run, and per-layer lists may cover them.
+        let n_all = f.get_usize_in(&k("block_count"), 1..=1024)?;
+        let nextn = match f.get(&k("nextn_predict_layers")) {
+            None => 0,
+            Some(_) => f.get_usize_in(&k("nextn_predict_layers"), 0..=n_all - 1)?,
+        };
+        let n_layers = n_all - nextn;
         let d_model = f.get_usize_in(&k("embedding_length"), 1..=1 << 16)?;
         let n_heads = f.get_usize_in(&k("attention.head_count"), 1..=1024)?;
         // LFM2 gives one count per layer, 0 for its recurrent layers.
@@ -497,7 +546,7 @@ impl ModelConfig {
                     Architecture::Lfm2 | Architecture::GraniteHybrid | Architecture::NemotronH
                 ) =>
             {
-                per_layer_kv_heads(a, &kv_key, n_layers, n_heads).map_err(|message| {
+                per_layer_kv_heads(a, &kv_key, (n_layers, nextn), n_heads).map_err(|message| {
                     ModelError::Unsupported {
                         path: path.clone(),
                         message,
@@ -515,12 +564,13 @@ impl ModelConfig {
         let ffn_key = k("feed_forward_length");
         let (ffn_dim, mlp_layers) = match f.get(&ffn_key) {
             Some(MetadataValue::Array(a)) if arch == Architecture::NemotronH => {
-                let (w, flags) = per_layer_widths(a, &ffn_key, n_layers).map_err(|message| {
-                    ModelError::Unsupported {
-                        path: path.clone(),
-                        message,
-                    }
-                })?;
+                let (w, flags) =
+                    per_layer_widths(a, &ffn_key, (n_layers, nextn)).map_err(|message| {
+                        ModelError::Unsupported {
+                            path: path.clone(),
+                            message,
+                        }
+                    })?;
                 (w, Some(flags))
             }
             _ => (f.get_usize_in(&ffn_key, 1..=1 << 20)?, None),
@@ -568,14 +618,21 @@ impl ModelConfig {
         let rope_scaling = rope_scaling(f, arch, arch_name, ctx_len).map_err(bad)?;
         let rope_factors = rope_factors(f, arch, arch_name, ctx_len).map_err(bad)?;
         let attn_temp = attn_temperature(f, arch, arch_name, ctx_len).map_err(bad)?;
+        if arch == Architecture::Glm4Moe && f.get(&k("rope.dimension_sections")).is_some() {
+            return Err(bad(format!(
+                "glm4moe with M-RoPE sections (`{}`, the vision models) is not supported",
+                k("rope.dimension_sections")
+            )));
+        }
         let (mut embd_scale, mut sliding_window, mut logit_softcap) = (1.0f32, None, None);
         let mut sliding_layers = Vec::new();
         let mut rope_base_swa = rope_base;
         if arch == Architecture::GptOss {
             sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
-            sliding_layers = swa_layers(f, &k("attention.sliding_window_pattern"), n_layers)
-                .map_err(bad)?
-                .unwrap_or_else(|| pattern_layers(GPT_OSS_SWA_PATTERN, n_layers));
+            sliding_layers =
+                swa_layers(f, &k("attention.sliding_window_pattern"), (n_layers, nextn))
+                    .map_err(bad)?
+                    .unwrap_or_else(|| pattern_layers(GPT_OSS_SWA_PATTERN, n_layers));
             if f.get(&k("rope.freq_base_swa")).is_some() {
                 rope_base_swa = f.get_f64(&k("rope.freq_base_swa"))? as f32;
                 if !(rope_base_swa.is_finite() && rope_base_swa > 0.0) {
@@ -588,9 +645,10 @@ impl ModelConfig {
         if arch == Architecture::Gemma3 {
             embd_scale = (d_model as f32).sqrt();
             sliding_window = Some(f.get_usize_in(&k("attention.sliding_window"), 1..=1 << 24)?);
-            sliding_layers = swa_layers(f, &k("attention.sliding_window_pattern"), n_layers)
-                .map_err(bad)?
-                .unwrap_or_else(|| pattern_layers(GEMMA3_SWA_PATTERN, n_layers));
+            sliding_layers =
+                swa_layers(f, &k("attention.sliding_window_pattern"), (n_layers, nextn))
+                    .map_err(bad)?
+                    .unwrap_or_else(|| pattern_layers(GEMMA3_SWA_PATTERN, n_layers));
             rope_base_swa = GEMMA3_SWA_ROPE_BASE;
             if rope_dim != head_dim {
                 return Err(bad(format!(
@@ -642,7 +700,7 @@ impl ModelConfig {
                 None,
             )
         } else if arch.is_hybrid() {
-            let mut r = RecurrentConfig::from_gguf(f, arch_name, n_layers).map_err(bad)?;
+            let mut r = RecurrentConfig::from_gguf(f, arch_name, (n_layers, nextn)).map_err(bad)?;
             r.interleaved_key_heads = arch == Architecture::Qwen3Next;
             if !r.layers.iter().any(|&l| !l) {
                 return Err(bad(format!(
@@ -818,11 +876,44 @@ fn moe_config(
             | Architecture::Mistral3,
             _,
         ) => ffn_dim,
-        (Architecture::GptOss, _) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
+        (Architecture::GptOss | Architecture::Glm4Moe, _) => {
+            usize_in("expert_feed_forward_length", 1..=1 << 20)?
+        }
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
     };
+    let glm = arch == Architecture::Glm4Moe;
+    let dense_lead = match f.get(&k("leading_dense_block_count")) {
+        None => 0,
+        Some(_) => usize_in("leading_dense_block_count", 0..=1024)?,
+    };
+    // llama.cpp's `expert_gating_func`: 1 softmax, 2 sigmoid (absent: the architecture's).
+    let gating = match (arch, f.get(&k("expert_gating_func"))) {
+        (Architecture::GptOss, _) => Gating::SoftmaxTopK,
+        (Architecture::Glm4Moe, None) => Gating::Sigmoid,
+        (_, None) => Gating::Softmax,
+        (_, Some(_)) => match usize_in("expert_gating_func", 0..=16)? {
+            0 if glm => Gating::Sigmoid,
+            0 | 1 => Gating::Softmax,
+            2 => Gating::Sigmoid,
+            other => {
+                return Err(format!(
+                    "`{}` = {other} is not supported (1: softmax, 2: sigmoid)",
+                    k("expert_gating_func")
+                ))
+            }
+        },
+    };
+    let weights_norm = match f.get(&k("expert_weights_norm")) {
+        None => None,
+        Some(MetadataValue::Bool(b)) => Some(*b),
+        Some(_) => return Err(format!("`{}` must be a boolean", k("expert_weights_norm"))),
+    };
     let shared_ffn = match (arch, f.get(&k("expert_shared_feed_forward_length"))) {
+        // GLM: `expert_shared_count` experts' width. Every GLM has one; llama.cpp runs a
+        // count of 0 as an identity "expert" added to the output, which no model was trained
+        // with, so it is refused rather than copied.
+        (Architecture::Glm4Moe, _) => Some(usize_in("expert_shared_count", 1..=64)? * expert_ffn),
         (Architecture::Qwen2Moe, Some(_)) => {
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
@@ -859,29 +950,27 @@ fn moe_config(
         n_expert,
         n_used,
         expert_ffn,
-        norm_topk: matches!(
-            arch,
-            Architecture::Qwen3Moe
-                | Architecture::Qwen35Moe
-                | Architecture::Qwen3Next
-                | Architecture::GraniteHybrid
-                | Architecture::Granite
-                | Architecture::GraniteMoe
-                | Architecture::Mistral3
-                | Architecture::Llama
-        ),
+        norm_topk: weights_norm.unwrap_or(false)
+            || matches!(
+                arch,
+                Architecture::Qwen3Moe
+                    | Architecture::Qwen35Moe
+                    | Architecture::Qwen3Next
+                    | Architecture::GraniteHybrid
+                    | Architecture::Granite
+                    | Architecture::GraniteMoe
+                    | Architecture::Mistral3
+                    | Architecture::Llama
+            ),
         weights_scale,
         shared_ffn,
-        gating: if arch == Architecture::GptOss {
-            Gating::SoftmaxTopK
-        } else {
-            Gating::Softmax
-        },
+        gating,
         act: if arch == Architecture::GptOss {
             ExpertAct::SwigluOai
         } else {
             ExpertAct::Silu
         },
+        dense_lead,
     }))
 }
 
@@ -893,19 +982,17 @@ fn pattern_layers(p: usize, n_layers: usize) -> Vec<bool> {
 
 /// `attention.sliding_window_pattern` as a period or as one flag per layer (`None` when
 /// absent).
-fn swa_layers(f: &GgufFile, key: &str, n_layers: usize) -> Result<Option<Vec<bool>>, String> {
+fn swa_layers(
+    f: &GgufFile,
+    key: &str,
+    (n_layers, nextn): (usize, usize),
+) -> Result<Option<Vec<bool>>, String> {
     use ridge_gguf::{ArrayValue, MetadataValue};
     let Some(v) = f.get(key) else {
         return Ok(None);
     };
     if let MetadataValue::Array(ArrayValue::Bool(flags)) = v {
-        if flags.len() != n_layers {
-            return Err(format!(
-                "`{key}` has {} flags for {n_layers} layers",
-                flags.len()
-            ));
-        }
-        return Ok(Some(flags.clone()));
+        return trunk(flags, key, (n_layers, nextn)).map(Some);
     }
     let p = f
         .get_usize_in(key, 0..=1 << 16)
@@ -1111,17 +1198,12 @@ fn attn_temperature(
 fn per_layer_widths(
     a: &ridge_gguf::ArrayValue,
     key: &str,
-    n_layers: usize,
+    layers: (usize, usize),
 ) -> Result<(usize, Vec<bool>), String> {
     let v = a
         .to_i64_vec()
         .ok_or_else(|| format!("`{key}` must be an array of integers"))?;
-    if v.len() != n_layers {
-        return Err(format!(
-            "`{key}` has {} entries for {n_layers} layers",
-            v.len()
-        ));
-    }
+    let v = trunk(&v, key, layers)?;
     let mut widths = v.iter().copied().filter(|&w| w != 0);
     let first = widths.next().unwrap_or(1);
     if widths.any(|w| w != first) || !(1..=1 << 20).contains(&first) {
@@ -1138,18 +1220,13 @@ fn per_layer_widths(
 fn per_layer_kv_heads(
     a: &ridge_gguf::ArrayValue,
     key: &str,
-    n_layers: usize,
+    layers: (usize, usize),
     n_heads: usize,
 ) -> Result<(usize, Option<Vec<bool>>), String> {
     let v = a
         .to_i64_vec()
         .ok_or_else(|| format!("`{key}` must be an array of integers"))?;
-    if v.len() != n_layers {
-        return Err(format!(
-            "`{key}` has {} entries for {n_layers} layers",
-            v.len()
-        ));
-    }
+    let v = trunk(&v, key, layers)?;
     let mut heads = v.iter().copied().filter(|&h| h != 0);
     let Some(first) = heads.next() else {
         return Err(format!("`{key}` has no attention layer (every entry is 0)"));

@@ -164,12 +164,12 @@ impl RecurrentConfig {
         4 * self.n_recurrent() * (self.conv_state_len() + self.delta_state_len())
     }
 
-    /// Reads the keys of `arch_name` for a model of `n_layers` layers. Every message names
-    /// the key.
+    /// Reads the keys of `arch_name` for a model of `n_layers` trunk layers and `nextn`
+    /// prediction layers after them. Every message names the key.
     pub(crate) fn from_gguf(
         f: &GgufFile,
         arch_name: &str,
-        n_layers: usize,
+        (n_layers, nextn): (usize, usize),
     ) -> Result<Self, String> {
         let k = |s: &str| format!("{arch_name}.{s}");
         let usize_in = |key: &str, range| hybrid_key(f, &k(key), range);
@@ -195,14 +195,7 @@ impl RecurrentConfig {
         }
         let layers = match f.get(&k("attention.recurrent_layers")) {
             Some(MetadataValue::Array(ArrayValue::Bool(flags))) => {
-                if flags.len() != n_layers {
-                    return Err(format!(
-                        "`{}` has {} flags for {n_layers} layers",
-                        k("attention.recurrent_layers"),
-                        flags.len()
-                    ));
-                }
-                flags.clone()
+                crate::per_layer::trunk(flags, &k("attention.recurrent_layers"), (n_layers, nextn))?
             }
             Some(_) => {
                 return Err(format!(

@@ -72,9 +72,10 @@ impl Ffn {
         let (d, ffn) = (cfg.d_model, cfg.ffn_dim);
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         Ok(match &cfg.moe {
-            Some(moe) => Ffn::Routed(routed(moe)?),
+            // The leading dense layers of GLM-4.5 / DeepSeek are dense (of `ffn_dim`).
+            Some(moe) if i >= moe.dense_lead => Ffn::Routed(routed(moe)?),
             // Phi-3 stores gate and up as one matrix, the gate's rows first.
-            None if !f.has_tensor(&n("ffn_gate")) && f.has_tensor(&n("ffn_up")) => {
+            _ if !f.has_tensor(&n("ffn_gate")) && f.has_tensor(&n("ffn_up")) => {
                 let [gate, up] = matrix_parts(f, &n("ffn_up"), [ffn, ffn], d)?;
                 Ffn::Dense {
                     gate,
@@ -82,7 +83,7 @@ impl Ffn {
                     down: matrix(f, &n("ffn_down"), d, ffn)?,
                 }
             }
-            None => Ffn::Dense {
+            _ => Ffn::Dense {
                 gate: matrix(f, &n("ffn_gate"), ffn, d)?,
                 up: matrix(f, &n("ffn_up"), ffn, d)?,
                 down: matrix(f, &n("ffn_down"), d, ffn)?,
@@ -135,10 +136,11 @@ pub(crate) struct QkNorm {
 impl QkNorm {
     /// Binds layer `i`'s `attn_q_norm` and `attn_k_norm` where the architecture has them.
     fn bind(f: &GgufFile, cfg: &ModelConfig, i: usize) -> Result<Option<Self>, ModelError> {
-        if !cfg.arch.has_qk_norm() {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let optional = cfg.arch.qk_norm_optional() && f.has_tensor(&n("attn_q_norm"));
+        if !cfg.arch.has_qk_norm() && !optional {
             return Ok(None);
         }
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
         let (q, k) = if cfg.arch.qk_norm_full_width() {
             (cfg.q_dim(), cfg.kv_dim())
         } else {
@@ -209,12 +211,8 @@ impl Layer {
     ) -> Result<Self, ModelError> {
         let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
         let gpt_oss = cfg.arch == Architecture::GptOss;
-        // gpt-oss names its pre-FFN norm after the attention it follows.
-        let ffn_norm = if gpt_oss {
-            "post_attention_norm"
-        } else {
-            "ffn_norm"
-        };
+        // gpt-oss and GLM-4.5 name their pre-FFN norm after the attention it follows.
+        let ffn_norm = cfg.arch.ffn_norm_name();
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let o_bias = format!("blk.{i}.attn_output.bias");
         // Q, K and V as one matrix (Phi-3, and any file llama.cpp's loader would fuse them

@@ -41,6 +41,7 @@ mod mamba2;
 mod model;
 mod moe;
 mod nemotron_h;
+mod per_layer;
 mod pooling;
 mod qwen35;
 mod rank;

@@ -53,6 +53,9 @@ pub(crate) struct Experts {
     pub shared: Option<SharedExpert>,
     /// The router's bias, one per expert (gpt-oss).
     pub router_bias: Option<Vec<f32>>,
+    /// The bias added to the sigmoid scores to choose the experts, not to weight them
+    /// (`exp_probs_b`: GLM-4.5, DeepSeek-V3).
+    pub selection_bias: Option<Vec<f32>>,
     /// Biases of every expert's products (gpt-oss).
     pub biases: Option<ExpertBiases>,
 }
@@ -91,10 +94,10 @@ impl Experts {
                 gate: matrix(f, &n("ffn_gate_shexp"), sf, d)?,
                 up: matrix(f, &n("ffn_up_shexp"), sf, d)?,
                 down: matrix(f, &n("ffn_down_shexp"), d, sf)?,
-                gate_inp: if cfg.arch.is_granite() {
-                    None
-                } else {
+                gate_inp: if cfg.arch.shared_expert_gated() {
                     Some(vector(f, &n("ffn_gate_inp_shexp"), d)?)
+                } else {
+                    None
                 },
             }),
             None => None,
@@ -112,8 +115,19 @@ impl Experts {
         } else {
             (None, None)
         };
+        // The selection bias is part of sigmoid gating wherever the file has one (the
+        // architectures that gate so require it).
+        let probs_b = format!("blk.{i}.exp_probs_b.bias");
+        let selection_bias = if moe.gating == Gating::Sigmoid
+            && (cfg.arch == Architecture::Glm4Moe || f.has_tensor(&probs_b))
+        {
+            Some(vector(f, &probs_b, e)?)
+        } else {
+            None
+        };
         Ok(Experts {
             router_bias,
+            selection_bias,
             biases,
             router: matrix(f, &n("ffn_gate_inp"), e, d)?,
             gate: experts(f, &n("ffn_gate_exps"), e, ff, d)?,
@@ -172,7 +186,8 @@ impl RoutedFfn for Experts {
         });
         let biases = self.biases.as_ref().map_or(0, |b| {
             4 * (b.gate.len() + b.up.len() + b.down.len()) / moe.n_expert * moe.n_used
-        }) + 4 * self.router_bias.as_ref().map_or(0, Vec::len);
+        }) + 4 * self.router_bias.as_ref().map_or(0, Vec::len)
+            + 4 * self.selection_bias.as_ref().map_or(0, Vec::len);
         cx.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used + biases
     }
 
@@ -319,25 +334,37 @@ fn route(
     let router = cx.mat(&e.router);
     matmul(cx.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
     s.chosen.clear();
+    let mut select = Vec::new();
     for row in s.probs.chunks_exact_mut(ne) {
         if let Some(b) = &e.router_bias {
             ops::add_inplace(row, b);
         }
-        if moe.gating == Gating::Softmax {
-            ops::softmax_inplace(row);
+        match moe.gating {
+            Gating::Softmax => ops::softmax_inplace(row),
+            Gating::Sigmoid => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            Gating::SoftmaxTopK => {}
         }
+        // What the choice ranks: the scores, plus the selection bias where there is one.
+        let ranked: &[f32] = match &e.selection_bias {
+            Some(b) => {
+                select.clear();
+                select.extend(row.iter().zip(b).map(|(p, b)| p + b));
+                &select
+            }
+            None => row,
+        };
         let first = s.chosen.len();
         for _ in 0..k {
-            // The largest probability not yet taken (the lowest index among ties).
+            // The largest score not yet taken (the lowest index among ties).
             let mut best: Option<(usize, f32)> = None;
-            for (j, &p) in row.iter().enumerate() {
+            for (j, &p) in ranked.iter().enumerate() {
                 let taken = s.chosen[first..].iter().any(|&(c, _)| c as usize == j);
                 if !taken && best.is_none_or(|(_, b)| p > b) {
                     best = Some((j, p));
                 }
             }
-            let (j, p) = best.unwrap_or((0, 0.0));
-            s.chosen.push((j as u32, p));
+            let j = best.map_or(0, |(j, _)| j);
+            s.chosen.push((j as u32, row[j]));
         }
         let picked = &mut s.chosen[first..];
         if moe.gating == Gating::SoftmaxTopK {

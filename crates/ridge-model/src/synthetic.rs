@@ -82,6 +82,8 @@ pub struct SyntheticSpec {
     /// `ctx_len / 4`: YaRN's, and phi3's, whose LongRoPE takes its long factors when the
     /// context exceeds it.
     pub rope_orig_ctx: Option<usize>,
+    /// Write the per-head Q/K norms an architecture has only optionally (glm4moe).
+    pub qk_norm: bool,
 }
 
 /// The recurrent layers of a synthetic hybrid (qwen35), in llama.cpp's layout: per recurrent
@@ -127,6 +129,8 @@ pub struct SyntheticMoe {
     /// Scale of the router weights over `1/√d`: larger spreads the router's logits, so the
     /// top-k choice is far from ties.
     pub router_scale: f32,
+    /// Leading dense layers (glm4moe's `leading_dense_block_count`).
+    pub dense_lead: usize,
 }
 
 impl SyntheticMoe {
@@ -144,6 +148,7 @@ impl SyntheticMoe {
             expert_ffn,
             shared_ffn,
             router_scale: 4.0,
+            dense_lead: 0,
         }
     }
 }
@@ -173,6 +178,7 @@ impl Default for SyntheticSpec {
             hybrid: None,
             rope_dim: None,
             rope_orig_ctx: None,
+            qk_norm: false,
         }
     }
 }
@@ -275,7 +281,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
     ));
     let gemma = spec.arch == Architecture::Gemma3;
-    let qwen2 = spec.arch.requires_qkv_bias();
+    let qwen2 = spec.arch.requires_qkv_bias() || spec.arch == Architecture::Glm4Moe;
     let qwen3 = matches!(spec.arch, Architecture::Qwen3 | Architecture::Qwen3Moe);
     let olmoe = spec.arch == Architecture::Olmoe;
     let gpt_oss = spec.arch == Architecture::GptOss;
@@ -285,6 +291,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let granite_any = spec.arch.is_granite();
     let phi3 = spec.arch == Architecture::Phi3;
     let mistral3 = spec.arch == Architecture::Mistral3;
+    let glm = spec.arch == Architecture::Glm4Moe;
     let orig_ctx = spec.rope_orig_ctx.unwrap_or((spec.ctx_len / 4).max(1));
     let nemotron = spec.arch == Architecture::NemotronH;
     // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec;
@@ -323,7 +330,12 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let k = |key: &str| format!("{arch}.{key}");
     w.meta("general.architecture", s(arch))
         .meta("general.name", s("synthetic"))
-        .meta(&k("block_count"), u(spec.n_layers))
+        // GLM's converter counts its multi-token-prediction layer (whose tensors a file may
+        // leave out, as these do).
+        .meta(
+            &k("block_count"),
+            u(spec.n_layers + usize::from(spec.arch == Architecture::Glm4Moe)),
+        )
         .meta(&k("context_length"), u(spec.ctx_len))
         .meta(&k("embedding_length"), u(d))
         .meta(
@@ -472,11 +484,21 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 | Architecture::GptOss
                 | Architecture::Qwen35Moe
                 | Architecture::Qwen3Next
+                | Architecture::Glm4Moe
         ) {
             w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
         }
-        if let Some(sf) = moe.shared_ffn {
+        if let Some(sf) = moe.shared_ffn.filter(|_| !glm) {
             w.meta(&k("expert_shared_feed_forward_length"), u(sf));
+        }
+        if glm {
+            let shared = moe.shared_ffn.map_or(0, |sf| sf / moe.expert_ffn);
+            w.meta(&k("expert_shared_count"), u(shared))
+                .meta(&k("leading_dense_block_count"), u(moe.dense_lead))
+                .meta(&k("expert_gating_func"), u(2))
+                .meta(&k("expert_weights_scale"), MetadataValue::F32(2.5))
+                .meta(&k("expert_weights_norm"), MetadataValue::Bool(true))
+                .meta(&k("nextn_predict_layers"), u(1));
         }
     }
     w.meta("tokenizer.ggml.model", s("gpt2"))
@@ -689,12 +711,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 mat(&mut w, &n("attn_v"), kv, d, spec.dtype, ws);
             }
             mat(&mut w, &n("attn_output"), d, q, spec.dtype, wo_scale);
-            let ffn_norm = if gpt_oss {
-                "post_attention_norm"
-            } else {
-                "ffn_norm"
-            };
-            norm(&mut w, &n(ffn_norm), d, i + 1);
+            norm(&mut w, &n(spec.arch.ffn_norm_name()), d, i + 1);
         }
         if gpt_oss {
             let b = |x: &str| format!("blk.{i}.{x}.bias");
@@ -707,7 +724,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             // Sinks around the scores' own range, so some heads give them real weight.
             f32_tensor(&mut w, &n("attn_sinks"), &[spec.n_heads], &rng, 2.0);
         }
-        let Some(moe) = &spec.moe else {
+        let Some(moe) = spec.moe.as_ref().filter(|m| i >= m.dense_lead) else {
             if phi3 {
                 // Gate and up in one matrix, the gate's rows first.
                 mat(&mut w, &n("ffn_up"), 2 * ffn, d, spec.dtype, ws);
@@ -728,6 +745,16 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         let (e, f) = (moe.n_expert, moe.expert_ffn);
         let router = ws * moe.router_scale;
         mat(&mut w, &n("ffn_gate_inp"), e, d, DType::F32, router);
+        if glm {
+            // The selection bias, on the scale of the sigmoid scores it is added to.
+            f32_tensor(
+                &mut w,
+                &format!("blk.{i}.exp_probs_b.bias"),
+                &[e],
+                &rng,
+                0.3,
+            );
+        }
         let edt = spec.expert_dtype.unwrap_or(spec.dtype);
         // A stacked tensor is its experts' rows one after another: quantized row by row as
         // one (E·rows) × cols matrix, with the 3-D shape.
@@ -761,8 +788,8 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 spec.dtype,
                 1.0 / (sf as f32).sqrt(),
             );
-            // Granite's shared expert has no gate.
-            if !granite_any {
+            // Granite's and GLM's shared experts have no gate.
+            if spec.arch.shared_expert_gated() {
                 let g: Vec<f32> = (0..d).map(|_| rng.next() * ws * 4.0).collect();
                 let data = blocks::quantize_row(DType::F32, &g);
                 w.tensor(&n("ffn_gate_inp_shexp"), &[d as u64], GgmlType::F32, data);
@@ -770,7 +797,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         }
     }
     norm(&mut w, spec.arch.output_norm_tensor(), d, 3);
-    if gemma || qwen3 || olmoe {
+    if gemma || qwen3 || olmoe || (glm && spec.qk_norm) {
         let (qn, kn) = if olmoe { (q, kv) } else { (head_dim, head_dim) };
         for i in 0..spec.n_layers {
             let n = |x: &str| format!("blk.{i}.{x}.weight");

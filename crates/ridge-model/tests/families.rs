@@ -121,6 +121,21 @@ fn phi3_q4_0_matches_llama_cpp() {
     check("phi3_q4_0", ActPolicy::default(), TOL_Q4_0);
 }
 
+#[test]
+fn glm4moe_matches_llama_cpp() {
+    check("glm4moe_e16_k4_shared", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn glm4moe_with_qk_norms_matches_llama_cpp() {
+    check("glm4moe_qk_norm", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn glm4moe_q4_0_matches_llama_cpp() {
+    check("glm4moe_q4_0", ActPolicy::default(), TOL_Q4_0);
+}
+
 /// The pieces these families add are each load-bearing: without them the model is another.
 #[test]
 fn each_family_differs_from_plain_llama() {

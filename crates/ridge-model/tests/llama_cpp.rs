@@ -151,6 +151,7 @@ fn check_moe(name: &str) {
         &synthetic_model(&SyntheticSpec {
             moe: Some(ridge_model::synthetic::SyntheticMoe {
                 router_scale: 0.0,
+                dense_lead: 0,
                 ..moe
             }),
             ..s

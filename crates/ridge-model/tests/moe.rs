@@ -563,7 +563,7 @@ fn rope_scaling_and_window_patterns_it_cannot_run_are_refused() {
         "gpt-oss.attention.sliding_window_pattern",
         MetadataValue::Array(flags),
     );
-    assert_mentions(&e, &["sliding_window_pattern", "3 flags for 2 layers"]);
+    assert_mentions(&e, &["sliding_window_pattern", "3 entries for 2 layers"]);
     // A period, or flags for every layer, are read as llama.cpp reads them.
     for (v, want) in [
         (MetadataValue::U32(1), [false, false]),

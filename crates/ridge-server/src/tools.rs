@@ -56,6 +56,10 @@ pub enum Syntax {
     /// Mistral Nemo, Mistral 7B v0.3: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`; the
     /// newer `NAME[ARGS]` form is accepted too.
     MistralArray,
+    /// GLM-4.5 / 4.6 / 4.7: `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V
+    /// </arg_value>` per argument (newlines between optional), `</tool_call>`; string values
+    /// as they are, others as JSON, typed by the tool's schema as Qwen3-Coder's are.
+    GlmXml,
     /// Granite 3.x: the format's start tag (`<|tool_call|>`), then a JSON array of
     /// `{"name": …, "arguments": {…}}` to the end of the output.
     TaggedArray,
@@ -107,6 +111,21 @@ pub const FORMATS: &[ToolFormat] = &[
         start: "<tool_call>",
         end: "</tool_call>",
         tags: &["<tool_call>", "</tool_call>"],
+    },
+    ToolFormat {
+        name: "glm",
+        syntax: Syntax::GlmXml,
+        detect: &["<tool_call>", "<arg_key>"],
+        start: "<tool_call>",
+        end: "</tool_call>",
+        tags: &[
+            "<tool_call>",
+            "</tool_call>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
+        ],
     },
     // Qwen 2/2.5/3, QwQ, Hermes 2 Pro / 3.
     ToolFormat {

@@ -1,7 +1,8 @@
 //! The published chat templates of Qwen3 (`<think>` reasoning, tool calls), Qwen3-Coder
 //! (XML-style tool calls), gpt-oss (the harmony format) and the 2026 hybrids — Qwen3.5 (thinking
 //! on by default, Qwen3-Coder's tool calls), Granite 4.0, LFM2.5 and Nemotron Nano v2 — and the
-//! families on llama's layer — SmolLM3, Granite 3.3, Ministral 3, Mistral Small 3.2, Phi-3.5 — render
+//! families on llama's layer — SmolLM3, Granite 3.3, Ministral 3, Mistral Small 3.2, Phi-3.5,
+//! GLM-4.6 and GLM-4.7-Flash — render
 //! as Python's jinja2 renders them. The templates are llama.cpp's copies (`data/templates/`); the expected renders, and the
 //! errors of the conversations the templates reject, were produced by jinja2 set up as Hugging
 //! Face transformers sets it up (`data/regen_chat_templates.sh`, `data/render_chat_templates.py`).
@@ -120,6 +121,8 @@ fn fixtures_cover_the_families() {
             "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
             "Mistral-Small-3.2-24B-Instruct-2506.jinja",
             "microsoft-Phi-3.5-mini-instruct.jinja",
+            "GLM-4.6.jinja",
+            "GLM-4.7-Flash.jinja",
         ]
     );
     for t in &r.templates {

@@ -501,6 +501,18 @@ pub fn family_specs() -> Vec<(&'static str, SyntheticSpec)> {
         seed: 66,
         ..base.clone()
     };
+    let glm = SyntheticSpec {
+        arch: Architecture::Glm4Moe,
+        n_layers: 3,
+        head_dim: Some(32),
+        rope_dim: Some(16),
+        moe: Some(SyntheticMoe {
+            dense_lead: 1,
+            ..SyntheticMoe::new(16, 4, 48, Some(48))
+        }),
+        seed: 81,
+        ..base.clone()
+    };
     vec![
         ("smollm3", smollm3.clone()),
         ("smollm3_q4_0", q4(smollm3, 71)),
@@ -548,6 +560,30 @@ pub fn family_specs() -> Vec<(&'static str, SyntheticSpec)> {
             },
         ),
         ("phi3_q4_0", q4(phi3, 73)),
+        // GLM-4.5's layout: a leading dense layer, sigmoid routing with a selection bias, an
+        // ungated shared expert, Q/K/V biases, RoPE over half of each head, and a
+        // multi-token-prediction layer counted in `block_count` but not in the file.
+        ("glm4moe_e16_k4_shared", glm.clone()),
+        (
+            "glm4moe_qk_norm",
+            SyntheticSpec {
+                qk_norm: true,
+                // Two shared experts' width, no leading dense layer.
+                moe: Some(SyntheticMoe::new(8, 2, 48, Some(96))),
+                seed: 82,
+                ..glm.clone()
+            },
+        ),
+        (
+            "glm4moe_q4_0",
+            SyntheticSpec {
+                moe: Some(SyntheticMoe {
+                    dense_lead: 1,
+                    ..SyntheticMoe::new(16, 4, 64, Some(64))
+                }),
+                ..q4(glm, 83)
+            },
+        ),
     ]
 }
 

@@ -35,6 +35,7 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
     match t.format.syntax {
         Syntax::Hermes => hermes(t, &fns),
         Syntax::QwenXml => qwen_xml(t, &fns),
+        Syntax::GlmXml => glm_xml(t, &fns),
         Syntax::Llama => llama(t, &fns),
         Syntax::MistralArgs => mistral_args(t, &fns),
         Syntax::MistralArray | Syntax::TaggedArray => tagged_array(t, &fns),
@@ -130,6 +131,56 @@ fn qwen_xml(t: &Tools, fns: &[Func]) -> String {
     format!(
         "start: {} \"\\n\"?\ncall: {} \"\\n\" ({}) {}\n{rules}",
         repeated(t, "\"\\n\""),
+        t.tags.0,
+        alts.join(" | "),
+        t.tags.1
+    )
+}
+
+/// GLM's `<tool_call>NAME\n` then `<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n` per
+/// parameter (required ones always, the others optional, in the schema's order), then
+/// `</tool_call>` — as GLM-4.6's template writes a call; GLM-4.7 writes no newlines, so
+/// each is optional.
+fn glm_xml(t: &Tools, fns: &[Func]) -> String {
+    let tag = |s: &str| t.lit(s);
+    let mut rules = String::new();
+    let mut alts = Vec::new();
+    for (i, f) in fns.iter().enumerate() {
+        let required: Vec<&str> = f
+            .params
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut seq = vec![lark_str(f.name), "\"\\n\"?".to_string()];
+        let props = f.params.get("properties").and_then(Value::as_object);
+        for (j, (name, schema)) in props.into_iter().flatten().enumerate() {
+            let rule = format!("p{i}_{j}");
+            let optional = if required.contains(&name.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            seq.push(format!("{rule}{optional}"));
+            let value = match xml_value(schema).strip_suffix(" \"\\n\"") {
+                Some(v) => v.to_string(),
+                None => xml_value(schema),
+            };
+            rules.push_str(&format!(
+                "{rule}: {} {} {} \"\\n\"? {} {value} {} \"\\n\"?\n",
+                tag("<arg_key>"),
+                lark_str(name),
+                tag("</arg_key>"),
+                tag("<arg_value>"),
+                tag("</arg_value>"),
+            ));
+        }
+        rules.push_str(&format!("f{i}: {}\n", seq.join(" ")));
+        alts.push(format!("f{i}"));
+    }
+    format!(
+        "start: {} \"\\n\"?\ncall: {} ({}) {}\n{rules}",
+        repeated(t, "\"\\n\"?"),
         t.tags.0,
         alts.join(" | "),
         t.tags.1

@@ -165,6 +165,7 @@ impl CallParser {
         let mut t = match f.syntax {
             Syntax::Hermes
             | Syntax::QwenXml
+            | Syntax::GlmXml
             | Syntax::DeepSeekR1
             | Syntax::DeepSeekV31
             | Syntax::Harmony => vec![(f.start, Block::Tagged(f.end))],
@@ -309,6 +310,10 @@ impl CallParser {
         let calls = match self.format.syntax {
             Syntax::Hermes => json_calls(body).or_else(|| self.xml_calls(body)),
             Syntax::QwenXml => self.xml_calls(body).or_else(|| json_calls(body)),
+            Syntax::GlmXml => self
+                .glm_call(body)
+                .map(|c| vec![c])
+                .or_else(|| json_calls(body)),
             Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_calls(body),
             Syntax::Harmony => harmony_call(body).map(|c| vec![c]),
             _ => None,
@@ -533,6 +538,36 @@ impl CallParser {
             rest = after.trim();
         }
         Some(calls)
+    }
+
+    /// GLM's `NAME<arg_key>K</arg_key><arg_value>V</arg_value>…` (whitespace between the
+    /// parts ignored), values typed as [`Self::typed`] types them.
+    fn glm_call(&self, body: &str) -> Option<Call> {
+        const KEY: &str = "<arg_key>";
+        const KEY_END: &str = "</arg_key>";
+        const VALUE: &str = "<arg_value>";
+        const VALUE_END: &str = "</arg_value>";
+        let body = body.trim();
+        let name_end = body.find(KEY).unwrap_or(body.len());
+        let name = body[..name_end].trim();
+        if name.is_empty() || !name.chars().all(is_name_char) {
+            return None;
+        }
+        let mut args = Map::new();
+        let mut rest = body[name_end..].trim_start();
+        while !rest.is_empty() {
+            let r = rest.strip_prefix(KEY)?;
+            let e = r.find(KEY_END)?;
+            let key = r[..e].trim();
+            let r = r[e + KEY_END.len()..].trim_start().strip_prefix(VALUE)?;
+            let e = r.find(VALUE_END)?;
+            args.insert(key.to_string(), self.typed(name, key, &r[..e]));
+            rest = r[e + VALUE_END.len()..].trim_start();
+        }
+        Some(Call {
+            name: name.to_string(),
+            arguments: Value::Object(args).to_string(),
+        })
     }
 
     /// The `<parameter=P>VALUE</parameter>` list of one function, as a JSON object's text. A

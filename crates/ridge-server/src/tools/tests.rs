@@ -68,7 +68,7 @@ fn the_required_grammar_names_every_function() {
         ],
         choice: ToolChoice::Required,
         parallel: false,
-        format: &FORMATS[1],
+        format: format("hermes"),
         tags: ("<[7]>".into(), "\"</tool_call>\"".into()),
         tag_refs: Vec::new(),
     };
@@ -268,6 +268,8 @@ fn each_family_is_detected_from_its_template() {
         // Granite 3.x asks for `<|tool_call|>` and a JSON list in its system prompt (its
         // template renders no calls back, so the round trip below cannot cover it).
         ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite3"),
+        ("GLM-4.6.jinja", "glm"),
+        ("GLM-4.7-Flash.jinja", "glm"),
     ];
     for (file, want) in cases {
         let t = test_template(file);
@@ -288,7 +290,7 @@ fn calls_each_template_renders_parse_back() {
     let paris = json!({"city": "Paris", "days": 3});
     let two = [("get_weather", paris.clone()), ("now", json!({}))];
     let one = [("get_weather", paris.clone())];
-    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 15] = [
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 17] = [
         ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
         (
             "Qwen-Qwen3-0.6B.jinja",
@@ -321,6 +323,18 @@ fn calls_each_template_renders_parse_back() {
             Some(reasoning::ReasoningFormat::Think),
         ),
         ("ibm-granite-granite-4.0.jinja", &two, None),
+        // GLM-4.6 writes newlines between the parts of a call, GLM-4.7 none; 4.7 opens
+        // `<think>` in its generation prompt.
+        (
+            "GLM-4.6.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::Think),
+        ),
+        (
+            "GLM-4.7-Flash.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::Think),
+        ),
     ];
     for (file, calls, thinking) in cases {
         let t = test_template(file);
@@ -357,7 +371,7 @@ fn calls_each_template_renders_parse_back() {
                 parse_all(|| CallParser::new(fmt), &text)
             };
             let (got, rest) = calls_and_text(&pieces);
-            if with_tools || fmt.syntax != Syntax::QwenXml {
+            if with_tools || !matches!(fmt.syntax, Syntax::QwenXml | Syntax::GlmXml) {
                 assert_eq!(got, want, "{file} ({with_tools}): {turn:?}");
             } else {
                 // Untyped XML values stay strings.
@@ -613,6 +627,7 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         ("llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"now\", \"parameters\": {}}"),
         ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]now[ARGS]{}"),
         ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
+        ("glm", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>"),
         ("granite3", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
         ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
@@ -699,6 +714,10 @@ const FRAGMENTS: &[&str] = &[
     "</parameter>",
     "[TOOL_CALLS]",
     "<|tool_call|>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
     "now",
     "[ARGS]",
     "[CALL_ID]",

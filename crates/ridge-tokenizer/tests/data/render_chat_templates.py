@@ -464,6 +464,10 @@ TEMPLATES = [
     ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "<s>", "</s>", mistral_chat),
     ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>", mistral_chat),
     ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", hybrid_chat),
+    # GLM-4.6 / GLM-4.5-Air and GLM-4.7-Flash: <think> (opened by 4.7's generation prompt),
+    # <tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value></tool_call>.
+    ("GLM-4.6.jinja", "[gMASK]<sop>", "<|endoftext|>", qwen35),
+    ("GLM-4.7-Flash.jinja", "[gMASK]<sop>", "<|endoftext|>", qwen35),
 ]
 
 
