@@ -165,7 +165,8 @@ pub fn roofline_inputs(model: &Model) -> RooflineInputs {
     let mut r = RooflineInputs::with_f16_kv_windowed(
         model.weight_bytes_per_token(),
         cfg.n_kv_layers(),
-        cfg.kv_dim(),
+        // The helper counts a K and a V row of `kv_dim`; latent attention caches one row.
+        cfg.kv_dim() * cfg.kv_rows() / 2,
         windowed,
         cfg.sliding_window.unwrap_or(usize::MAX),
     );

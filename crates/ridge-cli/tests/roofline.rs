@@ -373,6 +373,8 @@ fn a_mixture_reads_its_chosen_experts() {
             shared_ffn: None,
             router_scale: 1.0,
             dense_lead: 0,
+            sigmoid: false,
+            groups: None,
         }),
         ..SyntheticSpec::default()
     };

@@ -235,7 +235,8 @@ impl EngineCore {
         EngineStats::set(&stats.kv_total_blocks, kv.total_blocks());
         let mut eog = tokenizer.eog_ids();
         eog.retain(|&t| (t as usize) < mcfg.vocab);
-        let layer_kv = 2.0 * cfg.kv_dtype.row_bytes(mcfg.kv_dim()) as f64;
+        // K and V rows per layer, or latent attention's one latent row.
+        let layer_kv = mcfg.kv_rows() as f64 * cfg.kv_dtype.row_bytes(mcfg.kv_dim()) as f64;
         let windowed = (0..mcfg.n_layers).filter(|&l| mcfg.is_sliding(l)).count() as f64;
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,

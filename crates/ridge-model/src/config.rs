@@ -103,6 +103,16 @@ pub enum Architecture {
     /// `expert_shared_count` experts' width. The multi-token-prediction layer after the trunk
     /// (`nextn_predict_layers`) is not run.
     Glm4Moe,
+    /// Multi-head latent attention (`deepseek2`: DeepSeek-V2/V2.5/V3/R1/V3.1, Kimi K2,
+    /// GLM-4.7-Flash, Moonlight): keys and values are one compressed latent per token
+    /// (`attention.kv_lora_rank`, RMS-normed) plus a shared rotated key part; queries come
+    /// straight from the input or through a low-rank `q_a`/`q_b` pair; the cache holds the
+    /// latent and the rotated part only, and attention runs in the latent space with the
+    /// key up-projection absorbed into each query and the value up-projection applied to each
+    /// head's output (`deepseek2.rs`). Leading dense layers, then routed feed-forwards
+    /// (softmax or sigmoid gating, the selection bias, group-limited top-k) with ungated
+    /// shared experts.
+    Deepseek2,
 }
 
 impl Architecture {
@@ -129,11 +139,12 @@ impl Architecture {
             Architecture::Mistral3 => "mistral3",
             Architecture::Phi3 => "phi3",
             Architecture::Glm4Moe => "glm4moe",
+            Architecture::Deepseek2 => "deepseek2",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 20] = [
+    pub const ALL: [Architecture; 21] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -154,6 +165,7 @@ impl Architecture {
         Architecture::Mistral3,
         Architecture::Phi3,
         Architecture::Glm4Moe,
+        Architecture::Deepseek2,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -245,6 +257,7 @@ impl Architecture {
                 | Architecture::Granite
                 | Architecture::GraniteHybrid
                 | Architecture::Mistral3
+                | Architecture::Deepseek2
         )
     }
 
@@ -355,6 +368,9 @@ pub struct MoeConfig {
     /// Layers before the first routed one (`leading_dense_block_count`): dense
     /// feed-forwards of `ffn_dim`.
     pub dense_lead: usize,
+    /// Group-limited routing: `(groups, groups used)` (`expert_group_count`,
+    /// `expert_group_used_count`; `None`: one group).
+    pub groups: Option<(usize, usize)>,
 }
 
 /// Most experts a layer may have (llama.cpp's bound too).
@@ -449,6 +465,30 @@ pub struct ModelConfig {
     pub rope_factors: Option<&'static str>,
     /// Llama 4's attention temperature (Mistral 3), if the file asks for it.
     pub attn_temp: Option<AttnTemperature>,
+    /// Multi-head latent attention (`deepseek2`): the cache holds one latent row of
+    /// `head_dim = kv_lora + rope_dim` per token and no values (`n_kv_heads` is 1).
+    pub mla: Option<MlaConfig>,
+}
+
+/// Multi-head latent attention's shape (`deepseek2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlaConfig {
+    /// Rank of the query's low-rank pair (`attention.q_lora_rank`); `None`: one `attn_q`.
+    pub q_lora: Option<usize>,
+    /// Width of the compressed key/value latent (`attention.kv_lora_rank`).
+    pub kv_lora: usize,
+    /// A query head's width before absorption: unrotated plus rotated part
+    /// (`attention.key_length_mla`).
+    pub k_head: usize,
+    /// A head's value width after the up-projection (`attention.value_length_mla`).
+    pub v_head: usize,
+}
+
+impl MlaConfig {
+    /// The unrotated part of a query head (`k_head − rope_dim`).
+    pub fn nope(&self, rope_dim: usize) -> usize {
+        self.k_head - rope_dim
+    }
 }
 
 /// Llama 4's attention temperature tuning: the query of a token at position `pos` is
@@ -473,6 +513,16 @@ impl ModelConfig {
     /// Elements of one K (or V) row in the cache: `n_kv_heads · head_dim`.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// Rows the cache keeps per token and attention layer: K and V (2), or latent
+    /// attention's one latent row (1).
+    pub fn kv_rows(&self) -> usize {
+        if self.mla.is_some() {
+            1
+        } else {
+            2
+        }
     }
 
     /// Elements of the concatenated query heads.
@@ -738,6 +788,7 @@ impl ModelConfig {
                     | Architecture::GraniteMoe
                     | Architecture::Smollm3
                     | Architecture::Mistral3
+                    | Architecture::Deepseek2
             ),
             norm_eps,
             attn_scale: if arch == Architecture::Gemma3 && n_layers == 62 {
@@ -763,7 +814,13 @@ impl ModelConfig {
             nope_layers: Vec::new(),
             rope_factors,
             attn_temp,
+            mla: None,
         };
+        if arch == Architecture::Deepseek2 {
+            let (mla, scale) = mla_config(f, arch_name, &cfg).map_err(bad)?;
+            cfg.mla = Some(mla);
+            cfg.attn_scale = scale;
+        }
         if arch == Architecture::Smollm3 {
             cfg.nope_layers = (0..n_layers).map(|i| (i + 1) % 4 == 0).collect();
         }
@@ -876,13 +933,32 @@ fn moe_config(
             | Architecture::Mistral3,
             _,
         ) => ffn_dim,
-        (Architecture::GptOss | Architecture::Glm4Moe, _) => {
+        (Architecture::GptOss | Architecture::Glm4Moe | Architecture::Deepseek2, _) => {
             usize_in("expert_feed_forward_length", 1..=1 << 20)?
         }
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
     };
     let glm = arch == Architecture::Glm4Moe;
+    // Group-limited top-k (DeepSeek-V3): the experts in `expert_group_count` groups, only
+    // the `expert_group_used_count` best groups (by the sum of their two best scores) open.
+    let groups = match f.get(&k("expert_group_count")) {
+        None => None,
+        Some(_) => {
+            let ng = usize_in("expert_group_count", 0..=n_expert)?;
+            let used = usize_in("expert_group_used_count", 1..=ng.max(1))?;
+            if ng > 1
+                && (n_expert % ng != 0 || n_expert / ng < 2 || used * (n_expert / ng) < n_used)
+            {
+                return Err(format!(
+                    "`{}` = {ng} with `{}` = {used} cannot give {n_used} of {n_expert} experts",
+                    k("expert_group_count"),
+                    k("expert_group_used_count")
+                ));
+            }
+            (ng > 1).then_some((ng, used))
+        }
+    };
     let dense_lead = match f.get(&k("leading_dense_block_count")) {
         None => 0,
         Some(_) => usize_in("leading_dense_block_count", 0..=1024)?,
@@ -891,6 +967,21 @@ fn moe_config(
     let gating = match (arch, f.get(&k("expert_gating_func"))) {
         (Architecture::GptOss, _) => Gating::SoftmaxTopK,
         (Architecture::Glm4Moe, None) => Gating::Sigmoid,
+        // llama.cpp: DeepSeek V2/V2.5 files have no key (softmax); GLM-4.7's "lite" files,
+        // told by their 47/48 layers and 154 880-token vocabulary, gate by sigmoid.
+        (Architecture::Deepseek2, None) => {
+            let glm47 = f
+                .tensor("token_embd.weight")
+                .is_ok_and(|t| t.n_rows() == 154_880);
+            let layers = f.get_usize_in(&k("block_count"), 1..=1024).unwrap_or(0)
+                - f.get_usize_in(&k("nextn_predict_layers"), 0..=1024)
+                    .unwrap_or(0);
+            if glm47 && matches!(layers, 47 | 48) {
+                Gating::Sigmoid
+            } else {
+                Gating::Softmax
+            }
+        }
         (_, None) => Gating::Softmax,
         (_, Some(_)) => match usize_in("expert_gating_func", 0..=16)? {
             0 if glm => Gating::Sigmoid,
@@ -913,7 +1004,9 @@ fn moe_config(
         // GLM: `expert_shared_count` experts' width. Every GLM has one; llama.cpp runs a
         // count of 0 as an identity "expert" added to the output, which no model was trained
         // with, so it is refused rather than copied.
-        (Architecture::Glm4Moe, _) => Some(usize_in("expert_shared_count", 1..=64)? * expert_ffn),
+        (Architecture::Glm4Moe | Architecture::Deepseek2, _) => {
+            Some(usize_in("expert_shared_count", 1..=64)? * expert_ffn)
+        }
         (Architecture::Qwen2Moe, Some(_)) => {
             Some(usize_in("expert_shared_feed_forward_length", 1..=1 << 20)?)
         }
@@ -971,6 +1064,7 @@ fn moe_config(
             ExpertAct::Silu
         },
         dense_lead,
+        groups,
     }))
 }
 
@@ -1044,7 +1138,8 @@ fn rope_scaling(
             }
         }
     };
-    if !mistral3 && f.get(&k("rope.scaling.yarn_log_multiplier")).is_some() {
+    let deepseek2 = arch == Architecture::Deepseek2;
+    if !mistral3 && !deepseek2 && f.get(&k("rope.scaling.yarn_log_multiplier")).is_some() {
         return Err(format!(
             "`{}` is not supported",
             k("rope.scaling.yarn_log_multiplier")
@@ -1087,6 +1182,12 @@ fn rope_scaling(
                 }
             };
             let (mut beta_fast, mut beta_slow, mut yarn_mscale) = (32.0, 1.0, mscale(factor, 1.0));
+            if deepseek2 {
+                // llama.cpp's DeepSeek fix: with the file's multiplier m (its key holds
+                // 0.1·m), mscale(factor, m) / mscale(factor, m) — the table's magnitude is 1;
+                // the attention scale takes m (see `mla_config`).
+                yarn_mscale = 1.0;
+            }
             if mistral3 {
                 beta_fast = non_negative("rope.scaling.yarn_beta_fast")?.unwrap_or(beta_fast);
                 beta_slow = non_negative("rope.scaling.yarn_beta_slow")?.unwrap_or(beta_slow);
@@ -1162,6 +1263,90 @@ fn rope_factors(
             .map_err(|e| without_path(f, e))?,
     };
     Ok(Some(if ctx_len > orig { LONG } else { SHORT }))
+}
+
+/// Multi-head latent attention's keys (`deepseek2`), checked against each other and against
+/// the cache row the configuration sized (`attention.key_length` = `kv_lora_rank` + the rotated
+/// part, one K/V head), and the score scale: llama.cpp's `mscale² / √key_length_mla`, where
+/// `mscale = attn_factor · (1 + 0.1·ln s)(1 + 0.1·m·ln s)` for a YaRN factor `s` and the file's
+/// log multiplier `m` (1 without YaRN).
+fn mla_config(
+    f: &GgufFile,
+    arch_name: &str,
+    cfg: &ModelConfig,
+) -> Result<(MlaConfig, f32), String> {
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let get = |key: &str, range: std::ops::RangeInclusive<usize>| {
+        f.get_usize_in(&k(key), range)
+            .map_err(|e| match f.get(&k(key)) {
+                None => format!("`{}` is missing (latent attention needs it)", k(key)),
+                Some(_) => without_path(f, e),
+            })
+    };
+    if f.get(&k("attention.key_length_mla")).is_none() {
+        return Err(format!(
+            "`{}` is missing: a file from before llama.cpp split `attn_kv_b` into `attn_k_b` / `attn_v_b` (convert it again)",
+            k("attention.key_length_mla")
+        ));
+    }
+    if f.get(&k("attention.temperature_scale")).is_some() {
+        return Err(format!(
+            "deepseek2 with attention temperature (`{}`, Mistral Large 3) is not supported yet",
+            k("attention.temperature_scale")
+        ));
+    }
+    let kv_lora = get("attention.kv_lora_rank", 1..=1 << 14)?;
+    let k_head = get("attention.key_length_mla", 1..=4096)?;
+    let v_head = get("attention.value_length_mla", 1..=4096)?;
+    let q_lora = match f.get(&k("attention.q_lora_rank")) {
+        None => None,
+        Some(_) => Some(get("attention.q_lora_rank", 0..=1 << 16)?).filter(|&r| r > 0),
+    };
+    let rope = cfg.rope_dim;
+    if cfg.n_kv_heads != 1 || cfg.head_dim != kv_lora + rope {
+        return Err(format!(
+            "latent attention caches one row of `{}` + `{}` = {} per token: `{}` must be {} (is {}) and `{}` 1 (is {})",
+            k("attention.kv_lora_rank"),
+            k("rope.dimension_count"),
+            kv_lora + rope,
+            k("attention.key_length"),
+            kv_lora + rope,
+            cfg.head_dim,
+            k("attention.head_count_kv"),
+            cfg.n_kv_heads
+        ));
+    }
+    if k_head <= rope {
+        return Err(format!(
+            "`{}` = {k_head} leaves no unrotated part beside the {rope} rotated dimensions",
+            k("attention.key_length_mla")
+        ));
+    }
+    let log_mul = match f.get(&k("rope.scaling.yarn_log_multiplier")) {
+        None => 0.0,
+        Some(_) => {
+            f.get_f64(&k("rope.scaling.yarn_log_multiplier"))
+                .map_err(|e| without_path(f, e))? as f32
+                / 0.1
+        }
+    };
+    if !log_mul.is_finite() {
+        return Err(format!(
+            "`{}` is not finite",
+            k("rope.scaling.yarn_log_multiplier")
+        ));
+    }
+    let rs = &cfg.rope_scaling;
+    let ln_s = (1.0 / rs.freq_scale).ln();
+    let org = rs.attn_factor * (1.0 + 0.1 * ln_s);
+    let mscale = org * (1.0 + 0.1 * log_mul * ln_s);
+    let mla = MlaConfig {
+        q_lora,
+        kv_lora,
+        k_head,
+        v_head,
+    };
+    Ok((mla, mscale * mscale / (k_head as f32).sqrt()))
 }
 
 /// Mistral 3's attention temperature (`attention.temperature_scale`; absent or 0: none), over

@@ -89,7 +89,8 @@ impl std::str::FromStr for KvDtype {
 impl KvDtype {
     /// Bytes one cached token takes over all layers of `cfg` (its K and V rows).
     pub fn token_bytes(self, cfg: &ModelConfig) -> usize {
-        2 * cfg.n_kv_layers() * self.row_bytes(cfg.kv_dim())
+        // Latent attention caches one row per token and layer, no values.
+        cfg.kv_rows() * cfg.n_kv_layers() * self.row_bytes(cfg.kv_dim())
     }
 
     /// Bytes per cached element row of `kv_dim` elements.
@@ -179,6 +180,8 @@ pub struct KvCache {
     layer_at: Vec<(usize, usize)>,
     /// Layers with K/V storage.
     kv_layers: usize,
+    /// Rows stored per token and layer: K and V (2), or a latent attention's one latent row.
+    rows_per_token: usize,
     seqs: Vec<Option<SeqState>>,
     /// A hybrid model's fixed-size recurrent state per sequence (`None` for a model whose
     /// every layer attends).
@@ -211,20 +214,23 @@ impl KvCache {
     fn build(cfg: &ModelConfig, capacity_tokens: usize, dtype: KvDtype) -> Self {
         let n_blocks = capacity_tokens.div_ceil(KV_BLOCK_SIZE).max(1);
         let rows = n_blocks * KV_BLOCK_SIZE;
+        // Latent attention (MLA) keeps its latent rows as keys and no values: the value
+        // arrays are empty and nothing writes or reads them.
+        let v_rows = if cfg.mla.is_some() { 0 } else { rows };
         let store = |layers: usize| match dtype {
             KvDtype::F16 => Store::F16 {
                 k: (0..layers)
                     .map(|_| Zeroed::new(rows * cfg.kv_dim()))
                     .collect(),
                 v: (0..layers)
-                    .map(|_| Zeroed::new(rows * cfg.kv_dim()))
+                    .map(|_| Zeroed::new(v_rows * cfg.kv_dim()))
                     .collect(),
             },
             KvDtype::Q8_0 => {
-                let bytes = rows * KvDtype::Q8_0.row_bytes(cfg.kv_dim());
+                let row = KvDtype::Q8_0.row_bytes(cfg.kv_dim());
                 Store::Q8 {
-                    k: (0..layers).map(|_| Zeroed::new(bytes)).collect(),
-                    v: (0..layers).map(|_| Zeroed::new(bytes)).collect(),
+                    k: (0..layers).map(|_| Zeroed::new(rows * row)).collect(),
+                    v: (0..layers).map(|_| Zeroed::new(v_rows * row)).collect(),
                 }
             }
         };
@@ -259,6 +265,7 @@ impl KvCache {
             groups,
             layer_at,
             kv_layers: counts[0] + counts[1],
+            rows_per_token: cfg.kv_rows(),
             seqs: Vec::new(),
             recurrent: cfg.recurrent.as_ref().map(RecurrentStates::new),
             disk: None,
@@ -307,16 +314,21 @@ impl KvCache {
         let at = b as usize * n;
         let mut out = Vec::new();
         match store {
+            // A latent cache's value arrays are empty: its blocks are their keys alone.
             Store::F16 { k, v } => {
                 for (kl, vl) in k.iter().zip(v) {
                     out.push(f16_bytes(&kl[at / 2..(at + n) / 2]));
-                    out.push(f16_bytes(&vl[at / 2..(at + n) / 2]));
+                    if !vl.is_empty() {
+                        out.push(f16_bytes(&vl[at / 2..(at + n) / 2]));
+                    }
                 }
             }
             Store::Q8 { k, v } => {
                 for (kl, vl) in k.iter().zip(v) {
                     out.push(&kl[at..at + n]);
-                    out.push(&vl[at..at + n]);
+                    if !vl.is_empty() {
+                        out.push(&vl[at..at + n]);
+                    }
                 }
             }
         }
@@ -335,13 +347,17 @@ impl KvCache {
             Store::F16 { k, v } => {
                 for (kl, vl) in k.iter_mut().zip(v.iter_mut()) {
                     halves.push(f16_bytes_mut(&mut kl[at / 2..(at + n) / 2]));
-                    halves.push(f16_bytes_mut(&mut vl[at / 2..(at + n) / 2]));
+                    if !vl.is_empty() {
+                        halves.push(f16_bytes_mut(&mut vl[at / 2..(at + n) / 2]));
+                    }
                 }
             }
             Store::Q8 { k, v } => {
                 for (kl, vl) in k.iter_mut().zip(v.iter_mut()) {
                     halves.push(&mut kl[at..at + n]);
-                    halves.push(&mut vl[at..at + n]);
+                    if !vl.is_empty() {
+                        halves.push(&mut vl[at..at + n]);
+                    }
                 }
             }
         }
@@ -351,7 +367,7 @@ impl KvCache {
     /// Bytes of K and V storage (address space; pages are touched only as blocks are used).
     pub fn bytes(&self) -> usize {
         let rb = self.dtype().row_bytes(self.kv_dim);
-        2 * self.kv_layers * self.n_blocks * KV_BLOCK_SIZE * rb
+        self.rows_per_token * self.kv_layers * self.n_blocks * KV_BLOCK_SIZE * rb
     }
 
     /// The element type.
@@ -923,7 +939,9 @@ impl KvCache {
                     // nearest even, as the scalar `f16::from_f32`).
                     let (src, dst) = (h * hd..(h + 1) * hd, r * hd..(r + 1) * hd);
                     ks[layer][dst.clone()].convert_from_f32_slice(&k[src.clone()]);
-                    vs[layer][dst].convert_from_f32_slice(&v[src]);
+                    if !vs[layer].is_empty() {
+                        vs[layer][dst].convert_from_f32_slice(&v[src]);
+                    }
                 }
             }
             Store::Q8 { k: ks, v: vs } => {
@@ -931,7 +949,9 @@ impl KvCache {
                 for (h, r) in rows {
                     let (src, dst) = (h * hd..(h + 1) * hd, r * hb..(r + 1) * hb);
                     quantize_q8(&k[src.clone()], &mut ks[layer][dst.clone()]);
-                    quantize_q8(&v[src], &mut vs[layer][dst]);
+                    if !vs[layer].is_empty() {
+                        quantize_q8(&v[src], &mut vs[layer][dst]);
+                    }
                 }
             }
         }

@@ -27,6 +27,7 @@ mod attend;
 mod batch;
 mod block_pool;
 mod config;
+mod deepseek2;
 mod delta_net;
 mod disk_tier;
 mod error;
@@ -58,8 +59,8 @@ mod zeroed;
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
 pub use config::{
-    Architecture, AttnTemperature, ExpertAct, Gating, ModelConfig, MoeConfig, RopeScaling, Yarn,
-    GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
+    Architecture, AttnTemperature, ExpertAct, Gating, MlaConfig, ModelConfig, MoeConfig,
+    RopeScaling, Yarn, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use disk_tier::{DiskTierConfig, DiskTierStats};
 pub use error::ModelError;

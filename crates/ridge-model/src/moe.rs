@@ -319,6 +319,34 @@ fn expert<'a>(w: &WeightMatrix<'a>, x: usize, rows: usize) -> WeightMatrix<'a> {
         .expect("an expert's rows lie within its stacked tensor (bound so, tiled only whole)")
 }
 
+/// Group-limited routing (DeepSeek-V3, as llama.cpp's `build_moe_ffn` does it): the experts
+/// of `scores` in `groups` equal groups, each group scored by the sum of its two highest
+/// scores, and every expert outside the `used` best groups (the lower index among ties) set
+/// to −∞ so the top-k cannot pick it.
+fn close_groups(scores: &mut [f32], groups: usize, used: usize) {
+    let per = scores.len() / groups;
+    let mut by_group: Vec<(usize, f32)> = scores
+        .chunks_exact(per)
+        .map(|g| {
+            let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for &v in g {
+                if v > a {
+                    (a, b) = (v, a);
+                } else if v > b {
+                    b = v;
+                }
+            }
+            a + b
+        })
+        .enumerate()
+        .collect();
+    // Stable: equal scores keep the lower group first.
+    by_group.sort_by(|x, y| y.1.total_cmp(&x.1));
+    for &(g, _) in &by_group[used.min(groups)..] {
+        scores[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
+    }
+}
+
 /// Router logits → softmax → top-k per token, then the pairs grouped by expert.
 fn route(
     cx: &LayerCtx<'_>,
@@ -344,15 +372,17 @@ fn route(
             Gating::Sigmoid => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
             Gating::SoftmaxTopK => {}
         }
-        // What the choice ranks: the scores, plus the selection bias where there is one.
-        let ranked: &[f32] = match &e.selection_bias {
-            Some(b) => {
-                select.clear();
-                select.extend(row.iter().zip(b).map(|(p, b)| p + b));
-                &select
-            }
-            None => row,
-        };
+        // What the choice ranks: the scores, plus the selection bias where there is one, and
+        // only in the open groups where routing is group-limited.
+        select.clear();
+        match &e.selection_bias {
+            Some(b) => select.extend(row.iter().zip(b).map(|(p, b)| p + b)),
+            None => select.extend_from_slice(row),
+        }
+        if let Some((groups, used)) = moe.groups {
+            close_groups(&mut select, groups, used);
+        }
+        let ranked: &[f32] = &select;
         let first = s.chosen.len();
         for _ in 0..k {
             // The largest score not yet taken (the lowest index among ties).

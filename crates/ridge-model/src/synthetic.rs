@@ -84,6 +84,25 @@ pub struct SyntheticSpec {
     pub rope_orig_ctx: Option<usize>,
     /// Write the per-head Q/K norms an architecture has only optionally (glm4moe).
     pub qk_norm: bool,
+    /// Latent attention's shape (required for deepseek2; see [`SyntheticMla`]).
+    pub mla: Option<SyntheticMla>,
+}
+
+/// Latent attention's shape (deepseek2), in llama.cpp's split layout: `attn_q` or
+/// `attn_q_a` + `attn_q_a_norm` + `attn_q_b`, `attn_kv_a_mqa`, `attn_kv_a_norm`, and the
+/// per-head `attn_k_b` (`[nope, kv_lora, heads]`) and `attn_v_b` (`[kv_lora, v_head, heads]`).
+#[derive(Clone, Debug)]
+pub struct SyntheticMla {
+    /// Query low rank (`None`: one `attn_q`).
+    pub q_lora: Option<usize>,
+    /// Latent width.
+    pub kv_lora: usize,
+    /// Unrotated part of a query head.
+    pub nope: usize,
+    /// Rotated part (`rope.dimension_count`).
+    pub rope: usize,
+    /// A head's value width.
+    pub v_head: usize,
 }
 
 /// The recurrent layers of a synthetic hybrid (qwen35), in llama.cpp's layout: per recurrent
@@ -131,6 +150,10 @@ pub struct SyntheticMoe {
     pub router_scale: f32,
     /// Leading dense layers (glm4moe's `leading_dense_block_count`).
     pub dense_lead: usize,
+    /// deepseek2: sigmoid gating with a selection bias (else softmax).
+    pub sigmoid: bool,
+    /// deepseek2: group-limited routing `(groups, groups used)`.
+    pub groups: Option<(usize, usize)>,
 }
 
 impl SyntheticMoe {
@@ -149,6 +172,8 @@ impl SyntheticMoe {
             shared_ffn,
             router_scale: 4.0,
             dense_lead: 0,
+            sigmoid: false,
+            groups: None,
         }
     }
 }
@@ -179,6 +204,7 @@ impl Default for SyntheticSpec {
             rope_dim: None,
             rope_orig_ctx: None,
             qk_norm: false,
+            mla: None,
         }
     }
 }
@@ -292,6 +318,10 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     let phi3 = spec.arch == Architecture::Phi3;
     let mistral3 = spec.arch == Architecture::Mistral3;
     let glm = spec.arch == Architecture::Glm4Moe;
+    let mla = spec
+        .mla
+        .as_ref()
+        .filter(|_| spec.arch == Architecture::Deepseek2);
     let orig_ctx = spec.rope_orig_ctx.unwrap_or((spec.ctx_len / 4).max(1));
     let nemotron = spec.arch == Architecture::NemotronH;
     // LFM2 takes only the convolution's taps and the attention interval from the hybrid spec;
@@ -316,7 +346,11 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
     } else {
         10000.0
     };
-    let head_dim = spec.head_dim.unwrap_or(spec.d_model / spec.n_heads);
+    // Latent attention caches one "head" of latent + rotated part.
+    let head_dim = match mla {
+        Some(m) => m.kv_lora + m.rope,
+        None => spec.head_dim.unwrap_or(spec.d_model / spec.n_heads),
+    };
     let (d, q, kv, ffn) = (
         spec.d_model,
         spec.n_heads * head_dim,
@@ -451,7 +485,37 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
             w.meta(&k("rope.scaling.original_context_length"), u(orig_ctx));
         }
     }
-    if gemma || gpt_oss || spec.head_dim.is_some() {
+    if let Some(m) = mla {
+        w.meta(&k("attention.kv_lora_rank"), u(m.kv_lora))
+            .meta(&k("attention.key_length"), u(m.kv_lora + m.rope))
+            .meta(&k("attention.value_length"), u(m.kv_lora))
+            .meta(&k("attention.key_length_mla"), u(m.nope + m.rope))
+            .meta(&k("attention.value_length_mla"), u(m.v_head))
+            .meta(&k("rope.dimension_count"), u(m.rope));
+        if let Some(r) = m.q_lora {
+            w.meta(&k("attention.q_lora_rank"), u(r));
+        }
+        if let Some(moe) = &spec.moe {
+            let shared = moe.shared_ffn.map_or(0, |sf| sf / moe.expert_ffn);
+            w.meta(&k("expert_shared_count"), u(shared))
+                .meta(&k("leading_dense_block_count"), u(moe.dense_lead))
+                .meta(&k("expert_feed_forward_length"), u(moe.expert_ffn))
+                .meta(&k("expert_gating_func"), u(if moe.sigmoid { 2 } else { 1 }))
+                .meta(&k("expert_weights_scale"), MetadataValue::F32(1.5))
+                .meta(&k("expert_weights_norm"), MetadataValue::Bool(moe.sigmoid));
+            if let Some((g, used)) = moe.groups {
+                w.meta(&k("expert_group_count"), u(g))
+                    .meta(&k("expert_group_used_count"), u(used));
+            }
+        }
+        if spec.rope_scaling.is_some_and(|(kind, _)| kind == "yarn") {
+            // DeepSeek's converter writes 0.1 · mscale_all_dim.
+            w.meta(
+                &k("rope.scaling.yarn_log_multiplier"),
+                MetadataValue::F32(0.1),
+            );
+        }
+    } else if gemma || gpt_oss || spec.head_dim.is_some() {
         w.meta(&k("attention.key_length"), u(head_dim))
             .meta(&k("attention.value_length"), u(head_dim));
     }
@@ -488,7 +552,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         ) {
             w.meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
         }
-        if let Some(sf) = moe.shared_ffn.filter(|_| !glm) {
+        if let Some(sf) = moe.shared_ffn.filter(|_| !glm && mla.is_none()) {
             w.meta(&k("expert_shared_feed_forward_length"), u(sf));
         }
         if glm {
@@ -701,6 +765,55 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
                 );
                 norm(&mut w, &n("ssm_norm"), h.head_dim, i + 3);
             }
+        } else if let Some(m) = mla {
+            let (h, kh) = (spec.n_heads, m.nope + m.rope);
+            match m.q_lora {
+                Some(r) => {
+                    mat(&mut w, &n("attn_q_a"), r, d, spec.dtype, ws);
+                    norm(&mut w, &n("attn_q_a_norm"), r, i + 5);
+                    mat(
+                        &mut w,
+                        &n("attn_q_b"),
+                        h * kh,
+                        r,
+                        spec.dtype,
+                        1.0 / (r as f32).sqrt(),
+                    );
+                }
+                None => mat(&mut w, &n("attn_q"), h * kh, d, spec.dtype, ws),
+            }
+            mat(
+                &mut w,
+                &n("attn_kv_a_mqa"),
+                m.kv_lora + m.rope,
+                d,
+                spec.dtype,
+                ws,
+            );
+            norm(&mut w, &n("attn_kv_a_norm"), m.kv_lora, i + 6);
+            // Per head: K's up-projection `kv_lora × nope`, V's `v_head × kv_lora`.
+            let per_head = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize| {
+                let sc = 1.0 / (cols as f32).sqrt();
+                let vals: Vec<f32> = (0..h * rows * cols).map(|_| rng.next() * sc).collect();
+                let data: Vec<u8> = vals
+                    .chunks(cols)
+                    .flat_map(|r| blocks::quantize_row(spec.dtype, r))
+                    .collect();
+                let dims = [cols as u64, rows as u64, h as u64];
+                w.tensor(name, &dims, to_dtype_id(spec.dtype), data);
+            };
+            per_head(&mut w, &n("attn_k_b"), m.kv_lora, m.nope);
+            per_head(&mut w, &n("attn_v_b"), m.v_head, m.kv_lora);
+            let vo = h * m.v_head;
+            mat(
+                &mut w,
+                &n("attn_output"),
+                d,
+                vo,
+                spec.dtype,
+                1.0 / (vo as f32).sqrt(),
+            );
+            norm(&mut w, &n("ffn_norm"), d, i + 1);
         } else {
             if phi3 {
                 // Q, K and V in one matrix, Q's rows first.
@@ -745,7 +858,7 @@ pub fn synthetic_model(spec: &SyntheticSpec) -> Vec<u8> {
         let (e, f) = (moe.n_expert, moe.expert_ffn);
         let router = ws * moe.router_scale;
         mat(&mut w, &n("ffn_gate_inp"), e, d, DType::F32, router);
-        if glm {
+        if glm || (mla.is_some() && moe.sigmoid) {
             // The selection bias, on the scale of the sigmoid scores it is added to.
             f32_tensor(
                 &mut w,

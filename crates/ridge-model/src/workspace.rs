@@ -42,6 +42,27 @@ pub struct Workspace {
     pub(crate) moe: MoeScratch,
     /// A hybrid's buffers (its recurrent layers and gated attention, `qwen35.rs`).
     pub(crate) hybrid: HybridScratch,
+    /// Latent attention's buffers (`deepseek2.rs`).
+    pub(crate) mla: MlaScratch,
+}
+
+/// Scratch of latent attention (`deepseek2.rs`), reused across layers and calls.
+#[derive(Default)]
+pub(crate) struct MlaScratch {
+    /// The query's low-rank activation, and the queries (`n × heads × key_length_mla`).
+    pub(crate) q_a: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    /// The latent and rotated key part of each token.
+    pub(crate) kv: Vec<f32>,
+    /// Per-head inputs of the up-projections, head-major (the queries' unrotated parts, then
+    /// the attended latents).
+    pub(crate) nope: Vec<f32>,
+    /// The absorbed queries, head-major.
+    pub(crate) abs: Vec<f32>,
+    /// Each (token, head)'s attended latent, token-major.
+    pub(crate) lat: Vec<f32>,
+    /// Each head's value, head-major.
+    pub(crate) vout: Vec<f32>,
 }
 
 /// Scratch of a hybrid's layers (`qwen35.rs`), reused across layers and calls.

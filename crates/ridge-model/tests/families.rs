@@ -136,6 +136,21 @@ fn glm4moe_q4_0_matches_llama_cpp() {
     check("glm4moe_q4_0", ActPolicy::default(), TOL_Q4_0);
 }
 
+#[test]
+fn deepseek2_v3_layout_matches_llama_cpp() {
+    check("deepseek2_v3", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn deepseek2_lite_with_yarn_matches_llama_cpp() {
+    check("deepseek2_lite_yarn", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn deepseek2_q4_0_matches_llama_cpp() {
+    check("deepseek2_q4_0", ActPolicy::default(), TOL_Q4_0);
+}
+
 /// The pieces these families add are each load-bearing: without them the model is another.
 #[test]
 fn each_family_differs_from_plain_llama() {
@@ -274,5 +289,131 @@ fn bad_family_metadata_is_one_line() {
         ),
         "YaRN's log multiplier outside mistral3",
         "smollm3.rope.scaling.yarn_log_multiplier",
+    );
+}
+
+/// Logits of every token of `prompt`, fed in pieces of `chunk` tokens.
+fn logits_in_chunks(m: &ridge_model::Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    use ridge_model::{Batch, KvCache, Workspace};
+    let mut kv = KvCache::new(m.config(), 256);
+    let s = kv.add_seq();
+    let mut ws = Workspace::new();
+    let mut out = Vec::new();
+    for (c, piece) in prompt.chunks(chunk).enumerate() {
+        let mut b = Batch::new();
+        for (i, &t) in piece.iter().enumerate() {
+            b.push(t, c * chunk + i, s, true);
+        }
+        out.extend_from_slice(m.forward(&b, &mut kv, &mut ws).unwrap());
+    }
+    out
+}
+
+/// Latent attention gives a token the same bits whatever the chunking of its prompt and
+/// whatever else shares its batch (each (token, head block) is one task over its positions in
+/// order).
+#[test]
+fn latent_attention_is_chunk_and_batch_invariant() {
+    use ridge_model::{Batch, KvCache, Workspace};
+    for policy in [ActPolicy::F32, ActPolicy::default()] {
+        let (_f, m) = load(&synthetic_model(&spec("deepseek2_q4_0")), policy);
+        let text = prose_tokens();
+        let whole = logits_in_chunks(&m, &text[..70], 70);
+        for chunk in [1, 5, 32] {
+            assert!(
+                whole == logits_in_chunks(&m, &text[..70], chunk),
+                "chunks of {chunk} ({policy:?})"
+            );
+        }
+        // Three sequences interleaved in one batch.
+        let vocab = m.config().vocab;
+        let mut kv = KvCache::new(m.config(), 512);
+        let seqs: Vec<_> = (0..3).map(|_| kv.add_seq()).collect();
+        let mut ws = Workspace::new();
+        let starts = [0usize, 100, 200];
+        let mut b = Batch::new();
+        for i in 0..30 {
+            for (k, &s) in seqs.iter().enumerate() {
+                b.push(text[starts[k] + i], i, s, true);
+            }
+        }
+        let out = m.forward(&b, &mut kv, &mut ws).unwrap();
+        for i in 0..30 {
+            assert!(
+                out[3 * i * vocab..(3 * i + 1) * vocab] == whole[i * vocab..(i + 1) * vocab],
+                "token {i} among others ({policy:?})"
+            );
+        }
+    }
+}
+
+/// The cache holds the latent and the rotated part, one row per token and layer, no values.
+#[test]
+fn latent_attention_caches_the_latent_only() {
+    let (_f, m) = load(&synthetic_model(&spec("deepseek2_v3")), ActPolicy::F32);
+    let c = m.config();
+    let mla = c.mla.expect("latent attention");
+    assert_eq!((mla.kv_lora, c.rope_dim, c.head_dim), (32, 16, 48));
+    assert_eq!(
+        (c.n_kv_heads, mla.q_lora, mla.k_head, mla.v_head),
+        (1, Some(48), 32, 16)
+    );
+    // Three layers of one f16 row of 48 per token (a full K/V cache of 4 heads × 32 would be
+    // 2 · 4 · 32 per layer).
+    assert_eq!(ridge_model::KvDtype::F16.token_bytes(c), 3 * 2 * 48);
+    let kv = ridge_model::KvCache::new(c, 64);
+    assert_eq!(kv.bytes(), 3 * 64 * 2 * 48);
+    // And the file's MTP-free `block_count` is the trunk.
+    assert_eq!(c.n_layers, 3);
+}
+
+#[test]
+fn bad_latent_attention_metadata_is_one_line() {
+    use ridge_gguf::MetadataValue;
+    let good = synthetic_model(&spec("deepseek2_v3"));
+    refused(
+        &edit(
+            &good,
+            "deepseek2.attention.kv_lora_rank",
+            Some(MetadataValue::U32(40)),
+            &[],
+        ),
+        "a latent rank that disagrees with the cached row",
+        "deepseek2.attention.kv_lora_rank",
+    );
+    refused(
+        &edit(&good, "deepseek2.attention.key_length_mla", None, &[]),
+        "a file from before the split",
+        "deepseek2.attention.key_length_mla",
+    );
+    refused(
+        &edit(
+            &good,
+            "",
+            None,
+            &[("blk.1.attn_k_b.weight", Some("blk.1.attn_kv_b.weight"))],
+        ),
+        "the unsplit attn_kv_b",
+        "blk.1.attn_kv_b.weight",
+    );
+    refused(
+        &edit(
+            &good,
+            "deepseek2.expert_group_used_count",
+            Some(MetadataValue::U32(9)),
+            &[],
+        ),
+        "more groups used than there are",
+        "deepseek2.expert_group_used_count",
+    );
+    refused(
+        &edit(
+            &good,
+            "deepseek2.attention.value_length_mla",
+            Some(MetadataValue::U32(24)),
+            &[],
+        ),
+        "a value width the up-projection does not have",
+        "blk.0.attn_v_b.weight",
     );
 }

@@ -152,6 +152,8 @@ fn check_moe(name: &str) {
             moe: Some(ridge_model::synthetic::SyntheticMoe {
                 router_scale: 0.0,
                 dense_lead: 0,
+                sigmoid: false,
+                groups: None,
                 ..moe
             }),
             ..s

@@ -4,7 +4,7 @@
 //! and asks for the fixture to be regenerated.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::{SyntheticHybrid, SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec};
 use ridge_model::{ActPolicy, Architecture, Batch, KvCache, Model, Workspace};
 
 /// Context length of the perplexity protocol (llama-perplexity's `-c`).
@@ -513,6 +513,27 @@ pub fn family_specs() -> Vec<(&'static str, SyntheticSpec)> {
         seed: 81,
         ..base.clone()
     };
+    let ds_mla = SyntheticMla {
+        q_lora: Some(48),
+        kv_lora: 32,
+        nope: 16,
+        rope: 16,
+        v_head: 16,
+    };
+    let ds = SyntheticSpec {
+        arch: Architecture::Deepseek2,
+        n_layers: 3,
+        n_kv_heads: 1,
+        mla: Some(ds_mla.clone()),
+        moe: Some(SyntheticMoe {
+            dense_lead: 1,
+            sigmoid: true,
+            groups: Some((4, 2)),
+            ..SyntheticMoe::new(16, 4, 32, Some(32))
+        }),
+        seed: 91,
+        ..base.clone()
+    };
     vec![
         ("smollm3", smollm3.clone()),
         ("smollm3_q4_0", q4(smollm3, 71)),
@@ -582,6 +603,50 @@ pub fn family_specs() -> Vec<(&'static str, SyntheticSpec)> {
                     ..SyntheticMoe::new(16, 4, 64, Some(64))
                 }),
                 ..q4(glm, 83)
+            },
+        ),
+        // DeepSeek-V3's layout: low-rank queries, a 32-wide latent with a 16-wide rotated part,
+        // a leading dense layer, sigmoid routing with the selection bias over 4 groups of which
+        // 2 open, one shared expert.
+        ("deepseek2_v3", ds.clone()),
+        // DeepSeek-V2-Lite's: queries from one matrix, softmax routing, no groups, YaRN with
+        // its log multiplier (the score scale takes mscale²). 26 layers: llama.cpp reads a
+        // file without `q_lora_rank` only at V2-Lite's depth.
+        (
+            "deepseek2_lite_yarn",
+            SyntheticSpec {
+                n_layers: 26,
+                mla: Some(SyntheticMla {
+                    q_lora: None,
+                    ..ds_mla.clone()
+                }),
+                moe: Some(SyntheticMoe {
+                    dense_lead: 1,
+                    ..SyntheticMoe::new(8, 2, 32, Some(64))
+                }),
+                rope_scaling: Some(("yarn", 4.0)),
+                rope_orig_ctx: Some(4096),
+                seed: 92,
+                ..ds.clone()
+            },
+        ),
+        (
+            "deepseek2_q4_0",
+            SyntheticSpec {
+                mla: Some(SyntheticMla {
+                    q_lora: Some(64),
+                    kv_lora: 64,
+                    nope: 32,
+                    v_head: 32,
+                    ..ds_mla.clone()
+                }),
+                moe: Some(SyntheticMoe {
+                    dense_lead: 1,
+                    sigmoid: true,
+                    groups: Some((4, 2)),
+                    ..SyntheticMoe::new(16, 4, 64, Some(64))
+                }),
+                ..q4(ds, 93)
             },
         ),
     ]
