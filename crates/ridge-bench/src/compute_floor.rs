@@ -108,6 +108,7 @@ mod tests {
             name: "t".into(),
             n_layers: 2,
             kv_layers: 2,
+            kv_rows: 2,
             state_bytes: 0,
             n_heads: 4,
             n_kv_heads: 2,

@@ -504,6 +504,52 @@ fn named_mixtures_from_their_configs() {
     }
 }
 
+/// The latent-attention models from their config.json: GLM-4.7-Flash, DeepSeek-V3, Kimi K2.
+/// Totals (all experts, embedding table included) within 2% of the published parameter
+/// counts (30B, 671B, 1.04T), and the cache is the latent's size — one row of
+/// `kv_lora_rank + qk_rope_head_dim` = 576 values per token and layer — not full K/V (which
+/// for DeepSeek-V3 would be 2 · 128 heads · 192 / 128 values, 85× more).
+#[test]
+fn latent_attention_models_from_their_configs() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/configs");
+    // (folder, layers, published total params, vocab·d)
+    let cases = [
+        ("glm-4.7-flash", 47u64, 30e9, 154_880.0 * 2048.0),
+        ("deepseek-v3", 61, 671e9, 129_280.0 * 7168.0),
+        ("kimi-k2", 61, 1.04e12, 163_840.0 * 7168.0),
+    ];
+    for (name, layers, published, embd) in cases {
+        let cfg = format!("{dir}/{name}/config.json");
+        let args = [
+            "roofline",
+            "--model",
+            &cfg,
+            "--hardware",
+            "h100-sxm",
+            "--json",
+            "--batch",
+            "1",
+            "--context",
+            "0,4096",
+        ];
+        let rows = lines(&run(&args));
+        let (r0, r1) = (&rows[0], &rows[1]);
+        let (e, k) = (num(&r0["experts"], "n_expert"), num(&r0["experts"], "n_used"));
+        let per_expert = num(&r0["experts"], "bytes_per_expert");
+        let (one, all) = (num(r0, "weights_bytes"), num(r0, "total_weight_bytes"));
+        assert!((all - one - (e - k) * per_expert).abs() < 2.0, "{name}: {r0}");
+        let total = all / 2.0 + embd;
+        assert!(
+            (total / published - 1.0).abs() < 0.02,
+            "{name}: {total:.4e} parameters vs {published:.4e} published"
+        );
+        // 4096 positions of one latent row (576 f16 values) per layer.
+        let kv = num(r1, "step_bytes") - num(r0, "step_bytes");
+        let want = 4096.0 * layers as f64 * 576.0 * 2.0;
+        assert!((kv / want - 1.0).abs() < 1e-9, "{name}: {kv} KV bytes vs {want}");
+    }
+}
+
 /// `roofline plan`: SmolLM2 on an H100 at a rate one replica cannot serve within a tight
 /// TTFT SLO. The plan's step times are exactly `roofline`'s floors for the same shapes, the
 /// fleet is `⌈rate / capacity⌉` replicas, each at its share of the rate within the SLOs, and

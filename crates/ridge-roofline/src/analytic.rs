@@ -163,10 +163,10 @@ pub enum AnalyticError {
 }
 
 impl Setup {
-    /// KV bytes per token of context for `m`: `2 (K, V) · n_layers · n_kv_heads · head_dim ·
-    /// bytes_per_elem`.
+    /// KV bytes per token of context for `m`: [`ModelSpec::kv_elems_per_token`] (K and V, or
+    /// one latent row, over the layers) `· bytes_per_elem`.
     pub fn kv_bytes_per_token(&self, m: &ModelSpec) -> f64 {
-        2.0 * m.kv_elems_per_token() as f64 * self.kv_dtype.bytes_per_elem()
+        m.kv_elems_per_token() as f64 * self.kv_dtype.bytes_per_elem()
     }
 
     fn roofs(&self) -> Result<(f64, f64), AnalyticError> {
@@ -286,6 +286,7 @@ mod tests {
             name: "smol".into(),
             n_layers: 30,
             kv_layers: 30,
+            kv_rows: 2,
             state_bytes: 0,
             n_heads: 9,
             n_kv_heads: 3,

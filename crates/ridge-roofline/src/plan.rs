@@ -482,6 +482,7 @@ mod tests {
             name: "toy".into(),
             n_layers: 1,
             kv_layers: 1,
+            kv_rows: 2,
             state_bytes: 0,
             n_heads: 1,
             n_kv_heads: 1,

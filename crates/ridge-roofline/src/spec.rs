@@ -52,6 +52,9 @@ pub struct ModelSpec {
     pub n_layers: u64,
     /// Of them, the layers that keep K/V (all but a hybrid's recurrent layers).
     pub kv_layers: u64,
+    /// Rows a token adds per such layer: a K and a V row (2), or latent attention's one
+    /// latent row of `head_dim` (1).
+    pub kv_rows: u64,
     /// A hybrid's recurrent state per sequence, bytes (f32), read and written whole every
     /// decode step whatever the context; 0 without recurrent layers.
     pub state_bytes: u64,
@@ -128,6 +131,13 @@ impl ModelSpec {
             })?,
         };
         let (kv_layers, state_bytes) = hybrid_layers(f, &arch, n_layers, d_model, kv_list)?;
+        // Latent attention (deepseek2 with `key_length_mla`) caches one row of
+        // `key_length` (latent + rotated part) per token and layer.
+        let kv_rows = if f.get(&k("attention.key_length_mla")).is_some() {
+            1
+        } else {
+            2
+        };
         let head_dim = match f.get(&k("attention.key_length")) {
             Some(_) => f.get_u64(&k("attention.key_length"))?,
             None if n_heads > 0 => d_model / n_heads,
@@ -225,6 +235,7 @@ impl ModelSpec {
             name,
             n_layers,
             kv_layers,
+            kv_rows,
             state_bytes,
             n_heads,
             n_kv_heads,
@@ -304,10 +315,13 @@ impl ModelSpec {
             path: path.to_string(),
             message,
         };
+        if get("kv_lora_rank")?.is_some() {
+            return mla_from_hf(c, &root, path, bytes_per_param, format);
+        }
         if get("n_routed_experts")?.is_some_and(|n| n > 1) {
             return Err(unsupported(
-                "`n_routed_experts`: DeepSeek-style mixtures (latent attention, shared and \
-                 grouped experts) are not modelled"
+                "`n_routed_experts` without `kv_lora_rank`: DeepSeek-style mixtures are \
+                 modelled with their latent attention only"
                     .into(),
             ));
         }
@@ -435,6 +449,7 @@ impl ModelSpec {
             name,
             n_layers,
             kv_layers: n_layers,
+            kv_rows: 2,
             state_bytes: 0,
             n_heads,
             n_kv_heads,
@@ -449,6 +464,21 @@ impl ModelSpec {
         })
     }
 
+    /// The name a config gives itself (`_name_or_path`), else its folder's.
+    fn config_name(root: &serde_json::Value, path: &str) -> String {
+        root.get("_name_or_path")
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let p = std::path::Path::new(path);
+                p.parent()
+                    .and_then(|d| d.file_name())
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| file_stem(path))
+            })
+    }
+
     /// Multiply-adds of the linear layers in a prefill of `prompts` prompts holding `tokens`
     /// tokens in all: every token passes every matrix but the head, which only the last token
     /// of each prompt (the one that samples) multiplies.
@@ -457,10 +487,10 @@ impl ModelSpec {
         tokens as f64 * body + prompts.min(tokens) as f64 * self.head_params as f64
     }
 
-    /// Elements of K (or V) one token adds to the cache over all layers:
-    /// `kv_layers · n_kv_heads · head_dim`.
+    /// Elements one token adds to the cache over all layers:
+    /// `kv_rows · kv_layers · n_kv_heads · head_dim` (K and V, or one latent row).
     pub fn kv_elems_per_token(&self) -> u64 {
-        self.kv_layers * self.n_kv_heads * self.head_dim
+        self.kv_rows * self.kv_layers * self.n_kv_heads * self.head_dim
     }
 
     /// Layer-positions a token at `context` cached positions attends over, summed over the
@@ -598,7 +628,7 @@ mod tests {
         assert_eq!(s.params, 134_479_872);
         // Norms 30·2·576 + 576 = 35 136; (134 479 872 + 35 136) · 2 bytes.
         assert_eq!(s.weight_bytes, 269_030_016);
-        assert_eq!(s.kv_elems_per_token(), 30 * 3 * 64);
+        assert_eq!(s.kv_elems_per_token(), 2 * 30 * 3 * 64);
     }
 
     /// A two-layer gemma3-shaped GGUF (an architecture ridge cannot run, but can predict):
@@ -681,7 +711,7 @@ mod tests {
         assert_eq!(s.prefill_params(2, 10), 10.0 * 86_016.0 + 2.0 * 6_400.0);
         assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 4_000);
         assert_eq!(s.weights_format, "Q4_1");
-        assert_eq!(s.kv_elems_per_token(), 2 * 2 * 32);
+        assert_eq!(s.kv_elems_per_token(), 2 * 2 * 2 * 32);
         // Untied: the embedding is a lookup (not read whole), the f16 head is read.
         let f = ridge_gguf::GgufFile::open(tiny_gguf(false).path()).unwrap();
         let s = ModelSpec::from_gguf(&f).unwrap();
@@ -774,4 +804,111 @@ mod tests {
         let f = ridge_gguf::GgufFile::open(tiny_gguf(true).path()).unwrap();
         assert_eq!(ModelSpec::from_gguf(&f).unwrap().sliding_window, None);
     }
+}
+
+/// A latent-attention model's spec from its config.json (DeepSeek-V2/V3, Kimi K2,
+/// GLM-4.7-Flash): per layer the query projection (`d · q_lora + q_lora · H · (nope + rope)`,
+/// or `d · H · (nope + rope)` without `q_lora_rank`), `kv_a` (`d · (kv_lora + rope)`), `kv_b`
+/// (`kv_lora · H · (nope + v)`) and `o` (`H · v · d`); the first `first_k_dense_replace`
+/// layers a dense gated MLP of `intermediate_size`, the others a router (`E · d`),
+/// `n_shared_experts` shared experts and `k` of `E` experts of `3 · d · moe_intermediate_size`;
+/// norms; the head. The cache holds one row of `kv_lora + rope` per token and layer.
+fn mla_from_hf(
+    c: &serde_json::Value,
+    root: &serde_json::Value,
+    path: &str,
+    bytes_per_param: f64,
+    format: &str,
+) -> Result<ModelSpec, SpecError> {
+    let cfg_err = |message: String| SpecError::Config {
+        path: path.to_string(),
+        message,
+    };
+    let get = |key: &str| -> Result<Option<u64>, SpecError> {
+        match c.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                cfg_err(format!("`{key}` must be a non-negative integer, found {v}"))
+            }),
+        }
+    };
+    let need = |key: &str| -> Result<u64, SpecError> {
+        get(key)?
+            .filter(|&n| n > 0)
+            .ok_or_else(|| cfg_err(format!("`{key}` is missing or 0 (latent attention needs it)")))
+    };
+    if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
+        return Err(cfg_err(format!(
+            "bytes per parameter must be positive, got {bytes_per_param}"
+        )));
+    }
+    let (d, n_layers, h) = (
+        need("hidden_size")?,
+        need("num_hidden_layers")?,
+        need("num_attention_heads")?,
+    );
+    let (kv_lora, nope, rope, v) = (
+        need("kv_lora_rank")?,
+        need("qk_nope_head_dim")?,
+        need("qk_rope_head_dim")?,
+        need("v_head_dim")?,
+    );
+    let (ff, vocab) = (need("intermediate_size")?, need("vocab_size")?);
+    let q_lora = get("q_lora_rank")?.filter(|&r| r > 0);
+    let q = match q_lora {
+        Some(r) => d * r + r * h * (nope + rope),
+        None => d * h * (nope + rope),
+    };
+    let attention = q + d * (kv_lora + rope) + kv_lora * h * (nope + v) + h * v * d;
+    let norms_per_layer = 2 * d + kv_lora + q_lora.unwrap_or(0);
+    let e = get("n_routed_experts")?.unwrap_or(0);
+    let (moe_layers, k, f, shared) = if e > 0 {
+        let k = need("num_experts_per_tok")?;
+        if k > e {
+            return Err(cfg_err(format!(
+                "`num_experts_per_tok` {k} exceeds the {e} experts"
+            )));
+        }
+        let dense = get("first_k_dense_replace")?.unwrap_or(0).min(n_layers);
+        (
+            n_layers - dense,
+            k,
+            need("moe_intermediate_size")?,
+            get("n_shared_experts")?.unwrap_or(0),
+        )
+    } else {
+        (0, 0, 0, 0)
+    };
+    let dense_layers = n_layers - moe_layers;
+    let expert = 3 * d * f;
+    // Parameters every token passes (experts aside), and the head.
+    let fixed = n_layers * attention
+        + dense_layers * 3 * d * ff
+        + moe_layers * (e * d + shared * expert)
+        + vocab * d;
+    let norms = n_layers * norms_per_layer + d;
+    let bytes = |experts: u64| {
+        ((fixed + norms + moe_layers * experts * expert) as f64 * bytes_per_param).round() as u64
+    };
+    Ok(ModelSpec {
+        name: ModelSpec::config_name(root, path),
+        n_layers,
+        kv_layers: n_layers,
+        kv_rows: 1,
+        state_bytes: 0,
+        n_heads: h,
+        n_kv_heads: 1,
+        head_dim: kv_lora + rope,
+        weight_bytes: bytes(k),
+        params: fixed + moe_layers * k * expert,
+        head_params: vocab * d,
+        weights_format: format.to_string(),
+        sliding_window: None,
+        experts: (e > 0).then(|| crate::RoutedExperts {
+            bytes_per_expert: ((moe_layers * expert) as f64 * bytes_per_param).round() as usize,
+            n_expert: e as usize,
+            n_used: k as usize,
+        }),
+        total_weight_bytes: bytes(e),
+    })
 }
