@@ -534,10 +534,16 @@ fn latent_attention_models_from_their_configs() {
         ];
         let rows = lines(&run(&args));
         let (r0, r1) = (&rows[0], &rows[1]);
-        let (e, k) = (num(&r0["experts"], "n_expert"), num(&r0["experts"], "n_used"));
+        let (e, k) = (
+            num(&r0["experts"], "n_expert"),
+            num(&r0["experts"], "n_used"),
+        );
         let per_expert = num(&r0["experts"], "bytes_per_expert");
         let (one, all) = (num(r0, "weights_bytes"), num(r0, "total_weight_bytes"));
-        assert!((all - one - (e - k) * per_expert).abs() < 2.0, "{name}: {r0}");
+        assert!(
+            (all - one - (e - k) * per_expert).abs() < 2.0,
+            "{name}: {r0}"
+        );
         let total = all / 2.0 + embd;
         assert!(
             (total / published - 1.0).abs() < 0.02,
@@ -546,7 +552,10 @@ fn latent_attention_models_from_their_configs() {
         // 4096 positions of one latent row (576 f16 values) per layer.
         let kv = num(r1, "step_bytes") - num(r0, "step_bytes");
         let want = 4096.0 * layers as f64 * 576.0 * 2.0;
-        assert!((kv / want - 1.0).abs() < 1e-9, "{name}: {kv} KV bytes vs {want}");
+        assert!(
+            (kv / want - 1.0).abs() < 1e-9,
+            "{name}: {kv} KV bytes vs {want}"
+        );
     }
 }
 

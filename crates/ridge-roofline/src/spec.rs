@@ -833,9 +833,11 @@ fn mla_from_hf(
         }
     };
     let need = |key: &str| -> Result<u64, SpecError> {
-        get(key)?
-            .filter(|&n| n > 0)
-            .ok_or_else(|| cfg_err(format!("`{key}` is missing or 0 (latent attention needs it)")))
+        get(key)?.filter(|&n| n > 0).ok_or_else(|| {
+            cfg_err(format!(
+                "`{key}` is missing or 0 (latent attention needs it)"
+            ))
+        })
     };
     if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
         return Err(cfg_err(format!(
