@@ -26,15 +26,22 @@
 //! `SHAPE` `gpt-oss-20b`: d_model 2880, 64 query / 8 KV heads of 64, 32 experts of width 2880,
 //! 4 used, a window of 128 on even layers, vocabulary 201 088, `LAYERS` of its 24; attention,
 //! embeddings and head in `DTYPE`, the experts in MXFP4 as in the published files.
+//!
+//! `SHAPE` `glm-4.7-flash`: GLM-4.7-Flash (`deepseek2`, latent attention: 20 heads, query rank
+//! 768, a 512 + 64 latent, heads of 192 + 64, values of 256), a leading dense layer of 10 240,
+//! 64 experts of 1536, 4 used (sigmoid routing, selection bias), a shared expert of 1536,
+//! vocabulary 154 880, `LAYERS` of its 47.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::{synthetic_model, SyntheticHybrid, SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{
+    synthetic_model, SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec,
+};
 use ridge_model::Architecture;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let out = args.next().ok_or(
-        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|lfm2-1.2b|granite-4.0-h-tiny|gpt-oss-20b]",
+        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|lfm2-1.2b|granite-4.0-h-tiny|gpt-oss-20b|glm-4.7-flash]",
     )?;
     let layers: usize = args.next().map_or(Ok(12), |s| s.parse())?;
     let dtype = match args.next().as_deref().unwrap_or("q4_0") {
@@ -130,6 +137,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 conv_kernel: 4,
                 interval: 10,
                 ..SyntheticHybrid::default()
+            }),
+            ..qwen3
+        },
+        // GLM-4.7-Flash (30B-A3B): latent attention (20 heads, query rank 768, latent 512 +
+        // 64 rotated, heads of 192 + 64 and values of 256), a leading dense layer of 10 240,
+        // then 64 experts of 1536, 4 used, sigmoid routing with the selection bias, a shared
+        // expert; vocabulary 154 880.
+        "glm-4.7-flash" => SyntheticSpec {
+            arch: Architecture::Deepseek2,
+            n_heads: 20,
+            n_kv_heads: 1,
+            head_dim: None,
+            ffn_dim: 10_240,
+            vocab: 154_880,
+            mla: Some(SyntheticMla {
+                q_lora: Some(768),
+                kv_lora: 512,
+                nope: 192,
+                rope: 64,
+                v_head: 256,
+            }),
+            moe: Some(SyntheticMoe {
+                dense_lead: 1,
+                sigmoid: true,
+                ..SyntheticMoe::new(64, 4, 1536, Some(1536))
             }),
             ..qwen3
         },

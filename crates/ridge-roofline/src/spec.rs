@@ -602,6 +602,115 @@ fn hybrid_layers(
     Ok((kv_layers, 4 * n_rec * per_layer))
 }
 
+/// A latent-attention model's spec from its config.json (DeepSeek-V2/V3, Kimi K2,
+/// GLM-4.7-Flash): per layer the query projection (`d · q_lora + q_lora · H · (nope + rope)`,
+/// or `d · H · (nope + rope)` without `q_lora_rank`), `kv_a` (`d · (kv_lora + rope)`), `kv_b`
+/// (`kv_lora · H · (nope + v)`) and `o` (`H · v · d`); the first `first_k_dense_replace`
+/// layers a dense gated MLP of `intermediate_size`, the others a router (`E · d`),
+/// `n_shared_experts` shared experts and `k` of `E` experts of `3 · d · moe_intermediate_size`;
+/// norms; the head. The cache holds one row of `kv_lora + rope` per token and layer.
+fn mla_from_hf(
+    c: &serde_json::Value,
+    root: &serde_json::Value,
+    path: &str,
+    bytes_per_param: f64,
+    format: &str,
+) -> Result<ModelSpec, SpecError> {
+    let cfg_err = |message: String| SpecError::Config {
+        path: path.to_string(),
+        message,
+    };
+    let get = |key: &str| -> Result<Option<u64>, SpecError> {
+        match c.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                cfg_err(format!("`{key}` must be a non-negative integer, found {v}"))
+            }),
+        }
+    };
+    let need = |key: &str| -> Result<u64, SpecError> {
+        get(key)?.filter(|&n| n > 0).ok_or_else(|| {
+            cfg_err(format!(
+                "`{key}` is missing or 0 (latent attention needs it)"
+            ))
+        })
+    };
+    if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
+        return Err(cfg_err(format!(
+            "bytes per parameter must be positive, got {bytes_per_param}"
+        )));
+    }
+    let (d, n_layers, h) = (
+        need("hidden_size")?,
+        need("num_hidden_layers")?,
+        need("num_attention_heads")?,
+    );
+    let (kv_lora, nope, rope, v) = (
+        need("kv_lora_rank")?,
+        need("qk_nope_head_dim")?,
+        need("qk_rope_head_dim")?,
+        need("v_head_dim")?,
+    );
+    let (ff, vocab) = (need("intermediate_size")?, need("vocab_size")?);
+    let q_lora = get("q_lora_rank")?.filter(|&r| r > 0);
+    let q = match q_lora {
+        Some(r) => d * r + r * h * (nope + rope),
+        None => d * h * (nope + rope),
+    };
+    let attention = q + d * (kv_lora + rope) + kv_lora * h * (nope + v) + h * v * d;
+    let norms_per_layer = 2 * d + kv_lora + q_lora.unwrap_or(0);
+    let e = get("n_routed_experts")?.unwrap_or(0);
+    let (moe_layers, k, f, shared) = if e > 0 {
+        let k = need("num_experts_per_tok")?;
+        if k > e {
+            return Err(cfg_err(format!(
+                "`num_experts_per_tok` {k} exceeds the {e} experts"
+            )));
+        }
+        let dense = get("first_k_dense_replace")?.unwrap_or(0).min(n_layers);
+        (
+            n_layers - dense,
+            k,
+            need("moe_intermediate_size")?,
+            get("n_shared_experts")?.unwrap_or(0),
+        )
+    } else {
+        (0, 0, 0, 0)
+    };
+    let dense_layers = n_layers - moe_layers;
+    let expert = 3 * d * f;
+    // Parameters every token passes (experts aside), and the head.
+    let fixed = n_layers * attention
+        + dense_layers * 3 * d * ff
+        + moe_layers * (e * d + shared * expert)
+        + vocab * d;
+    let norms = n_layers * norms_per_layer + d;
+    let bytes = |experts: u64| {
+        ((fixed + norms + moe_layers * experts * expert) as f64 * bytes_per_param).round() as u64
+    };
+    Ok(ModelSpec {
+        name: ModelSpec::config_name(root, path),
+        n_layers,
+        kv_layers: n_layers,
+        kv_rows: 1,
+        state_bytes: 0,
+        n_heads: h,
+        n_kv_heads: 1,
+        head_dim: kv_lora + rope,
+        weight_bytes: bytes(k),
+        params: fixed + moe_layers * k * expert,
+        head_params: vocab * d,
+        weights_format: format.to_string(),
+        sliding_window: None,
+        experts: (e > 0).then(|| crate::RoutedExperts {
+            bytes_per_expert: ((moe_layers * expert) as f64 * bytes_per_param).round() as usize,
+            n_expert: e as usize,
+            n_used: k as usize,
+        }),
+        total_weight_bytes: bytes(e),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,113 +913,4 @@ mod tests {
         let f = ridge_gguf::GgufFile::open(tiny_gguf(true).path()).unwrap();
         assert_eq!(ModelSpec::from_gguf(&f).unwrap().sliding_window, None);
     }
-}
-
-/// A latent-attention model's spec from its config.json (DeepSeek-V2/V3, Kimi K2,
-/// GLM-4.7-Flash): per layer the query projection (`d · q_lora + q_lora · H · (nope + rope)`,
-/// or `d · H · (nope + rope)` without `q_lora_rank`), `kv_a` (`d · (kv_lora + rope)`), `kv_b`
-/// (`kv_lora · H · (nope + v)`) and `o` (`H · v · d`); the first `first_k_dense_replace`
-/// layers a dense gated MLP of `intermediate_size`, the others a router (`E · d`),
-/// `n_shared_experts` shared experts and `k` of `E` experts of `3 · d · moe_intermediate_size`;
-/// norms; the head. The cache holds one row of `kv_lora + rope` per token and layer.
-fn mla_from_hf(
-    c: &serde_json::Value,
-    root: &serde_json::Value,
-    path: &str,
-    bytes_per_param: f64,
-    format: &str,
-) -> Result<ModelSpec, SpecError> {
-    let cfg_err = |message: String| SpecError::Config {
-        path: path.to_string(),
-        message,
-    };
-    let get = |key: &str| -> Result<Option<u64>, SpecError> {
-        match c.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                cfg_err(format!("`{key}` must be a non-negative integer, found {v}"))
-            }),
-        }
-    };
-    let need = |key: &str| -> Result<u64, SpecError> {
-        get(key)?.filter(|&n| n > 0).ok_or_else(|| {
-            cfg_err(format!(
-                "`{key}` is missing or 0 (latent attention needs it)"
-            ))
-        })
-    };
-    if !(bytes_per_param.is_finite() && bytes_per_param > 0.0) {
-        return Err(cfg_err(format!(
-            "bytes per parameter must be positive, got {bytes_per_param}"
-        )));
-    }
-    let (d, n_layers, h) = (
-        need("hidden_size")?,
-        need("num_hidden_layers")?,
-        need("num_attention_heads")?,
-    );
-    let (kv_lora, nope, rope, v) = (
-        need("kv_lora_rank")?,
-        need("qk_nope_head_dim")?,
-        need("qk_rope_head_dim")?,
-        need("v_head_dim")?,
-    );
-    let (ff, vocab) = (need("intermediate_size")?, need("vocab_size")?);
-    let q_lora = get("q_lora_rank")?.filter(|&r| r > 0);
-    let q = match q_lora {
-        Some(r) => d * r + r * h * (nope + rope),
-        None => d * h * (nope + rope),
-    };
-    let attention = q + d * (kv_lora + rope) + kv_lora * h * (nope + v) + h * v * d;
-    let norms_per_layer = 2 * d + kv_lora + q_lora.unwrap_or(0);
-    let e = get("n_routed_experts")?.unwrap_or(0);
-    let (moe_layers, k, f, shared) = if e > 0 {
-        let k = need("num_experts_per_tok")?;
-        if k > e {
-            return Err(cfg_err(format!(
-                "`num_experts_per_tok` {k} exceeds the {e} experts"
-            )));
-        }
-        let dense = get("first_k_dense_replace")?.unwrap_or(0).min(n_layers);
-        (
-            n_layers - dense,
-            k,
-            need("moe_intermediate_size")?,
-            get("n_shared_experts")?.unwrap_or(0),
-        )
-    } else {
-        (0, 0, 0, 0)
-    };
-    let dense_layers = n_layers - moe_layers;
-    let expert = 3 * d * f;
-    // Parameters every token passes (experts aside), and the head.
-    let fixed = n_layers * attention
-        + dense_layers * 3 * d * ff
-        + moe_layers * (e * d + shared * expert)
-        + vocab * d;
-    let norms = n_layers * norms_per_layer + d;
-    let bytes = |experts: u64| {
-        ((fixed + norms + moe_layers * experts * expert) as f64 * bytes_per_param).round() as u64
-    };
-    Ok(ModelSpec {
-        name: ModelSpec::config_name(root, path),
-        n_layers,
-        kv_layers: n_layers,
-        kv_rows: 1,
-        state_bytes: 0,
-        n_heads: h,
-        n_kv_heads: 1,
-        head_dim: kv_lora + rope,
-        weight_bytes: bytes(k),
-        params: fixed + moe_layers * k * expert,
-        head_params: vocab * d,
-        weights_format: format.to_string(),
-        sliding_window: None,
-        experts: (e > 0).then(|| crate::RoutedExperts {
-            bytes_per_expert: ((moe_layers * expert) as f64 * bytes_per_param).round() as usize,
-            n_expert: e as usize,
-            n_used: k as usize,
-        }),
-        total_weight_bytes: bytes(e),
-    })
 }
