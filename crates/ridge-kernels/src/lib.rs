@@ -38,6 +38,7 @@ mod fields;
 mod iq_grids;
 pub mod iquant;
 pub mod kquant;
+pub mod latent;
 pub mod lowbit;
 pub mod matmul;
 mod matrix;

@@ -28,7 +28,7 @@
 
 use ridge_gguf::GgufFile;
 use ridge_kernels::pool::{self, SharedMut};
-use ridge_kernels::{matmul, matmul_each, ops, WeightMatrix};
+use ridge_kernels::{latent, matmul, matmul_each, ops, Isa, WeightMatrix};
 
 use crate::config::{MlaConfig, ModelConfig};
 use crate::layer::{Ffn, GateAct, LayerCtx};
@@ -328,10 +328,30 @@ fn head<'a>(w: &WeightMatrix<'a>, hh: usize, rows: usize) -> WeightMatrix<'a> {
         .expect("a head's rows lie within its stacked tensor (bound so, tiled only whole)")
 }
 
+/// Positions per chunk of latent attention: a query's positions are cut at multiples of this
+/// (absolute positions), each chunk gives a partial softmax per head, and the partials are
+/// merged in chunk order — so a token's result has the same bits whether its chunks ran in one
+/// task (prefill) or were spread over the threads (decode).
+const CHUNK: usize = 64;
+
+thread_local! {
+    /// Per-thread buffers of latent attention: a chunk's rows in f32, its scores, and one
+    /// token's chunk partials — kept across calls, so a step allocates nothing.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
 /// Attention of every (token, query head) of the batch over its sequence's cached latent rows
 /// of layer `li`: scores `scale · q · row` against the whole row (`row` wide: latent then
 /// rotated part), softmax, and the weighted sum of the rows' first `rank` values into
-/// `ws.mla.lat` (n × heads × rank). One task per (token, block of heads), positions in order.
+/// `ws.mla.lat` (n × heads × rank).
+///
+/// Work is cut into (token, chunk of [`CHUNK`] positions) pieces, each computing every head's
+/// partial — its highest score, the sum of `e^(s − m)`, and the `e^(s − m)`-weighted sum of the
+/// latents — with each latent row converted to f32 once for all heads. With many tokens
+/// (prefill) one task takes a token's chunks in order and merges as it goes; with few (decode)
+/// the chunks are spread over the threads and merged after. Both merge the same partials in the
+/// same order.
 fn latent_attention(
     cx: &LayerCtx<'_>,
     li: usize,
@@ -342,71 +362,132 @@ fn latent_attention(
 ) {
     let cfg = cx.cfg;
     let (n, h) = (batch.len(), cfg.n_heads);
-    // Enough head blocks that every thread has two tasks; whole heads per block.
-    let per = h.div_ceil((2 * pool::threads()).div_ceil(n).max(1)).max(1);
-    let blocks = h.div_ceil(per);
     let layer = kv.layer(li);
     let group = kv.group_of(li);
+    let (scale, isa) = (cfg.attn_scale, cx.isa);
+    let plen = h * (rank + 2);
     let (q, tables, table_of) = (&ws.q, &ws.tables[group], &ws.table_of);
-    let lat = SharedMut(ws.mla.lat.as_mut_ptr());
-    let scale = cfg.attn_scale;
-    pool::parallel_for(n * blocks, |i| {
-        let (t, b) = (i / blocks, i % blocks);
-        let (h0, h1) = (b * per, ((b + 1) * per).min(h));
+    let s = &mut ws.mla;
+    let chunks_of = |t: usize| (batch.positions[t] + 1).div_ceil(CHUNK);
+    // One chunk's partial for token t: rows loaded into `rows`, scores into `sc`.
+    let partial = |t: usize, c: usize, rows: &mut Vec<f32>, sc: &mut Vec<f32>, out: &mut [f32]| {
         let end = batch.positions[t] + 1;
+        let (p0, p1) = (c * CHUNK, ((c + 1) * CHUNK).min(end));
+        let m = p1 - p0;
         let table = &tables[table_of[t]];
-        let mut krow = vec![0f32; row];
-        let mut scores = vec![0f32; (h1 - h0) * end];
-        for p in 0..end {
-            layer.load_head(false, kv.slot(table, p), 0, &mut krow);
-            for hh in h0..h1 {
-                let qh = &q[(t * h + hh) * row..][..row];
-                scores[(hh - h0) * end + p] = scale * dot(qh, &krow);
-            }
+        rows.resize(m * row, 0.0);
+        for (j, r) in rows.chunks_exact_mut(row).enumerate() {
+            layer.load_head(false, kv.slot(table, p0 + j), 0, r);
         }
-        for sc in scores.chunks_exact_mut(end) {
-            let max = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let mut sum = 0f32;
-            for v in sc.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v;
-            }
-            sc.iter_mut().for_each(|v| *v /= sum);
-        }
-        // SAFETY: task i alone writes lat[(t·h + h0)·rank .. (t·h + h1)·rank] (distinct
-        // (token, block) pairs give disjoint ranges inside the n·h·rank buffer), and the
-        // buffer outlives parallel_for.
-        let out = unsafe {
-            std::slice::from_raw_parts_mut(lat.ptr().add((t * h + h0) * rank), (h1 - h0) * rank)
-        };
-        out.iter_mut().for_each(|v| *v = 0.0);
-        for p in 0..end {
-            layer.load_head(false, kv.slot(table, p), 0, &mut krow);
-            for (k, o) in out.chunks_exact_mut(rank).enumerate() {
-                let w = scores[k * end + p];
-                for (o, &c) in o.iter_mut().zip(&krow[..rank]) {
-                    *o += w * c;
+        sc.resize(h * m, 0.0);
+        latent::scores(
+            isa,
+            &q[t * h * row..(t + 1) * h * row],
+            rows,
+            row,
+            scale,
+            sc,
+        );
+        chunk_partial(isa, sc, rows, (m, row, rank), out);
+    };
+    fit(&mut s.lat, n * h * rank);
+    let lat = SharedMut(s.lat.as_mut_ptr());
+    if n >= 2 * pool::threads() {
+        pool::parallel_for(n, |t| {
+            SCRATCH.with(|cell| {
+                let (rows, sc, parts) = &mut *cell.borrow_mut();
+                let k = chunks_of(t);
+                parts.resize(k * plen, 0.0);
+                for (c, part) in parts.chunks_exact_mut(plen).enumerate() {
+                    partial(t, c, rows, sc, part);
                 }
-            }
-        }
+                // SAFETY: task t alone writes lat[t·h·rank .. (t + 1)·h·rank] (distinct tokens
+                // give disjoint ranges of the n·h·rank buffer), which outlives parallel_for.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(lat.ptr().add(t * h * rank), h * rank)
+                };
+                merge(parts, h, rank, out);
+            });
+        });
+        return;
+    }
+    // Decode: one task per (token, chunk), the partials merged per token after the loop.
+    s.tasks.clear();
+    for t in 0..n {
+        s.tasks.extend((0..chunks_of(t)).map(|c| (t, c)));
+    }
+    fit(&mut s.parts, s.tasks.len() * plen);
+    let parts = SharedMut(s.parts.as_mut_ptr());
+    let tasks = &s.tasks;
+    pool::parallel_for(tasks.len(), |i| {
+        let (t, c) = tasks[i];
+        // SAFETY: task i alone writes parts[i·plen .. (i + 1)·plen], inside the buffer sized
+        // for every task, which outlives parallel_for.
+        let out = unsafe { std::slice::from_raw_parts_mut(parts.ptr().add(i * plen), plen) };
+        SCRATCH.with(|cell| {
+            let (rows, sc, _) = &mut *cell.borrow_mut();
+            partial(t, c, rows, sc, out);
+        });
     });
+    let mut i = 0;
+    for t in 0..n {
+        let k = chunks_of(t);
+        merge(
+            &s.parts[i * plen..(i + k) * plen],
+            h,
+            rank,
+            &mut s.lat[t * h * rank..(t + 1) * h * rank],
+        );
+        i += k;
+    }
 }
 
-/// f32 · f32 with eight independent accumulators (vectorised by the compiler).
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
+/// One chunk's partial per head from its scores `sc` (`h × m`) and rows (`m × row`): the
+/// highest score, the sum of `e^(s − max)`, and the weighted sum of the rows' first `rank`
+/// values, laid out per head as `[weighted sum (rank), max, sum]`.
+fn chunk_partial(
+    isa: Isa,
+    sc: &mut [f32],
+    rows: &[f32],
+    (m, row, rank): (usize, usize, usize),
+    out: &mut [f32],
+) {
+    for (s, part) in sc.chunks_exact_mut(m).zip(out.chunks_exact_mut(rank + 2)) {
+        let max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let mut sum = 0f32;
+        for v in s.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
         }
+        part[rank] = max;
+        part[rank + 1] = sum;
     }
-    acc.iter().sum::<f32>() + tail
+    latent::weighted_rows(isa, sc, rows, row, rank, out);
+}
+
+/// Merges a token's chunk partials (in chunk order; `h` heads of `[rank, max, sum]` each) into
+/// its heads' attended latents `out` (`h × rank`).
+fn merge(parts: &[f32], h: usize, rank: usize, out: &mut [f32]) {
+    let plen = h * (rank + 2);
+    for (hh, o) in out.chunks_exact_mut(rank).enumerate() {
+        let head = |p: &[f32]| -> (f32, f32) {
+            let st = &p[hh * (rank + 2) + rank..][..2];
+            (st[0], st[1])
+        };
+        let max = parts
+            .chunks_exact(plen)
+            .map(|p| head(p).0)
+            .fold(f32::NEG_INFINITY, f32::max);
+        o.iter_mut().for_each(|v| *v = 0.0);
+        let mut total = 0f32;
+        for p in parts.chunks_exact(plen) {
+            let (m, s) = head(p);
+            let f = (m - max).exp();
+            total += s * f;
+            for (v, &a) in o.iter_mut().zip(&p[hh * (rank + 2)..][..rank]) {
+                *v += f * a;
+            }
+        }
+        o.iter_mut().for_each(|v| *v /= total);
+    }
 }

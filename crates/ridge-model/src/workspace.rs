@@ -63,6 +63,9 @@ pub(crate) struct MlaScratch {
     pub(crate) lat: Vec<f32>,
     /// Each head's value, head-major.
     pub(crate) vout: Vec<f32>,
+    /// Decode attention split by chunks: (token, chunk) per task, and their partials.
+    pub(crate) tasks: Vec<(usize, usize)>,
+    pub(crate) parts: Vec<f32>,
 }
 
 /// Scratch of a hybrid's layers (`qwen35.rs`), reused across layers and calls.
