@@ -362,7 +362,7 @@ fn route(
     let router = cx.mat(&e.router);
     matmul(cx.isa, ActPrecision::F32, &router, xn, n, &mut s.probs, mm);
     s.chosen.clear();
-    let mut select = Vec::new();
+    let select = &mut s.select;
     for row in s.probs.chunks_exact_mut(ne) {
         if let Some(b) = &e.router_bias {
             ops::add_inplace(row, b);
@@ -372,17 +372,22 @@ fn route(
             Gating::Sigmoid => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
             Gating::SoftmaxTopK => {}
         }
-        // What the choice ranks: the scores, plus the selection bias where there is one, and
-        // only in the open groups where routing is group-limited.
-        select.clear();
-        match &e.selection_bias {
-            Some(b) => select.extend(row.iter().zip(b).map(|(p, b)| p + b)),
-            None => select.extend_from_slice(row),
-        }
-        if let Some((groups, used)) = moe.groups {
-            close_groups(&mut select, groups, used);
-        }
-        let ranked: &[f32] = &select;
+        // What the choice ranks: the scores themselves, or (copied, so that the weights stay
+        // the scores) plus the selection bias and only in the open groups where routing is
+        // group-limited.
+        let ranked: &[f32] = if e.selection_bias.is_some() || moe.groups.is_some() {
+            select.clear();
+            match &e.selection_bias {
+                Some(b) => select.extend(row.iter().zip(b).map(|(p, b)| p + b)),
+                None => select.extend_from_slice(row),
+            }
+            if let Some((groups, used)) = moe.groups {
+                close_groups(select, groups, used);
+            }
+            select
+        } else {
+            row
+        };
         let first = s.chosen.len();
         for _ in 0..k {
             // The largest score not yet taken (the lowest index among ties).

@@ -95,6 +95,9 @@ pub(crate) struct HybridScratch {
 pub(crate) struct MoeScratch {
     /// `n × E` router logits, then probabilities.
     pub(crate) probs: Vec<f32>,
+    /// One token's ranking scores where they differ from its probabilities (a selection bias,
+    /// group-limited routing).
+    pub(crate) select: Vec<f32>,
     /// Per token, its `k` experts and their weights.
     pub(crate) chosen: Vec<(u32, f32)>,
     /// `(token, weight)` of every routed pair, grouped by expert: expert `e`'s are

@@ -8,18 +8,12 @@
 #[path = "common/llama_cpp.rs"]
 mod llama_cpp;
 
-use llama_cpp::{family_specs, load_with as load, prose_tokens, running_perplexity, CTX};
+use llama_cpp::{
+    check_against, edit, family_specs, load_with as load, logits_in_chunks, prose_tokens, refused,
+    running_perplexity,
+};
 use ridge_model::synthetic::{synthetic_model, SyntheticSpec};
 use ridge_model::ActPolicy;
-use sha2::{Digest, Sha256};
-
-fn fixture() -> serde_json::Value {
-    let p = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/llama_cpp_families.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
 
 fn spec(name: &str) -> SyntheticSpec {
     family_specs()
@@ -29,39 +23,17 @@ fn spec(name: &str) -> SyntheticSpec {
         .unwrap()
 }
 
-/// Ridge's running perplexity on `name` under `policy` against llama.cpp's, each chunk within
-/// `tol` (relative).
+/// Ridge's running perplexity on `name` against llama.cpp's, each chunk within `tol`.
 fn check(name: &str, policy: ActPolicy, tol: f64) {
-    let fx = fixture();
-    assert_eq!(fx["ctx"].as_u64(), Some(CTX as u64));
-    let want = &fx["models"][name];
-    let bytes = synthetic_model(&spec(name));
-    assert_eq!(
-        want["sha256"].as_str(),
-        Some(format!("{:x}", Sha256::digest(&bytes)).as_str()),
-        "{name}: the synthetic file changed; rerun SET=families tools/reference/make_synthetic_llama_cpp_fixtures.sh"
+    let regen = "SET=families tools/reference/make_synthetic_llama_cpp_fixtures.sh";
+    check_against(
+        "llama_cpp_families.json",
+        regen,
+        &spec(name),
+        name,
+        policy,
+        tol,
     );
-    let (_f, m) = load(&bytes, policy);
-    let got = running_perplexity(&m, &prose_tokens());
-    let lcpp: Vec<f64> = want["perplexity_llama_cpp_running"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
-    assert_eq!(got.len(), lcpp.len());
-    for (i, (g, l)) in got.iter().zip(&lcpp).enumerate() {
-        let rel = (g - l).abs() / l;
-        eprintln!(
-            "{name} [{}] ridge {g:.5} llama.cpp {l:.5} rel {rel:.2e}",
-            i + 1
-        );
-        assert!(
-            rel < tol,
-            "{name} chunk {}: ridge {g} vs llama.cpp {l} ({policy:?})",
-            i + 1
-        );
-    }
 }
 
 /// f32 activations on f32 weights: the same arithmetic as llama.cpp up to summation order and
@@ -172,50 +144,6 @@ fn each_family_differs_from_plain_llama() {
     }
 }
 
-/// The file again with metadata `key` set to `v` (`None`: removed) and the tensors `rename`
-/// maps renamed (to `None`: dropped).
-fn edit(
-    good: &[u8],
-    key: &str,
-    v: Option<ridge_gguf::MetadataValue>,
-    rename: &[(&str, Option<&str>)],
-) -> Vec<u8> {
-    use ridge_gguf::{GgufFile, GgufWriter};
-    let f = GgufFile::from_bytes("<memory>", good.to_vec()).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, old) in f.metadata() {
-        match (k == key, &v) {
-            (true, Some(v)) => w.meta(k, v.clone()),
-            (true, None) => &mut w,
-            (false, _) => w.meta(k, old.clone()),
-        };
-    }
-    if let (false, Some(v)) = (f.metadata().iter().any(|(k, _)| k == key), &v) {
-        w.meta(key, v.clone());
-    }
-    for t in f.tensors() {
-        let name = match rename.iter().find(|(from, _)| *from == t.name) {
-            Some((_, None)) => continue,
-            Some((_, Some(to))) => to.to_string(),
-            None => t.name.clone(),
-        };
-        w.tensor(&name, &t.dims, t.ty, f.tensor_data(t).to_vec());
-    }
-    w.to_bytes()
-}
-
-/// Loading `bytes` fails with one line containing `names`.
-fn refused(bytes: &[u8], what: &str, names: &str) {
-    use std::io::Write;
-    let mut t = tempfile::NamedTempFile::new().unwrap();
-    t.write_all(bytes).unwrap();
-    let err = ridge_model::Model::load(t.path())
-        .expect_err(what)
-        .to_string();
-    assert!(err.contains(names), "{what}: {err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-}
-
 #[test]
 fn bad_family_metadata_is_one_line() {
     use ridge_gguf::MetadataValue;
@@ -290,23 +218,6 @@ fn bad_family_metadata_is_one_line() {
         "YaRN's log multiplier outside mistral3",
         "smollm3.rope.scaling.yarn_log_multiplier",
     );
-}
-
-/// Logits of every token of `prompt`, fed in pieces of `chunk` tokens.
-fn logits_in_chunks(m: &ridge_model::Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
-    use ridge_model::{Batch, KvCache, Workspace};
-    let mut kv = KvCache::new(m.config(), 256);
-    let s = kv.add_seq();
-    let mut ws = Workspace::new();
-    let mut out = Vec::new();
-    for (c, piece) in prompt.chunks(chunk).enumerate() {
-        let mut b = Batch::new();
-        for (i, &t) in piece.iter().enumerate() {
-            b.push(t, c * chunk + i, s, true);
-        }
-        out.extend_from_slice(m.forward(&b, &mut kv, &mut ws).unwrap());
-    }
-    out
 }
 
 /// Latent attention gives a token the same bits whatever the chunking of its prompt and

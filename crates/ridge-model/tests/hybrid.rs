@@ -8,20 +8,11 @@
 #[path = "common/llama_cpp.rs"]
 mod llama_cpp;
 
-use std::io::Write;
-
-use llama_cpp::{hybrid_specs, load_with as load, prose_tokens, running_perplexity, CTX};
+use llama_cpp::{
+    check_against, edit, hybrid_specs, load_with as load, logits_in_chunks, prose_tokens, refused,
+};
 use ridge_model::synthetic::{synthetic_model, SyntheticSpec};
-use ridge_model::{ActPolicy, Batch, KvCache, Model, SeqId, Workspace};
-use sha2::{Digest, Sha256};
-
-fn fixture() -> serde_json::Value {
-    let p = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/llama_cpp_hybrid.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
+use ridge_model::{ActPolicy, Batch, KvCache, SeqId, Workspace};
 
 fn spec(name: &str) -> SyntheticSpec {
     hybrid_specs()
@@ -31,39 +22,17 @@ fn spec(name: &str) -> SyntheticSpec {
         .unwrap()
 }
 
-/// Ridge's running perplexity on `name` under `policy` against llama.cpp's, each chunk within
-/// `tol` (relative).
+/// Ridge's running perplexity on `name` against llama.cpp's, each chunk within `tol`.
 fn check(name: &str, policy: ActPolicy, tol: f64) {
-    let fx = fixture();
-    assert_eq!(fx["ctx"].as_u64(), Some(CTX as u64));
-    let want = &fx["models"][name];
-    let bytes = synthetic_model(&spec(name));
-    assert_eq!(
-        want["sha256"].as_str(),
-        Some(format!("{:x}", Sha256::digest(&bytes)).as_str()),
-        "{name}: the synthetic file changed; rerun SET=hybrid tools/reference/make_synthetic_llama_cpp_fixtures.sh"
+    let regen = "SET=hybrid tools/reference/make_synthetic_llama_cpp_fixtures.sh";
+    check_against(
+        "llama_cpp_hybrid.json",
+        regen,
+        &spec(name),
+        name,
+        policy,
+        tol,
     );
-    let (_f, m) = load(&bytes, policy);
-    let got = running_perplexity(&m, &prose_tokens());
-    let lcpp: Vec<f64> = want["perplexity_llama_cpp_running"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
-    assert_eq!(got.len(), lcpp.len());
-    for (i, (g, l)) in got.iter().zip(&lcpp).enumerate() {
-        let rel = (g - l).abs() / l;
-        eprintln!(
-            "{name} [{}] ridge {g:.5} llama.cpp {l:.5} rel {rel:.2e}",
-            i + 1
-        );
-        assert!(
-            rel < tol,
-            "{name} chunk {}: ridge {g} vs llama.cpp {l} ({policy:?})",
-            i + 1
-        );
-    }
 }
 
 /// f32 activations on f32 weights: the same arithmetic as llama.cpp up to summation order
@@ -139,22 +108,6 @@ fn lfm2_four_taps_one_kv_head_tied_head_matches_llama_cpp() {
 fn lfm2_q4_0_matches_llama_cpp() {
     check("lfm2_q4_0", ActPolicy::default(), 1e-2);
     check("lfm2_q4_0", ActPolicy::Int8, 1e-2);
-}
-
-/// Logits of every token of `prompt`, fed in pieces of `chunk` tokens.
-fn logits_in_chunks(m: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
-    let mut kv = KvCache::new(m.config(), 256);
-    let s = kv.add_seq();
-    let mut ws = Workspace::new();
-    let mut out = Vec::new();
-    for (c, piece) in prompt.chunks(chunk).enumerate() {
-        let mut b = Batch::new();
-        for (i, &t) in piece.iter().enumerate() {
-            b.push(t, c * chunk + i, s, true);
-        }
-        out.extend_from_slice(m.forward(&b, &mut kv, &mut ws).unwrap());
-    }
-    out
 }
 
 #[test]
@@ -264,36 +217,6 @@ fn lfm2_convolution_layers_keep_a_window_only() {
     );
 }
 
-/// The file again with metadata `key` set to `v` (`None`: removed).
-fn edit_meta(good: &[u8], key: &str, v: Option<ridge_gguf::MetadataValue>) -> Vec<u8> {
-    use ridge_gguf::{GgufFile, GgufWriter};
-    let f = GgufFile::from_bytes("<memory>", good.to_vec()).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, old) in f.metadata() {
-        match (k == key, &v) {
-            (true, Some(v)) => w.meta(k, v.clone()),
-            (true, None) => &mut w,
-            (false, _) => w.meta(k, old.clone()),
-        };
-    }
-    if let (false, Some(v)) = (f.metadata().iter().any(|(k, _)| k == key), &v) {
-        w.meta(key, v.clone());
-    }
-    for t in f.tensors() {
-        w.tensor(&t.name, &t.dims, t.ty, f.tensor_data(t).to_vec());
-    }
-    w.to_bytes()
-}
-
-/// Loading `bytes` fails with one line containing `names`.
-fn refused(bytes: &[u8], what: &str, names: &str) {
-    let mut t = tempfile::NamedTempFile::new().unwrap();
-    t.write_all(bytes).unwrap();
-    let err = Model::load(t.path()).expect_err(what).to_string();
-    assert!(err.contains(names), "{what}: {err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-}
-
 #[test]
 fn bad_lfm2_metadata_is_one_line() {
     use ridge_gguf::{ArrayValue, MetadataValue};
@@ -339,7 +262,7 @@ fn bad_lfm2_metadata_is_one_line() {
         ),
     ];
     for (key, v, names) in cases {
-        refused(&edit_meta(&good, key, v), key, names);
+        refused(&edit(&good, key, v, &[]), key, names);
     }
 }
 
@@ -374,7 +297,7 @@ fn bad_granitehybrid_metadata_is_one_line() {
         ),
     ];
     for (key, v, names) in cases {
-        refused(&edit_meta(&good, key, v), key, names);
+        refused(&edit(&good, key, v, &[]), key, names);
     }
 }
 
@@ -417,7 +340,7 @@ fn bad_nemotron_h_metadata_is_one_line() {
         ),
     ];
     for (key, v, names) in cases {
-        refused(&edit_meta(&good, key, v), key, names);
+        refused(&edit(&good, key, v, &[]), key, names);
     }
 }
 
@@ -472,11 +395,6 @@ fn bad_hybrid_metadata_is_one_line() {
         ),
     ];
     for (key, v, names) in cases {
-        let bytes = edit(key, v);
-        let mut t = tempfile::NamedTempFile::new().unwrap();
-        t.write_all(&bytes).unwrap();
-        let err = Model::load(t.path()).expect_err(key).to_string();
-        assert!(err.contains(names), "{key}: {err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
+        refused(&edit(key, v), key, names);
     }
 }

@@ -409,18 +409,7 @@ impl ModelSpec {
             n_expert: e as usize,
             n_used: k as usize,
         });
-        let name = root
-            .get("_name_or_path")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                let p = std::path::Path::new(path);
-                p.parent()
-                    .and_then(|d| d.file_name())
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| file_stem(path))
-            });
+        let name = ModelSpec::config_name(&root, path);
         // Sliding-window layers as the config lists them (`layer_types`), or as a window with
         // a period (`sliding_window_pattern`: every p-th layer is global). A bare
         // `sliding_window` is ambiguous across model families (often unused) and is ignored.

@@ -702,3 +702,112 @@ pub fn running_perplexity(m: &Model, tokens: &[u32]) -> Vec<f64> {
     }
     running
 }
+
+/// Ridge's running perplexity on `spec` (named `name` in `tests/data/{fixture}`) under `policy`
+/// against llama.cpp's, each chunk within `tol` (relative); `regen` is the command that
+/// rewrites the fixture, named when the synthetic file's bytes changed.
+#[allow(dead_code)]
+pub fn check_against(
+    fixture: &str,
+    regen: &str,
+    spec: &SyntheticSpec,
+    name: &str,
+    policy: ActPolicy,
+    tol: f64,
+) {
+    use sha2::{Digest, Sha256};
+    let p = format!("{}/tests/data/{fixture}", env!("CARGO_MANIFEST_DIR"));
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_eq!(fx["ctx"].as_u64(), Some(CTX as u64));
+    let want = &fx["models"][name];
+    let bytes = ridge_model::synthetic::synthetic_model(spec);
+    assert_eq!(
+        want["sha256"].as_str(),
+        Some(format!("{:x}", Sha256::digest(&bytes)).as_str()),
+        "{name}: the synthetic file changed; rerun {regen}"
+    );
+    let (_f, m) = load_with(&bytes, policy);
+    let got = running_perplexity(&m, &prose_tokens());
+    let lcpp: Vec<f64> = want["perplexity_llama_cpp_running"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(got.len(), lcpp.len());
+    for (i, (g, l)) in got.iter().zip(&lcpp).enumerate() {
+        let rel = (g - l).abs() / l;
+        eprintln!(
+            "{name} [{}] ridge {g:.5} llama.cpp {l:.5} rel {rel:.2e}",
+            i + 1
+        );
+        assert!(
+            rel < tol,
+            "{name} chunk {}: ridge {g} vs llama.cpp {l} ({policy:?})",
+            i + 1
+        );
+    }
+}
+
+/// Logits of every token of `prompt`, fed in pieces of `chunk` tokens.
+#[allow(dead_code)]
+pub fn logits_in_chunks(m: &Model, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let mut kv = KvCache::new(m.config(), 256);
+    let s = kv.add_seq();
+    let mut ws = Workspace::new();
+    let mut out = Vec::new();
+    for (c, piece) in prompt.chunks(chunk).enumerate() {
+        let mut b = Batch::new();
+        for (i, &t) in piece.iter().enumerate() {
+            b.push(t, c * chunk + i, s, true);
+        }
+        out.extend_from_slice(m.forward(&b, &mut kv, &mut ws).unwrap());
+    }
+    out
+}
+
+/// The file again with metadata `key` set to `v` (`None`: removed) and the tensors `rename`
+/// maps renamed (to `None`: dropped).
+#[allow(dead_code)]
+pub fn edit(
+    good: &[u8],
+    key: &str,
+    v: Option<ridge_gguf::MetadataValue>,
+    rename: &[(&str, Option<&str>)],
+) -> Vec<u8> {
+    use ridge_gguf::{GgufFile, GgufWriter};
+    let f = GgufFile::from_bytes("<memory>", good.to_vec()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, old) in f.metadata() {
+        match (k == key, &v) {
+            (true, Some(v)) => w.meta(k, v.clone()),
+            (true, None) => &mut w,
+            (false, _) => w.meta(k, old.clone()),
+        };
+    }
+    if let (false, Some(v)) = (f.metadata().iter().any(|(k, _)| k == key), &v) {
+        w.meta(key, v.clone());
+    }
+    for t in f.tensors() {
+        let name = match rename.iter().find(|(from, _)| *from == t.name) {
+            Some((_, None)) => continue,
+            Some((_, Some(to))) => to.to_string(),
+            None => t.name.clone(),
+        };
+        w.tensor(&name, &t.dims, t.ty, f.tensor_data(t).to_vec());
+    }
+    w.to_bytes()
+}
+
+/// Loading `bytes` fails with one line containing `names`.
+#[allow(dead_code)]
+pub fn refused(bytes: &[u8], what: &str, names: &str) {
+    use std::io::Write;
+    let mut t = tempfile::NamedTempFile::new().unwrap();
+    t.write_all(bytes).unwrap();
+    let err = ridge_model::Model::load(t.path())
+        .expect_err(what)
+        .to_string();
+    assert!(err.contains(names), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
