@@ -18,6 +18,32 @@ struct Func<'a> {
     params: Value,
 }
 
+impl Func<'_> {
+    /// Its parameters in the schema's order: name, schema, and `""` where required, `"?"`
+    /// where optional (the Lark suffix).
+    fn params(&self) -> Vec<(&str, &Value, &'static str)> {
+        let required: Vec<&str> = self
+            .params
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let props = self.params.get("properties").and_then(Value::as_object);
+        props
+            .into_iter()
+            .flatten()
+            .map(|(name, schema)| {
+                let optional = if required.contains(&name.as_str()) {
+                    ""
+                } else {
+                    "?"
+                };
+                (name.as_str(), schema, optional)
+            })
+            .collect()
+    }
+}
+
 /// The grammar for calls of `allowed` (tool definitions) in `t`'s format.
 pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
     let fns: Vec<Func> = allowed
@@ -101,26 +127,14 @@ fn qwen_xml(t: &Tools, fns: &[Func]) -> String {
     let mut rules = String::new();
     let mut alts = Vec::new();
     for (i, f) in fns.iter().enumerate() {
-        let required: Vec<&str> = f
-            .params
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
         let mut seq = vec![lark_str(&format!("<function={}>\n", f.name))];
-        let props = f.params.get("properties").and_then(Value::as_object);
-        for (j, (name, schema)) in props.into_iter().flatten().enumerate() {
+        for (j, (name, schema, optional)) in f.params().into_iter().enumerate() {
             let rule = format!("p{i}_{j}");
-            let optional = if required.contains(&name.as_str()) {
-                ""
-            } else {
-                "?"
-            };
             seq.push(format!("{rule}{optional}"));
             rules.push_str(&format!(
                 "{rule}: {} {} {}\n",
                 lark_str(&format!("<parameter={name}>\n")),
-                xml_value(schema),
+                xml_value(schema, true),
                 lark_str("</parameter>\n"),
             ));
         }
@@ -146,26 +160,11 @@ fn glm_xml(t: &Tools, fns: &[Func]) -> String {
     let mut rules = String::new();
     let mut alts = Vec::new();
     for (i, f) in fns.iter().enumerate() {
-        let required: Vec<&str> = f
-            .params
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
         let mut seq = vec![lark_str(f.name), "\"\\n\"?".to_string()];
-        let props = f.params.get("properties").and_then(Value::as_object);
-        for (j, (name, schema)) in props.into_iter().flatten().enumerate() {
+        for (j, (name, schema, optional)) in f.params().into_iter().enumerate() {
             let rule = format!("p{i}_{j}");
-            let optional = if required.contains(&name.as_str()) {
-                ""
-            } else {
-                "?"
-            };
             seq.push(format!("{rule}{optional}"));
-            let value = match xml_value(schema).strip_suffix(" \"\\n\"") {
-                Some(v) => v.to_string(),
-                None => xml_value(schema),
-            };
+            let value = xml_value(schema, false);
             rules.push_str(&format!(
                 "{rule}: {} {} {} \"\\n\"? {} {value} {} \"\\n\"?\n",
                 tag("<arg_key>"),
@@ -188,15 +187,17 @@ fn glm_xml(t: &Tools, fns: &[Func]) -> String {
 }
 
 /// One XML value: text without `<` for strings (one of the listed strings for an `enum`),
-/// else JSON against the parameter's schema; then the newline before `</parameter>`.
-fn xml_value(schema: &Value) -> String {
+/// else JSON against the parameter's schema; then, with `newline`, the newline before the
+/// closing tag (Qwen3-Coder's; free text takes it in).
+fn xml_value(schema: &Value, newline: bool) -> String {
+    let nl = if newline { " \"\\n\"" } else { "" };
     let is_string = match schema.get("type") {
         Some(Value::String(t)) => t == "string",
         Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
         _ => false,
     };
     if !is_string {
-        return format!("%json {} \"\\n\"", schema);
+        return format!("%json {schema}{nl}");
     }
     let options: Option<Vec<String>> = schema.get("enum").and_then(Value::as_array).map(|a| {
         a.iter()
@@ -206,7 +207,7 @@ fn xml_value(schema: &Value) -> String {
             .collect()
     });
     match options {
-        Some(o) if !o.is_empty() => format!("({}) \"\\n\"", o.join(" | ")),
+        Some(o) if !o.is_empty() => format!("({}){nl}", o.join(" | ")),
         _ => "/[^<]*/".to_string(),
     }
 }
