@@ -160,6 +160,8 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_filter("indent", bounded_indent);
         env.add_filter("string", py_string);
+        env.add_filter("upper", |v: &Value| py_text(v).map(|s| s.to_uppercase()));
+        env.add_filter("lower", |v: &Value| py_text(v).map(|s| s.to_lowercase()));
         env.set_formatter(py_formatter);
         let source = source.into();
         env.add_template_owned(NAME, source.clone())
@@ -517,6 +519,16 @@ fn py_string(value: &Value) -> Result<Value, Error> {
         ValueKind::Undefined => Value::from(""),
         _ => Value::from(py_str(value)?),
     })
+}
+
+/// The text jinja2's string filters (`upper`, `lower`) work on: Python's `str(value)`, and
+/// nothing for an undefined value; so a list upper-cases as `['STRING', 'NULL']` (Gemma 4's
+/// template upper-cases a schema's `type`, which may be a list or missing).
+fn py_text(value: &Value) -> Result<String, Error> {
+    match value.kind() {
+        ValueKind::Undefined => Ok(String::new()),
+        _ => py_str(value),
+    }
 }
 
 /// How `{{ value }}` prints: as jinja2 does, Python's `str(value)` for lists, dicts and floats;

@@ -2,7 +2,7 @@
 //! (XML-style tool calls), gpt-oss (the harmony format) and the 2026 hybrids — Qwen3.5 (thinking
 //! on by default, Qwen3-Coder's tool calls), Granite 4.0, LFM2.5 and Nemotron Nano v2 — and the
 //! families on llama's layer — SmolLM3, Granite 3.3, Ministral 3, Mistral Small 3.2, Phi-3.5,
-//! GLM-4.6 and GLM-4.7-Flash — render
+//! GLM-4.6, GLM-4.7-Flash and Gemma 4 (and its variant for interleaved thinking) — render
 //! as Python's jinja2 renders them. The templates are llama.cpp's copies (`data/templates/`); the expected renders, and the
 //! errors of the conversations the templates reject, were produced by jinja2 set up as Hugging
 //! Face transformers sets it up (`data/regen_chat_templates.sh`, `data/render_chat_templates.py`).
@@ -123,6 +123,8 @@ fn fixtures_cover_the_families() {
             "microsoft-Phi-3.5-mini-instruct.jinja",
             "GLM-4.6.jinja",
             "GLM-4.7-Flash.jinja",
+            "google-gemma-4-31B-it.jinja",
+            "google-gemma-4-31B-it-interleaved.jinja",
         ]
     );
     for t in &r.templates {
@@ -206,6 +208,18 @@ fn renders_carry_reasoning_kwargs_and_the_date() {
     assert!(case(g, "developer_reasoning_high").contains("Reasoning: high\n"));
     assert!(case(g, "final_turn_keeps_thinking")
         .ends_with("<|channel|>analysis<|message|>Simple sum.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>"));
+    // Gemma 4: thinking off closes an empty thought in the generation prompt; on, the system
+    // turn asks for it; a pending call's reasoning is kept, and its results are awaited.
+    let g = "google-gemma-4-31B-it.jinja";
+    assert!(case(g, "user_only").ends_with("<|turn>model\n<|channel>thought\n<channel|>"));
+    assert!(case(g, "enable_thinking_true").starts_with("<bos><|turn>system\n<|think|>\n"));
+    assert!(case(g, "enable_thinking_true").ends_with("<|turn>model\n"));
+    assert!(case(g, "tool_call_pending").ends_with(
+        "<|turn>model\n<|channel>thought\nNeed the clock.\n<channel|><|tool_call>call:now{}<tool_call|><|tool_response>"
+    ));
+    assert!(case(g, "tool_call_typed_arguments").contains(
+        "call:search_files{case_sensitive:true,filters:[{ext:<|\"|>rs<|\"|>,min_size:-1}],label:None,"
+    ));
 }
 
 /// The conversations the templates reject fail the render with an error (never a panic or a

@@ -19,7 +19,8 @@ if [ $# -ge 1 ]; then
         ibm-granite-granite-4.0.jinja LFM2.5-Instruct.jinja NVIDIA-Nemotron-Nano-v2.jinja \
         HuggingFaceTB-SmolLM3-3B.jinja ibm-granite-granite-3.3-2B-Instruct.jinja \
         mistralai-Ministral-3-14B-Reasoning-2512.jinja Mistral-Small-3.2-24B-Instruct-2506.jinja \
-        microsoft-Phi-3.5-mini-instruct.jinja GLM-4.6.jinja GLM-4.7-Flash.jinja; do
+        microsoft-Phi-3.5-mini-instruct.jinja GLM-4.6.jinja GLM-4.7-Flash.jinja \
+        google-gemma-4-31B-it.jinja google-gemma-4-31B-it-interleaved.jinja; do
         cp "$1/models/templates/$t" "$here/templates/$t"
     done
 fi

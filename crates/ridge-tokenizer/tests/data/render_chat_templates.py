@@ -376,6 +376,100 @@ mistral_chat = [c for c in hybrid_chat if c[0] != "tool_calls_and_results"] + [
     ], {"tools": [WEATHER, CLOCK]}, True),
 ]
 
+# ------------------------------------------------------------------------ Gemma 4 ----
+# <|turn>ROLE\n…<turn|>; thinking (enable_thinking) as <|channel>thought\n…<channel|>, closed
+# empty in the generation prompt when off; tools declared and calls written in Gemma's own
+# syntax, <|tool_call>call:NAME{key:value,…}<tool_call|> with strings in <|"|>; a call's results
+# follow it in the same model turn as <|tool_response>…<tool_response|>.
+TRIP = {"type": "function", "function": {
+    "name": "plan_trip",
+    "description": "Plan a trip.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "stops": {"type": "array", "description": "Stops in order",
+                      "items": {"type": "object",
+                                "properties": {"city": {"type": "string"},
+                                               "nights": {"type": "integer"}},
+                                "required": ["city"]}},
+            "tags": {"type": "array", "items": {"type": ["string", "integer"]}},
+            "budget": {"type": "object", "description": "Budget",
+                       "properties": {"amount": {"type": "number"},
+                                      "currency": {"type": "string", "enum": ["EUR", "USD"]}},
+                       "required": ["amount"]},
+            "flexible": {"type": "boolean", "nullable": True},
+        },
+        "required": ["stops"],
+    },
+    "response": {"description": "The itinerary", "type": "object"}}}
+gemma4 = [
+    ("user_only", [msg("user", "Write fib(n) in Python.")], {}, True),
+    ("system_user", [SYSTEM, msg("user", "Explain RoPE in one line.")], {}, True),
+    ("developer_user", [msg("developer", "  Answer in French.\n"), msg("user", "Hi")], {}, True),
+    ("no_generation_prompt", [SYSTEM, msg("user", "What is 2+2?")], {}, False),
+    ("enable_thinking_true", [msg("user", "Quick: 7*6?")], {"enable_thinking": True}, True),
+    ("enable_thinking_false", [SYSTEM, msg("user", "Quick: 7*6?")], {"enable_thinking": False},
+     True),
+    ("multi_turn_thinking_in_content", [
+        SYSTEM,
+        msg("user", "Hello!"),
+        msg("assistant", "<|channel>thought\nThe user greets me.<channel|>Bonjour !"),
+        msg("user", "Quel temps fait-il ?\n(短く)"),
+    ], {"enable_thinking": True}, True),
+    ("tools_search_exec", [msg("user", "Find TODOs.")], {"tools": [SEARCH, EXEC]}, True),
+    ("tools_with_system", [SYSTEM, msg("user", "Weather in Paris?")],
+     {"tools": [WEATHER, CLOCK, TRIP]}, True),
+    ("tools_and_thinking", [msg("user", "Plan Rome.")],
+     {"tools": [TRIP], "enable_thinking": True}, True),
+    ("tool_calls_and_results", [
+        SYSTEM,
+        msg("user", "Find TODOs in src and run the tests."),
+        msg("assistant", "I will search first.", reasoning_content="Search, then test.",
+            tool_calls=[
+                call("call_1", "search_files", {"pattern": "TODO", "max_results": 5,
+                                                "paths": ["src", "tests"]}),
+                call("call_2", "run_shell", {"command": "cargo test", "timeout": 30.5}),
+            ]),
+        tool_result("call_1", "search_files", "src/lib.rs:3: TODO"),
+        tool_result("call_2", "run_shell", "ok. 12 passed"),
+        msg("assistant", "One TODO; tests pass."),
+        msg("user", "Thanks."),
+    ], {"tools": [SEARCH, EXEC]}, True),
+    ("tool_call_typed_arguments", [
+        msg("user", "Search."),
+        msg("assistant", "", tool_calls=[
+            call("c1", "search_files", {"pattern": "a, b: {c} \"q\" <x>", "case_sensitive": True,
+                                        "options": {"depth": 2, "follow_links": False},
+                                        "label": None, "paths": [], "threshold": 0.5,
+                                        "filters": [{"ext": "rs", "min_size": -1}]}),
+        ]),
+        tool_result("c1", "search_files", "{\"hits\": 0}"),
+    ], {"tools": [SEARCH]}, True),
+    ("tool_call_without_content", [
+        msg("user", "Time?"),
+        msg("assistant", "", tool_calls=[call("c", "now", {})]),
+        tool_result("c", "now", "12:00"),
+    ], {"tools": [CLOCK]}, True),
+    ("tool_call_pending", [
+        msg("user", "Time?"),
+        msg("assistant", "", reasoning_content="Need the clock.",
+            tool_calls=[call("c", "now", {})]),
+    ], {"tools": [CLOCK]}, True),
+    ("tool_calls_then_answer_then_more", [
+        msg("user", "Weather in Paris and the time?"),
+        msg("assistant", "", reasoning_content="Two tools.", tool_calls=[
+            call("call_1", "get_weather", {"city": "Paris", "unit": "celsius"}),
+            call("call_2", "now", {}),
+        ]),
+        tool_result("call_1", "get_weather", "{\"temp\": 21}"),
+        tool_result("call_2", "now", "14:05"),
+        msg("assistant", "21 °C, 14:05."),
+        msg("user", "And Rome?"),
+        msg("assistant", "", tool_calls=[call("call_3", "get_weather", {"city": "Rome"})]),
+        tool_result("call_3", "get_weather", "{\"temp\": 25}"),
+    ], {"tools": [WEATHER, CLOCK], "enable_thinking": True}, True),
+]
+
 # Conversations the templates reject. `raise` names the raise_exception message; otherwise
 # jinja2 fails in some other way and ridge must fail too.
 errors = {
@@ -440,6 +534,12 @@ probes = [
      "{% if x == 2 %}{% break %}{% endif %},{% endfor %}|{{ xs[1:] }}|{{ xs[:-1] }}|{{ xs | length }}"
      "|{% for x in xs %}{{ loop.previtem }}>{{ x }}>{{ loop.nextitem }} {% endfor %}",
      {"xs": [1, 2, 3, 4]}),
+    # jinja2's upper/lower print a non-string as Python's str() first (Gemma 4's template upper-
+    # cases a schema's `type`, which may be a list or missing).
+    ("case_filters",
+     "{{ xs | upper }}|{{ schema.type | upper }}|{{ missing | upper }}|{{ none | lower }}"
+     "|{{ 1.5 | upper }}|{{ schema | lower }}|{{ schema.type | map('upper') | list }}"
+     "|{{ odd | upper }}|{{ 'ǅß' | lower }}", VALUES),
     ("strftime_now", "{{ strftime_now('%Y-%m-%d') }} {{ strftime_now('%d %b %Y %A %H:%M:%S %j %I%p') }}",
      {}),
 ]
@@ -468,6 +568,11 @@ TEMPLATES = [
     # <tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value></tool_call>.
     ("GLM-4.6.jinja", "[gMASK]<sop>", "<|endoftext|>", qwen35),
     ("GLM-4.7-Flash.jinja", "[gMASK]<sop>", "<|endoftext|>", qwen35),
+    # Gemma 4 (31B, 26B-A4B, E4B, E2B share it): <|channel>thought…<channel|> reasoning,
+    # <|tool_call>call:NAME{…}<tool_call|> calls; and the earlier variant for interleaved
+    # thinking (reasoning kept between a turn's calls; tool results as their own turns).
+    ("google-gemma-4-31B-it.jinja", "<bos>", "<eos>", gemma4),
+    ("google-gemma-4-31B-it-interleaved.jinja", "<bos>", "<eos>", gemma4),
 ]
 
 
