@@ -12,6 +12,8 @@
 #   against llama.cpp b11434 (the first that reads them).
 # SET=families: smollm3, granite, granitemoe, mistral3, phi3 (llama_cpp::family_specs) into
 #   llama_cpp_families.json, against llama.cpp b11434.
+# SET=gemma4: the Gemma 4 layouts (llama_cpp::gemma4_specs) into llama_cpp_gemma4.json, against
+#   llama.cpp b11434.
 set -euo pipefail
 BIN=${BIN:?set BIN to llama.cpp build/bin}
 export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -19,6 +21,7 @@ SET=${SET:-}
 OUT=crates/ridge-model/tests/data/llama_cpp_synthetic.json
 [[ $SET == hybrid ]] && OUT=crates/ridge-model/tests/data/llama_cpp_hybrid.json
 [[ $SET == families ]] && OUT=crates/ridge-model/tests/data/llama_cpp_families.json
+[[ $SET == gemma4 ]] && OUT=crates/ridge-model/tests/data/llama_cpp_gemma4.json
 TMP=$(mktemp -d); [[ -n ${KEEP:-} ]] || trap 'rm -rf "$TMP"' EXIT; echo "TMP=$TMP" >&2
 
 cargo run --release -q -p ridge-model --example write_synthetic -- "$TMP" $SET > "$TMP/list.txt"

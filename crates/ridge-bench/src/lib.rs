@@ -165,11 +165,16 @@ pub fn roofline_inputs(model: &Model) -> RooflineInputs {
     let mut r = RooflineInputs::with_f16_kv_windowed(
         model.weight_bytes_per_token(),
         cfg.n_kv_layers(),
-        // The helper counts a K and a V row of `kv_dim`; latent attention caches one row.
-        cfg.kv_dim() * cfg.kv_rows() / 2,
+        0,
         windowed,
         cfg.sliding_window.unwrap_or(usize::MAX),
     );
+    // f16 rows, per layer of its own width (latent attention caches one row).
+    let (global, windowed_bytes) = cfg.kv_token_bytes(|d| 2 * d);
+    r.kv_bytes_per_token = global;
+    if let Some(w) = r.window.as_mut() {
+        w.bytes_per_token = windowed_bytes;
+    }
     r.experts = cfg.moe.as_ref().map(|moe| ridge_roofline::RoutedExperts {
         bytes_per_expert: model.expert_bytes(),
         n_expert: moe.n_expert,

@@ -236,12 +236,11 @@ impl EngineCore {
         let mut eog = tokenizer.eog_ids();
         eog.retain(|&t| (t as usize) < mcfg.vocab);
         // K and V rows per layer, or latent attention's one latent row.
-        let layer_kv = mcfg.kv_rows() as f64 * cfg.kv_dtype.row_bytes(mcfg.kv_dim()) as f64;
-        let windowed = (0..mcfg.n_layers).filter(|&l| mcfg.is_sliding(l)).count() as f64;
+        let (global_kv, windowed_kv) = mcfg.kv_token_bytes(|d| cfg.kv_dtype.row_bytes(d));
         let roof = cfg.bandwidth_gbs.filter(|&b| b > 0.0).map(|bw| Roof {
             weight_bytes: model.weight_bytes_per_token() as f64,
-            kv_bytes_per_token: layer_kv * (mcfg.n_kv_layers() as f64 - windowed),
-            windowed_kv_bytes_per_token: layer_kv * windowed,
+            kv_bytes_per_token: global_kv as f64,
+            windowed_kv_bytes_per_token: windowed_kv as f64,
             // A hybrid's recurrent layers read and write their whole state every step.
             state_bytes: 2.0 * mcfg.recurrent.as_ref().map_or(0, |r| r.state_bytes()) as f64,
             window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),

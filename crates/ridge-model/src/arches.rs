@@ -5,7 +5,9 @@ use ridge_gguf::GgufFile;
 
 use crate::config::{Architecture, ModelConfig};
 use crate::stack::Stack;
-use crate::{deepseek2, gemma3, granite_hybrid, lfm2, llama, nemotron_h, qwen35, ModelError};
+use crate::{
+    deepseek2, gemma3, gemma4, granite_hybrid, lfm2, llama, nemotron_h, qwen35, ModelError,
+};
 
 /// Binds the layers of `cfg.arch`: the table of architectures.
 pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, ModelError> {
@@ -31,5 +33,6 @@ pub(crate) fn bind(f: &GgufFile, cfg: &ModelConfig) -> Result<Box<dyn Stack>, Mo
         Architecture::NemotronH => Box::new(nemotron_h::NemotronHStack::bind(f, cfg)?),
         Architecture::Lfm2 => Box::new(lfm2::Lfm2Stack::bind(f, cfg)?),
         Architecture::Deepseek2 => Box::new(deepseek2::Deepseek2Stack::bind(f, cfg)?),
+        Architecture::Gemma4 => Box::new(gemma4::Gemma4Stack::bind(f, cfg)?),
     })
 }

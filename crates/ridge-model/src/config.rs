@@ -113,6 +113,14 @@ pub enum Architecture {
     /// (softmax or sigmoid gating, the selection bias, group-limited top-k) with ungated
     /// shared experts.
     Deepseek2,
+    /// Gemma 4 (`gemma4`: E2B, E4B, 31B): Gemma 3's sandwich norms and GeGLU with sliding and
+    /// global layers of different head widths and K/V head counts, per-head Q/K norms and a
+    /// weightless RMSNorm on V (V may be K itself), unit score scale, proportional RoPE on the
+    /// global layers (`rope_freqs.weight`), the last `attention.shared_kv_layers` layers
+    /// attending to an earlier layer's K/V instead of keeping their own, per-layer token
+    /// embeddings mixed in after each layer, a learnt scalar per layer and final-logit
+    /// soft-capping (`gemma4.rs`). The mixture variant (26B-A4B) is refused.
+    Gemma4,
 }
 
 impl Architecture {
@@ -140,11 +148,12 @@ impl Architecture {
             Architecture::Phi3 => "phi3",
             Architecture::Glm4Moe => "glm4moe",
             Architecture::Deepseek2 => "deepseek2",
+            Architecture::Gemma4 => "gemma4",
         }
     }
 
     /// Every supported architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 21] = [
+    pub const ALL: [Architecture; 22] = [
         Architecture::Llama,
         Architecture::Gemma3,
         Architecture::Qwen2,
@@ -166,6 +175,7 @@ impl Architecture {
         Architecture::Phi3,
         Architecture::Glm4Moe,
         Architecture::Deepseek2,
+        Architecture::Gemma4,
     ];
 
     /// Whether the layers carry an RMSNorm on Q and K (`attn_q_norm`, `attn_k_norm`): per
@@ -468,6 +478,31 @@ pub struct ModelConfig {
     /// Multi-head latent attention (`deepseek2`): the cache holds one latent row of
     /// `head_dim = kv_lora + rope_dim` per token and no values (`n_kv_heads` is 1).
     pub mla: Option<MlaConfig>,
+    /// The sliding-window layers' own head shape where it differs from the global layers'
+    /// (Gemma 4: 256-wide heads with more K/V heads locally, 512-wide globally); `None`: every
+    /// layer has `head_dim`, `n_kv_heads` and `rope_dim`.
+    pub swa_shape: Option<HeadShape>,
+    /// Per layer, the earlier layer whose K/V it attends to instead of keeping its own (Gemma
+    /// 4's last `attention.shared_kv_layers` layers); empty where every attending layer keeps
+    /// its own.
+    pub kv_source: Vec<Option<usize>>,
+    /// Per-layer feed-forward widths where they differ (Gemma 4's double-wide shared layers);
+    /// empty: every layer is `ffn_dim` wide (which is otherwise the widest).
+    pub ffn_dims: Vec<usize>,
+    /// Width of each layer's slice of the per-layer token embeddings (Gemma 4's
+    /// `embedding_length_per_layer_input`); 0: none.
+    pub ple_dim: usize,
+}
+
+/// A layer kind's attention head shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadShape {
+    /// Elements per query, key and value head.
+    pub head_dim: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Rotated dimensions per head.
+    pub rope_dim: usize,
 }
 
 /// Multi-head latent attention's shape (`deepseek2`).
@@ -543,9 +578,75 @@ impl ModelConfig {
         !self.is_recurrent(layer) && !self.ffn_only_layers.get(layer).copied().unwrap_or(false)
     }
 
-    /// Layers that keep K/V (those that attend).
+    /// Layers that keep K/V (those that attend with K/V of their own).
     pub fn n_kv_layers(&self) -> usize {
-        (0..self.n_layers).filter(|&l| self.attends(l)).count()
+        (0..self.n_layers).filter(|&l| self.owns_kv(l)).count()
+    }
+
+    /// Whether layer `layer` attends with K/V of its own (not another layer's, as Gemma 4's
+    /// last layers do).
+    pub fn owns_kv(&self, layer: usize) -> bool {
+        self.attends(layer) && self.kv_source_of(layer).is_none()
+    }
+
+    /// The earlier layer whose K/V layer `layer` attends to, where it keeps none of its own.
+    pub fn kv_source_of(&self, layer: usize) -> Option<usize> {
+        self.kv_source.get(layer).copied().flatten()
+    }
+
+    /// Layer `layer`'s head shape: the sliding-window layers' where they have their own.
+    pub fn head_shape(&self, layer: usize) -> HeadShape {
+        match self.swa_shape {
+            Some(s) if self.is_sliding(layer) => s,
+            _ => HeadShape {
+                head_dim: self.head_dim,
+                n_kv_heads: self.n_kv_heads,
+                rope_dim: self.rope_dim,
+            },
+        }
+    }
+
+    /// Elements of one K (or V) row of layer `layer` in the cache.
+    pub fn kv_dim_of(&self, layer: usize) -> usize {
+        let s = self.head_shape(layer);
+        s.n_kv_heads * s.head_dim
+    }
+
+    /// The widest query and K/V rows of any layer (what the activation buffers hold).
+    pub fn widest_q_kv(&self) -> (usize, usize) {
+        match self.swa_shape {
+            Some(s) => (
+                self.q_dim().max(self.n_heads * s.head_dim),
+                self.kv_dim().max(s.n_kv_heads * s.head_dim),
+            ),
+            None => (self.q_dim(), self.kv_dim()),
+        }
+    }
+
+    /// Rotated dimensions per head of the sliding-window layers.
+    pub fn rope_dim_swa(&self) -> usize {
+        self.swa_shape.map_or(self.rope_dim, |s| s.rope_dim)
+    }
+
+    /// Bytes one cached token takes in the layers that keep K/V, split into the global
+    /// layers' and the sliding-window layers', `row_bytes` giving a row's bytes from its
+    /// elements (K and V rows, or latent attention's one row, per layer).
+    pub fn kv_token_bytes(&self, row_bytes: impl Fn(usize) -> usize) -> (usize, usize) {
+        let mut split = (0, 0);
+        for l in (0..self.n_layers).filter(|&l| self.owns_kv(l)) {
+            let b = self.kv_rows() * row_bytes(self.kv_dim_of(l));
+            if self.is_sliding(l) {
+                split.1 += b;
+            } else {
+                split.0 += b;
+            }
+        }
+        split
+    }
+
+    /// Layer `layer`'s feed-forward width.
+    pub fn ffn_dim_of(&self, layer: usize) -> usize {
+        self.ffn_dims.get(layer).copied().unwrap_or(self.ffn_dim)
     }
 
     /// Whether attention layer `layer` rotates queries and keys by position.
@@ -603,6 +704,8 @@ impl ModelConfig {
                     }
                 })?
             }
+            // Gemma 4 gives one count per layer kind; `gemma4::configure` reads it.
+            Some(MetadataValue::Array(_)) if arch == Architecture::Gemma4 => (n_heads, None),
             Some(_) => (f.get_usize_in(&kv_key, 1..=n_heads)?, None),
             None => (n_heads, None),
         };
@@ -623,6 +726,8 @@ impl ModelConfig {
                     })?;
                 (w, Some(flags))
             }
+            // Gemma 4's double-wide layers: `gemma4::configure` reads the list.
+            Some(MetadataValue::Array(_)) if arch == Architecture::Gemma4 => (1, None),
             _ => (f.get_usize_in(&ffn_key, 1..=1 << 20)?, None),
         };
         let ctx_len = f.get_usize_in(&k("context_length"), 1..=1 << 24)?;
@@ -815,7 +920,14 @@ impl ModelConfig {
             rope_factors,
             attn_temp,
             mla: None,
+            swa_shape: None,
+            kv_source: Vec::new(),
+            ffn_dims: Vec::new(),
+            ple_dim: 0,
         };
+        if arch == Architecture::Gemma4 {
+            apply_gemma4(f, arch_name, nextn, &mut cfg).map_err(bad)?;
+        }
         if arch == Architecture::Deepseek2 {
             let (mla, scale) = mla_config(f, arch_name, &cfg).map_err(bad)?;
             cfg.mla = Some(mla);
@@ -834,6 +946,48 @@ impl ModelConfig {
         }
         Ok(cfg)
     }
+}
+
+/// Reads Gemma 4's keys (`gemma4_config.rs`) into `cfg`, read so far as Gemma 3's would be,
+/// with the global layers' shape.
+fn apply_gemma4(
+    f: &GgufFile,
+    arch_name: &str,
+    nextn: usize,
+    cfg: &mut ModelConfig,
+) -> Result<(), String> {
+    let base = crate::gemma4_config::Base {
+        n_layers: cfg.n_layers,
+        nextn,
+        n_heads: cfg.n_heads,
+        head_dim: cfg.head_dim,
+        rope_dim: cfg.rope_dim,
+    };
+    let g = crate::gemma4_config::read(f, arch_name, base)?;
+    cfg.embd_scale = (cfg.d_model as f32).sqrt();
+    // Gemma 4 scores by 1 (its query norm carries the scale).
+    cfg.attn_scale = 1.0;
+    cfg.sliding_window = Some(g.sliding_window);
+    cfg.sliding_layers = g.sliding_layers;
+    cfg.rope_base_swa = g.rope_base_swa;
+    cfg.n_kv_heads = g.n_kv_heads;
+    let (head_dim, n_kv_heads, rope_dim) = g.swa;
+    let swa = HeadShape {
+        head_dim,
+        n_kv_heads,
+        rope_dim,
+    };
+    if (head_dim, n_kv_heads, rope_dim) != (cfg.head_dim, cfg.n_kv_heads, cfg.rope_dim) {
+        cfg.swa_shape = Some(swa);
+    }
+    cfg.kv_source = g.kv_source;
+    if let Some(&widest) = g.ffn_dims.iter().max() {
+        cfg.ffn_dim = widest;
+    }
+    cfg.ffn_dims = g.ffn_dims;
+    cfg.ple_dim = g.ple_dim;
+    cfg.logit_softcap = g.softcap;
+    Ok(())
 }
 
 /// Granite's multipliers (`embedding_scale`, `residual_scale`, `attention.scale`,
@@ -1234,11 +1388,12 @@ fn rope_factors(
             | Architecture::Granite
             | Architecture::GraniteMoe
             | Architecture::Mistral3
+            | Architecture::Gemma4
     );
     if f.has_tensor(FREQS) {
         if !takes_freqs {
             return Err(format!(
-                "per-dimension RoPE frequency factors (`{FREQS}`) are supported for llama, granite and mistral3, not {arch_name}"
+                "per-dimension RoPE frequency factors (`{FREQS}`) are supported for llama, granite, mistral3 and gemma4, not {arch_name}"
             ));
         }
         return Ok(Some(FREQS));

@@ -40,6 +40,7 @@
 pub use crate::block_pool::KvEvent;
 pub use crate::block_pool::KV_BLOCK_SIZE;
 use crate::block_pool::{block_hash, BlockPool, ROOT_HASH};
+use crate::config::HeadShape;
 use crate::disk_tier::{DiskTier, DiskTierConfig, DiskTierStats, Layout};
 use crate::recurrent_state::{Journal, RecurrentStates, CHECKPOINT_INTERVAL};
 use crate::zeroed::Zeroed;
@@ -90,7 +91,8 @@ impl KvDtype {
     /// Bytes one cached token takes over all layers of `cfg` (its K and V rows).
     pub fn token_bytes(self, cfg: &ModelConfig) -> usize {
         // Latent attention caches one row per token and layer, no values.
-        cfg.kv_rows() * cfg.n_kv_layers() * self.row_bytes(cfg.kv_dim())
+        let (global, windowed) = cfg.kv_token_bytes(|d| self.row_bytes(d));
+        global + windowed
     }
 
     /// Bytes per cached element row of `kv_dim` elements.
@@ -149,6 +151,14 @@ impl Store {
             Store::Q8 { .. } => KvDtype::Q8_0,
         }
     }
+
+    /// Layers stored.
+    fn layers(&self) -> usize {
+        match self {
+            Store::F16 { k, .. } => k.len(),
+            Store::Q8 { k, .. } => k.len(),
+        }
+    }
 }
 
 /// Layers that share block tables: all of a model's layers, or its global or its windowed
@@ -158,6 +168,10 @@ struct Group {
     window: Option<usize>,
     pool: BlockPool,
     store: Store,
+    /// Elements per head and per K/V row of these layers (Gemma 4's sliding and global
+    /// layers differ).
+    head_dim: usize,
+    kv_dim: usize,
 }
 
 impl Group {
@@ -170,8 +184,8 @@ impl Group {
 
 /// Paged K/V storage plus per-sequence block tables.
 pub struct KvCache {
+    /// Group 0's K/V row width (the disk tier's, which holds only that group).
     kv_dim: usize,
-    head_dim: usize,
     n_blocks: usize,
     /// Group 0 holds the layers without a window (or every layer).
     groups: Vec<Group>,
@@ -202,11 +216,13 @@ impl KvCache {
         capacity_tokens: usize,
         dtype: KvDtype,
     ) -> Result<Self, ModelError> {
-        if dtype == KvDtype::Q8_0 && !cfg.head_dim.is_multiple_of(32) {
-            return Err(ModelError::BadBatch(format!(
-                "a q8_0 KV cache needs head_dim to be a multiple of 32, this model has {}",
-                cfg.head_dim
-            )));
+        let mut hd = (0..cfg.n_layers).map(|l| cfg.head_shape(l).head_dim);
+        if let Some(bad) = hd.find(|h| !h.is_multiple_of(32)) {
+            if dtype == KvDtype::Q8_0 {
+                return Err(ModelError::BadBatch(format!(
+                    "a q8_0 KV cache needs head_dim to be a multiple of 32, this model has {bad}"
+                )));
+            }
         }
         Ok(Self::build(cfg, capacity_tokens, dtype))
     }
@@ -217,17 +233,13 @@ impl KvCache {
         // Latent attention (MLA) keeps its latent rows as keys and no values: the value
         // arrays are empty and nothing writes or reads them.
         let v_rows = if cfg.mla.is_some() { 0 } else { rows };
-        let store = |layers: usize| match dtype {
+        let store = |layers: usize, kv_dim: usize| match dtype {
             KvDtype::F16 => Store::F16 {
-                k: (0..layers)
-                    .map(|_| Zeroed::new(rows * cfg.kv_dim()))
-                    .collect(),
-                v: (0..layers)
-                    .map(|_| Zeroed::new(v_rows * cfg.kv_dim()))
-                    .collect(),
+                k: (0..layers).map(|_| Zeroed::new(rows * kv_dim)).collect(),
+                v: (0..layers).map(|_| Zeroed::new(v_rows * kv_dim)).collect(),
             },
             KvDtype::Q8_0 => {
-                let row = KvDtype::Q8_0.row_bytes(cfg.kv_dim());
+                let row = KvDtype::Q8_0.row_bytes(kv_dim);
                 Store::Q8 {
                     k: (0..layers).map(|_| Zeroed::new(rows * row)).collect(),
                     v: (0..layers).map(|_| Zeroed::new(v_rows * row)).collect(),
@@ -242,25 +254,44 @@ impl KvCache {
                 layer_at.push((0, usize::MAX));
                 continue;
             }
+            // A layer reading an earlier layer's K/V (Gemma 4) is that layer here.
+            if let Some(src) = cfg.kv_source_of(li) {
+                let at = layer_at[src];
+                layer_at.push(at);
+                continue;
+            }
             let g = usize::from(windowed(li));
             layer_at.push((g, counts[g]));
             counts[g] += 1;
         }
+        // Each group's rows are its layers' width (the sliding layers' own where they have one).
+        let global = HeadShape {
+            head_dim: cfg.head_dim,
+            n_kv_heads: cfg.n_kv_heads,
+            rope_dim: cfg.rope_dim,
+        };
+        let swa = cfg.swa_shape.unwrap_or(global);
+        let dims = |s: HeadShape| (s.head_dim, s.head_dim * s.n_kv_heads);
+        let (g_hd, g_kv) = dims(global);
         let mut groups = vec![Group {
             window: None,
             pool: BlockPool::new(n_blocks),
-            store: store(counts[0]),
+            store: store(counts[0], g_kv),
+            head_dim: g_hd,
+            kv_dim: g_kv,
         }];
         if counts[1] > 0 {
+            let (s_hd, s_kv) = dims(swa);
             groups.push(Group {
                 window: cfg.sliding_window,
                 pool: BlockPool::recycling(n_blocks),
-                store: store(counts[1]),
+                store: store(counts[1], s_kv),
+                head_dim: s_hd,
+                kv_dim: s_kv,
             });
         }
         KvCache {
-            kv_dim: cfg.kv_dim(),
-            head_dim: cfg.head_dim,
+            kv_dim: g_kv,
             n_blocks,
             groups,
             layer_at,
@@ -366,8 +397,12 @@ impl KvCache {
 
     /// Bytes of K and V storage (address space; pages are touched only as blocks are used).
     pub fn bytes(&self) -> usize {
-        let rb = self.dtype().row_bytes(self.kv_dim);
-        self.rows_per_token * self.kv_layers * self.n_blocks * KV_BLOCK_SIZE * rb
+        let dt = self.dtype();
+        let rows = self.rows_per_token * self.n_blocks * KV_BLOCK_SIZE;
+        self.groups
+            .iter()
+            .map(|g| rows * g.store.layers() * dt.row_bytes(g.kv_dim))
+            .sum()
     }
 
     /// The element type.
@@ -928,8 +963,11 @@ impl KvCache {
     /// Writes one token's K and V rows of layer `layer` into `slot` (of the layer's group's
     /// table).
     pub(crate) fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let (hd, n_kv) = (self.head_dim, self.kv_dim / self.head_dim);
         let (g, layer) = self.layer_at[layer];
+        let (hd, n_kv) = (
+            self.groups[g].head_dim,
+            self.groups[g].kv_dim / self.groups[g].head_dim,
+        );
         // Head-major within the block (`attention::head_row`): one head row per KV head.
         let rows = (0..n_kv).map(|h| (h, head_row(slot, h, n_kv, KV_BLOCK_SIZE)));
         match &mut self.groups[g].store {
@@ -960,9 +998,10 @@ impl KvCache {
     /// Read view of one layer for the attention kernel.
     pub(crate) fn layer(&self, layer: usize) -> KvLayer<'_> {
         let (g, layer) = self.layer_at[layer];
+        let kv_dim = self.groups[g].kv_dim;
         match &self.groups[g].store {
-            Store::F16 { k, v } => KvLayer::f16(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
-            Store::Q8 { k, v } => KvLayer::q8_0(&k[layer], &v[layer], self.kv_dim, KV_BLOCK_SIZE),
+            Store::F16 { k, v } => KvLayer::f16(&k[layer], &v[layer], kv_dim, KV_BLOCK_SIZE),
+            Store::Q8 { k, v } => KvLayer::q8_0(&k[layer], &v[layer], kv_dim, KV_BLOCK_SIZE),
         }
     }
 }

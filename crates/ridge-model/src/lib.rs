@@ -32,6 +32,8 @@ mod delta_net;
 mod disk_tier;
 mod error;
 mod gemma3;
+mod gemma4;
+mod gemma4_config;
 mod granite_hybrid;
 mod hybrid;
 mod kv_cache;
@@ -52,6 +54,8 @@ mod rope;
 mod short_conv;
 mod stack;
 pub mod synthetic;
+mod synthetic_gemma4;
+mod synthetic_spec;
 mod weights;
 mod workspace;
 mod zeroed;
@@ -59,7 +63,7 @@ mod zeroed;
 pub use act_policy::ActPolicy;
 pub use batch::Batch;
 pub use config::{
-    Architecture, AttnTemperature, ExpertAct, Gating, MlaConfig, ModelConfig, MoeConfig,
+    Architecture, AttnTemperature, ExpertAct, Gating, HeadShape, MlaConfig, ModelConfig, MoeConfig,
     RopeScaling, Yarn, GEMMA3_SWA_PATTERN, GEMMA3_SWA_ROPE_BASE, GPT_OSS_SWA_PATTERN,
 };
 pub use disk_tier::{DiskTierConfig, DiskTierStats};

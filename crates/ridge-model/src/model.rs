@@ -466,7 +466,7 @@ impl Model {
     fn embed(&self, batch: &Batch, ws: &mut Workspace) {
         let cfg = &self.cfg;
         let n = batch.len();
-        let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let (d, (qd, kvd)) = (cfg.d_model, cfg.widest_q_kv());
         let half = cfg.rope_dim / 2;
         fit(&mut ws.x, n * d);
         fit(&mut ws.xn, n * d);
@@ -516,6 +516,9 @@ impl Model {
             }
         }
         if cfg.sliding_window.is_some() {
+            // Gemma 4's sliding layers rotate heads of their own width.
+            let dim = cfg.rope_dim_swa();
+            let half = dim / 2;
             fit(&mut ws.cos_swa, n * half);
             fit(&mut ws.sin_swa, n * half);
             for (t, &pos) in batch.positions.iter().enumerate() {
@@ -523,10 +526,10 @@ impl Model {
                 let (cos, sin) = (&mut ws.cos_swa[r.clone()], &mut ws.sin_swa[r]);
                 let base = cfg.rope_base_swa;
                 if scaling.is_identity() {
-                    ops::rope_table(pos, cfg.rope_dim, base, cos, sin);
+                    ops::rope_table(pos, dim, base, cos, sin);
                 } else {
                     let s = scaling.freq_scale_swa;
-                    rope::table(pos, cfg.rope_dim, base, None, s, scaling, cos, sin);
+                    rope::table(pos, dim, base, None, s, scaling, cos, sin);
                 }
             }
         }

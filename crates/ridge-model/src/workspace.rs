@@ -44,6 +44,21 @@ pub struct Workspace {
     pub(crate) hybrid: HybridScratch,
     /// Latent attention's buffers (`deepseek2.rs`).
     pub(crate) mla: MlaScratch,
+    /// Gemma 4's per-layer embedding buffers (`gemma4.rs`).
+    pub(crate) ple: PleScratch,
+}
+
+/// Scratch of Gemma 4's per-layer token embeddings (`gemma4.rs`).
+#[derive(Default)]
+pub(crate) struct PleScratch {
+    /// The projection of each token's embedding (`[token][layer · ple_dim]`).
+    pub(crate) proj: Vec<f32>,
+    /// The per-layer inputs, layer-major (`[layer][token][ple_dim]`).
+    pub(crate) inputs: Vec<f32>,
+    /// One token's dequantized embedding row.
+    pub(crate) row: Vec<f32>,
+    /// A layer's gate activations (`[token][ple_dim]`).
+    pub(crate) gate: Vec<f32>,
 }
 
 /// Scratch of latent attention (`deepseek2.rs`), reused across layers and calls.

@@ -4,7 +4,9 @@
 //! and asks for the fixture to be regenerated.
 
 use ridge_kernels::DType;
-use ridge_model::synthetic::{SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{
+    SyntheticGemma4, SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec,
+};
 use ridge_model::{ActPolicy, Architecture, Batch, KvCache, Model, Workspace};
 
 /// Context length of the perplexity protocol (llama-perplexity's `-c`).
@@ -452,6 +454,70 @@ pub fn hybrid_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 embd_dtype: DType::Q8_0,
                 seed: 55,
                 ..lfm2
+            },
+        ),
+    ]
+}
+
+/// `(name, spec)` of the Gemma 4 models with a llama.cpp fixture
+/// (`SET=gemma4 tools/reference/make_synthetic_llama_cpp_fixtures.sh`): six layers, layers 2
+/// and 5 global with 32-wide heads and one K/V head, the others sliding (a window of 16) with
+/// 16-wide heads and two.
+#[allow(dead_code)]
+pub fn gemma4_specs() -> Vec<(&'static str, SyntheticSpec)> {
+    let base = SyntheticSpec {
+        arch: Architecture::Gemma4,
+        n_layers: 6,
+        d_model: 64,
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: Some(32),
+        sliding_window: 16,
+        ffn_dim: 96,
+        ctx_len: 2 * CTX,
+        dtype: DType::F32,
+        embd_dtype: DType::F32,
+        ..SyntheticSpec::default()
+    };
+    // E2B/E4B's layout: the last three layers read layers 1 (sliding) and 2 (global)'s K/V,
+    // per-layer token embeddings, the sharing layers' feed-forward twice as wide.
+    let e4b = SyntheticGemma4 {
+        shared_kv_layers: 3,
+        ple_dim: 16,
+        double_wide: true,
+        ..SyntheticGemma4::default()
+    };
+    vec![
+        (
+            "gemma4_e4b_layout",
+            SyntheticSpec {
+                gemma4: Some(e4b.clone()),
+                seed: 101,
+                ..base.clone()
+            },
+        ),
+        // 31B's: every layer keeps its K/V, values are the keys, the sliding layers rotate
+        // half of each head, no per-layer embeddings.
+        (
+            "gemma4_31b_layout",
+            SyntheticSpec {
+                gemma4: Some(SyntheticGemma4 {
+                    k_eq_v: true,
+                    rope_dim_swa: 8,
+                    ..SyntheticGemma4::default()
+                }),
+                seed: 102,
+                ..base.clone()
+            },
+        ),
+        (
+            "gemma4_e4b_q4_0",
+            SyntheticSpec {
+                gemma4: Some(SyntheticGemma4 { ple_dim: 32, ..e4b }),
+                dtype: DType::Q4_0,
+                embd_dtype: DType::Q8_0,
+                seed: 103,
+                ..base
             },
         ),
     ]
