@@ -3,6 +3,8 @@
 //! force preemption, with prefix caching on and `n > 1` requests, every request's tokens equal
 //! the same request run alone; a repeated prompt resumes from its cached blocks with the same
 //! log-probability bits; n-gram speculation gives the bits of plain decoding; a q8_0 cache runs.
+//! The same load and resumption on Gemma 4's layout (sliding and global layers of their own
+//! widths, the last layers reading earlier layers' K/V, per-layer embeddings).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -15,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use ridge_engine::spec::{NgramProposer, SpecConfig, Speculator};
 use ridge_engine::{EngineConfig, FinishReason, Request};
 use ridge_kernels::DType;
-use ridge_model::synthetic::{SyntheticMla, SyntheticMoe, SyntheticSpec};
+use ridge_model::synthetic::{SyntheticGemma4, SyntheticMla, SyntheticMoe, SyntheticSpec};
 use ridge_model::{Architecture, KvDtype};
 
 /// DeepSeek-V3's layout in miniature: low-rank queries, a 32-wide latent with a 32-wide
@@ -42,6 +44,29 @@ fn latent_fixture() -> Fixture {
             ..SyntheticMoe::new(16, 4, 64, Some(64))
         }),
         seed: 95,
+        ..Default::default()
+    })
+}
+
+/// Gemma 4's E4B layout in miniature: six layers, 2 and 5 global (32-wide heads, one K/V
+/// head), the others sliding over 16 positions (16-wide heads, two); the last three read
+/// layers 1 and 2's K/V; per-layer embeddings of 32.
+fn gemma4_fixture() -> Fixture {
+    fixture_with(SyntheticSpec {
+        arch: Architecture::Gemma4,
+        n_layers: 6,
+        n_kv_heads: 1,
+        head_dim: Some(32),
+        sliding_window: 16,
+        ctx_len: 256,
+        dtype: DType::Q4_0,
+        gemma4: Some(SyntheticGemma4 {
+            shared_kv_layers: 3,
+            ple_dim: 32,
+            double_wide: true,
+            ..SyntheticGemma4::default()
+        }),
+        seed: 96,
         ..Default::default()
     })
 }
@@ -94,12 +119,23 @@ fn cold(fx: &Fixture, r: &Request) -> Vec<Choice> {
 
 #[test]
 fn latent_load_matches_requests_run_alone() {
-    let fx = latent_fixture();
-    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    load_matches_requests_run_alone(latent_fixture(), 21, 10);
+}
+
+#[test]
+fn gemma4_load_matches_requests_run_alone() {
+    // Its global layers alone bound admission: a tighter cache to force preemption.
+    load_matches_requests_run_alone(gemma4_fixture(), 25, 8);
+}
+
+/// Random arrivals, aborts, preemption, prefix caching and `n > 1`: every request's tokens
+/// are the request's alone, in a cache of `blocks` blocks.
+fn load_matches_requests_run_alone(fx: Fixture, seed: u64, blocks: usize) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut core = fx.core(EngineConfig {
         max_batch_tokens: 40,
         max_seqs: 6,
-        kv_cache_tokens: 10 * 16,
+        kv_cache_tokens: blocks * 16,
         prefix_caching: true,
         ..Default::default()
     });
@@ -157,8 +193,18 @@ fn latent_load_matches_requests_run_alone() {
 
 #[test]
 fn a_repeated_prompt_resumes_from_its_latent_blocks() {
-    let fx = latent_fixture();
-    let mut rng = ChaCha8Rng::seed_from_u64(22);
+    a_repeated_prompt_resumes(latent_fixture(), 22);
+}
+
+#[test]
+fn a_repeated_prompt_resumes_from_gemma4_blocks() {
+    a_repeated_prompt_resumes(gemma4_fixture(), 26);
+}
+
+/// A prompt run twice: the second run finds every full block before its last token cached and
+/// gives the same log-probability bits.
+fn a_repeated_prompt_resumes(fx: Fixture, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut core = fx.core(EngineConfig::default());
     let p = prompt(&mut rng, 70);
     let want = cold(&fx, &greedy(&p, 20));
