@@ -7,9 +7,10 @@
 //! the same text is a different, slightly out-of-distribution prompt. So every behaviour below
 //! mirrors llama.cpp's, and the tests compare against ids produced by `llama-tokenize`.
 //!
-//! Two vocabulary kinds are implemented, chosen by `tokenizer.ggml.model`: byte-level BPE
-//! (`"gpt2"`: SmolLM2, Llama 3, Qwen2, ...) and SentencePiece BPE (`"llama"`: Gemma, Llama 2,
-//! Mistral, Phi-3, ...). Encoding `text` ([`Tokenizer::encode`]) runs three stages:
+//! Three vocabulary kinds are implemented, chosen by `tokenizer.ggml.model`: byte-level BPE
+//! (`"gpt2"`: SmolLM2, Llama 3, Qwen2, ...), SentencePiece BPE (`"llama"`: Gemma 1-3, Llama 2,
+//! Mistral, Phi-3, ...) and Gemma 4's BPE (`"gemma4"`). Encoding `text`
+//! ([`Tokenizer::encode`]) runs three stages:
 //!
 //! 1. **Special-token partition.** Control tokens (GGUF token type 3, e.g. `<|im_start|>`) are
 //!    matched verbatim when `parse_special` is set; user-defined tokens (type 4) always. As in
@@ -33,6 +34,11 @@
 //! pieces are merged highest token score first, characters missing from the vocabulary
 //! falling back to `<0xNN>` byte tokens. It is a hand-written priority-queue loop (`spm.rs`
 //! explains why not the `tokenizers` crate).
+//!
+//! *Gemma 4* sits between the two: spaces become `▁` as in SentencePiece (never a prefix), the
+//! text is cut only at line breaks, and inside each line the merges of
+//! `tokenizer.ggml.merges` run lowest rank first over UTF-8 characters (not bytes), with the
+//! same `<0xNN>` byte fallback (`gemma4.rs`).
 //!
 //! Decoding does not go through `tokenizers`: at load every token's bytes are computed once
 //! (byte-level tokens mapped back to bytes, `▁` to a space, `<0xNN>` to its byte; control and
@@ -60,8 +66,10 @@
 //! prose text, `regen_gemma3.sh`) are pulled into the ridge cache once, or taken from
 //! `RIDGE_TEST_SMOLLM2` / `RIDGE_TEST_GEMMA3`; the vocabulary-only files are found through
 //! `RIDGE_TEST_LLAMA_CPP_VOCABS` (llama.cpp's `models/` directory of vocabulary-only GGUFs:
-//! gpt-2, llama-bpe, qwen2, falcon, mpt, starcoder, refact, command-r, and two files without a
-//! pre-tokenizer name, i.e. `default`).
+//! gpt-2, llama-bpe, qwen2, falcon, mpt, starcoder, refact, command-r, two files without a
+//! pre-tokenizer name, i.e. `default`, three SentencePiece ones, and gemma-4). Gemma 4's file
+//! is 15 MB, so CI checks the Gemma 4 rules on a small synthetic `gemma4` vocabulary instead,
+//! against ids `llama-tokenize` gave for the same file (`tests/synthetic_gemma4.rs`).
 //!
 //! # Example
 //!
@@ -87,6 +95,7 @@
 mod bytes;
 mod chat;
 mod error;
+mod gemma4;
 mod pretok;
 mod spm;
 mod stream;

@@ -1,6 +1,7 @@
 //! The [`Tokenizer`]: special-token partition, then per text fragment either pre-tokenizer +
-//! byte-level BPE (`gpt2`) or SentencePiece merges by score (`llama`, see `spm.rs`); decoding
-//! by concatenating precomputed per-token byte pieces.
+//! byte-level BPE (`gpt2`), SentencePiece merges by score (`llama`, see `spm.rs`) or merges by
+//! rank over `▁`-escaped lines (`gemma4`, see `gemma4.rs`); decoding by concatenating
+//! precomputed per-token byte pieces.
 
 use aho_corasick::AhoCorasick;
 use ridge_gguf::GgufFile;
@@ -8,6 +9,7 @@ use tokenizers::models::bpe::{Vocab as BpeVocab, BPE};
 use tokenizers::Model as _;
 
 use crate::bytes::{decode_token_text, encode_bytes};
+use crate::gemma4::Gemma4Bpe;
 use crate::pretok::{self, Splitter};
 use crate::spm::{parse_byte_token, Spm};
 use crate::vocab::{attr, Kind, Vocab, KEY_ADD_BOS, KEY_ADD_EOS, KEY_MODEL, KEY_PRE};
@@ -27,6 +29,8 @@ enum Encoder {
         /// (`tokenizer.ggml.add_space_prefix`, default true as in llama.cpp).
         add_space_prefix: bool,
     },
+    /// Gemma 4: spaces as `▁`, lines as words, merges by rank, `<0xNN>` byte fallback.
+    Gemma4(Gemma4Bpe),
 }
 
 /// A text tokenizer built from GGUF metadata. Immutable after construction, `Send + Sync`;
@@ -73,21 +77,23 @@ enum Fragment {
 impl Tokenizer {
     /// Builds the tokenizer described by a GGUF file's `tokenizer.*` metadata.
     ///
-    /// `tokenizer.ggml.model = "gpt2"` (byte-level BPE) and `"llama"` (SentencePiece BPE) are
-    /// implemented; other models give [`TokenizerError::Unsupported`]. For `gpt2` the
-    /// pre-tokenizer is chosen by `tokenizer.ggml.pre` (llama.cpp's `default` when absent); an
-    /// unknown name is [`TokenizerError::UnknownPreTokenizer`]. SentencePiece has no
-    /// pre-tokenizer and ignores the key, as llama.cpp does. Inconsistent metadata is
+    /// `tokenizer.ggml.model = "gpt2"` (byte-level BPE), `"llama"` (SentencePiece BPE) and
+    /// `"gemma4"` (Gemma 4's BPE over `▁`-escaped text) are implemented; other models give
+    /// [`TokenizerError::Unsupported`]. For `gpt2` the pre-tokenizer is chosen by
+    /// `tokenizer.ggml.pre` (llama.cpp's `default` when absent); an unknown name is
+    /// [`TokenizerError::UnknownPreTokenizer`]. SentencePiece has no pre-tokenizer and Gemma 4
+    /// a fixed one; both ignore the key, as llama.cpp does. Inconsistent metadata is
     /// [`TokenizerError::Malformed`].
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let model = gguf.get_str(KEY_MODEL)?;
         let kind = match model {
             "gpt2" => Kind::Bpe,
             "llama" => Kind::Spm,
+            "gemma4" => Kind::Gemma4,
             _ => {
                 return Err(TokenizerError::Unsupported(format!(
-                    "{KEY_MODEL} = {model:?}; implemented: byte-level BPE (\"gpt2\") and \
-                     SentencePiece BPE (\"llama\")"
+                    "{KEY_MODEL} = {model:?}; implemented: byte-level BPE (\"gpt2\"), \
+                     SentencePiece BPE (\"llama\") and Gemma 4 BPE (\"gemma4\")"
                 )))
             }
         };
@@ -100,13 +106,22 @@ impl Tokenizer {
         };
         let spec = match kind {
             Kind::Bpe => Some(pretok::lookup(pre_name)?),
-            Kind::Spm => None,
+            Kind::Spm | Kind::Gemma4 => None,
+        };
+        // llama.cpp runs every Gemma 4 vocabulary with its own `gemma4` pre-tokenizer, whatever
+        // the key says.
+        let pre_name = match kind {
+            Kind::Gemma4 => Some("gemma4"),
+            Kind::Bpe | Kind::Spm => pre_name,
         };
         let mut vocab = Vocab::from_gguf(gguf, kind)?;
 
         // SentencePiece vocabularies add BOS unless told otherwise (llama.cpp's default).
+        // Gemma 4 always adds it: llama.cpp overrides `add_bos_token = false` there, because the
+        // model needs BOS and some converted files say otherwise (llama.cpp PR 21500).
         let default_add_bos = spec.as_ref().is_none_or(|s| s.add_bos);
-        let add_bos = gguf.get_bool_opt(KEY_ADD_BOS)?.unwrap_or(default_add_bos);
+        let add_bos =
+            gguf.get_bool_opt(KEY_ADD_BOS)?.unwrap_or(default_add_bos) || kind == Kind::Gemma4;
         let add_eos = gguf.get_bool_opt(KEY_ADD_EOS)?.unwrap_or(false);
         if add_bos && vocab.ids.bos.is_none() {
             return Err(TokenizerError::malformed(
@@ -142,6 +157,10 @@ impl Tokenizer {
                     splitter,
                 }
             }
+            None if kind == Kind::Gemma4 => Encoder::Gemma4(Gemma4Bpe::new(
+                &vocab.tokens,
+                &std::mem::take(&mut vocab.merge_ids),
+            )),
             None => Encoder::Spm {
                 spm: Spm::new(
                     &vocab.tokens,
@@ -179,7 +198,9 @@ impl Tokenizer {
             } else if a & attr::NORMAL != 0 {
                 match kind {
                     Kind::Bpe => decode_token_text(text, &mut piece_bytes),
-                    Kind::Spm => piece_bytes.extend_from_slice(text.replace('▁', " ").as_bytes()),
+                    Kind::Spm | Kind::Gemma4 => {
+                        piece_bytes.extend_from_slice(text.replace('▁', " ").as_bytes())
+                    }
                 }
             } else if a & attr::BYTE != 0 {
                 match parse_byte_token(text) {
@@ -285,6 +306,7 @@ impl Tokenizer {
                 let prefix = *add_space_prefix && after_special;
                 return spm.encode(&self.vocab.tokens, text, prefix, out);
             }
+            Encoder::Gemma4(g) => return g.encode(&self.vocab.tokens, text, out),
         };
         let mut word = String::new();
         for (start, end) in splitter.split(text) {
@@ -463,27 +485,30 @@ impl Tokenizer {
         match &self.model {
             Encoder::Bpe { bpe, .. } => bpe.token_to_id(token),
             Encoder::Spm { spm, .. } => spm.token_id(&self.vocab.tokens, token),
+            Encoder::Gemma4(g) => g.token_id(&self.vocab.tokens, token),
         }
     }
 
     /// The pre-tokenizer name in use (`tokenizer.ggml.pre`, or `default`). SentencePiece
-    /// vocabularies have no pre-tokenizer; the name is reported as found in the file.
+    /// vocabularies have no pre-tokenizer; the name is reported as found in the file. Gemma 4
+    /// vocabularies always report `gemma4`, the one llama.cpp applies to them.
     pub fn pre_tokenizer(&self) -> &str {
         &self.pre_name
     }
 
-    /// The vocabulary kind, `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"`
-    /// (SentencePiece BPE).
+    /// The vocabulary kind, `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE), `"llama"`
+    /// (SentencePiece BPE) or `"gemma4"` (Gemma 4's BPE over `▁`-escaped text).
     pub fn model_name(&self) -> &'static str {
         match self.model {
             Encoder::Bpe { .. } => "gpt2",
             Encoder::Spm { .. } => "llama",
+            Encoder::Gemma4(_) => "gemma4",
         }
     }
 
     /// Whether a SentencePiece tokenizer puts a space (`▁`) in front of text that starts the
     /// input or follows a special token (`tokenizer.ggml.add_space_prefix`); always false for
-    /// byte-level BPE.
+    /// byte-level BPE and Gemma 4 (llama.cpp ignores the key for both when encoding).
     pub fn add_space_prefix(&self) -> bool {
         matches!(
             self.model,

@@ -33,13 +33,16 @@ pub(crate) const KEY_SCORES: &str = "tokenizer.ggml.scores";
 pub(crate) const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 pub(crate) const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 
-/// The two vocabulary kinds implemented, by `tokenizer.ggml.model`.
+/// The vocabulary kinds implemented, by `tokenizer.ggml.model`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `"gpt2"`: byte-level BPE with an explicit merge list.
     Bpe,
     /// `"llama"`: SentencePiece-style BPE, merges chosen by token score.
     Spm,
+    /// `"gemma4"`: BPE with an explicit merge list over UTF-8 characters, spaces written `▁`,
+    /// `<0xNN>` byte fallback (see `gemma4.rs`).
+    Gemma4,
 }
 
 /// Special-token ids read from the file (all optional).
@@ -154,9 +157,13 @@ pub(crate) struct Vocab {
     /// Attribute bit set per token.
     pub attrs: Vec<u8>,
     /// Merges as (left, right) pairs in rank order, duplicates removed (first kept). Moved
-    /// into the BPE model when the tokenizer is built. Empty for SentencePiece.
+    /// into the BPE model when the tokenizer is built. Byte-level BPE only.
     pub merges: Vec<(String, String)>,
-    /// Score per token (SentencePiece only; empty for byte-level BPE). Moved into the
+    /// Merges as token ids `[left, right, merged]` in rank order, duplicates kept (the
+    /// encoder keeps the first). Gemma 4 only: it needs no strings, and 500 000 merges read
+    /// as ids load in a fraction of the time.
+    pub merge_ids: Vec<[u32; 3]>,
+    /// Score per token (SentencePiece only; empty for the merge-list kinds). Moved into the
     /// SentencePiece encoder when the tokenizer is built.
     pub scores: Vec<f32>,
     pub ids: SpecialIds,
@@ -272,18 +279,24 @@ impl Vocab {
             .map(|(i, t)| (t.as_str(), i as u32))
             .collect();
 
-        let (merges, scores) = match kind {
-            Kind::Bpe => (read_merges(gguf, &index)?, Vec::new()),
-            Kind::Spm => (Vec::new(), read_scores(gguf, n)?),
-        };
+        let (mut merges, mut merge_ids, mut scores) = (Vec::new(), Vec::new(), Vec::new());
+        match kind {
+            Kind::Bpe => merges = read_merges(gguf, &index)?,
+            Kind::Gemma4 => {
+                visit_merges(gguf, &index, |_, _, ids| merge_ids.push(ids))?;
+            }
+            Kind::Spm => scores = read_scores(gguf, n)?,
+        }
 
         // Special ids, defaults as in llama.cpp (kept so that files relying on them behave the
         // same); an explicit key overrides. gpt2-type vocabularies default BOS and EOS to id
-        // 11; SentencePiece ones to BOS 1, EOS 2 and unknown 0 (the Llama layout).
+        // 11; SentencePiece ones to BOS 1, EOS 2 and unknown 0 (the Llama layout); Gemma 4 ones
+        // have no defaults.
         let default = |id: u32| (id < n as u32).then_some(id);
         let (d_bos, d_eos, d_unk) = match kind {
             Kind::Bpe => (default(11), default(11), None),
             Kind::Spm => (default(1), default(2), default(0)),
+            Kind::Gemma4 => (None, None, None),
         };
         let mut ids = SpecialIds {
             bos: optional_id(gguf, "tokenizer.ggml.bos_token_id", n)?.or(d_bos),
@@ -307,6 +320,7 @@ impl Vocab {
             tokens,
             attrs,
             merges,
+            merge_ids,
             scores,
             ids,
             eog,
@@ -314,10 +328,14 @@ impl Vocab {
     }
 }
 
-fn read_merges(
+/// Reads `tokenizer.ggml.merges` and checks every rule: two parts, both tokens, and their
+/// concatenation a token. Calls `f(left, right, [left id, right id, merged id])` for each rule
+/// in rank order.
+fn visit_merges(
     gguf: &GgufFile,
     index: &std::collections::HashMap<&str, u32>,
-) -> Result<Vec<(String, String)>, TokenizerError> {
+    mut f: impl FnMut(&str, &str, [u32; 3]),
+) -> Result<(), TokenizerError> {
     let rules = match gguf.get(KEY_MERGES) {
         None => return Err(TokenizerError::malformed(KEY_MERGES, "missing")),
         Some(MetadataValue::Array(ArrayValue::String(v))) => v,
@@ -328,8 +346,7 @@ fn read_merges(
             ))
         }
     };
-    let mut seen = std::collections::HashSet::with_capacity(rules.len());
-    let mut merges = Vec::with_capacity(rules.len());
+    let mut merged = String::new();
     for (i, rule) in rules.iter().enumerate() {
         let (l, r) = split_merge(rule).ok_or_else(|| {
             TokenizerError::malformed(
@@ -337,26 +354,42 @@ fn read_merges(
                 format!("merge {i} ({rule:?}) is not of the form \"left right\""),
             )
         })?;
-        for part in [l, r] {
-            if !index.contains_key(part) {
-                return Err(TokenizerError::malformed(
+        let id = |part: &str| {
+            index.get(part).copied().ok_or_else(|| {
+                TokenizerError::malformed(
                     KEY_MERGES,
                     format!("merge {i} ({rule:?}) names {part:?}, which is not in the vocabulary"),
-                ));
-            }
-        }
-        let merged = format!("{l}{r}");
-        if !index.contains_key(merged.as_str()) {
-            return Err(TokenizerError::malformed(
+                )
+            })
+        };
+        let (left, right) = (id(l)?, id(r)?);
+        merged.clear();
+        merged.push_str(l);
+        merged.push_str(r);
+        let to = index.get(merged.as_str()).copied().ok_or_else(|| {
+            TokenizerError::malformed(
                 KEY_MERGES,
                 format!("merge {i} ({rule:?}) produces {merged:?}, which is not in the vocabulary"),
-            ));
-        }
-        // The lowest rank of a repeated pair wins, so keep only the first occurrence.
-        if seen.insert((l, r)) {
+            )
+        })?;
+        f(l, r, [left, right, to]);
+    }
+    Ok(())
+}
+
+/// The merges as strings for the `tokenizers` crate's BPE, each pair once (the first, lowest
+/// rank, wins).
+fn read_merges(
+    gguf: &GgufFile,
+    index: &std::collections::HashMap<&str, u32>,
+) -> Result<Vec<(String, String)>, TokenizerError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut merges = Vec::new();
+    visit_merges(gguf, index, |l, r, [left, right, _]| {
+        if seen.insert((left, right)) {
             merges.push((l.to_string(), r.to_string()));
         }
-    }
+    })?;
     Ok(merges)
 }
 

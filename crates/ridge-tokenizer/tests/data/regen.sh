@@ -5,12 +5,14 @@
 #
 # Usage: regen.sh [MODEL.gguf] [LLAMA_CPP_BIN_DIR]
 #   MODEL defaults to $RIDGE_TEST_SMOLLM2, BIN to $LLAMA_CPP_BIN or
-#   ~/.cache/ridge-peers/llama.cpp-0.3.36/build/bin.
+#   ~/.cache/ridge-peers/llama.cpp-b11434/build/bin. (The ids of the byte-level and
+#   SentencePiece vocabularies are the same with llama.cpp 0.3.36, which made them first.)
 #
 # It also writes vocabs_llama_cpp_ids.json: the same corpus (minus the long case) through the
 # vocabulary-only GGUFs llama.cpp ships in its models/ directory (one per pre-tokenizer family:
-# gpt-2, llama-bpe, qwen2, falcon, ...; and the SentencePiece llama-spm, phi-3, baichuan), found
-# in $LLAMA_CPP_MODELS or BIN/../../models.
+# gpt-2, llama-bpe, qwen2, falcon, ...; the SentencePiece llama-spm, phi-3, baichuan; and
+# gemma-4, tokenizer.ggml.model = "gemma4", which needs a llama.cpp that knows it), found in
+# $LLAMA_CPP_MODELS or BIN/../../models.
 #
 # Each text is written to a file byte for byte and passed with -f (llama-tokenize reads it
 # verbatim), with --no-escape so backslashes stay literal. llama-tokenize adds BOS/EOS as the
@@ -20,7 +22,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 model="${1:-${RIDGE_TEST_SMOLLM2:-}}"
-bin="${2:-${LLAMA_CPP_BIN:-$HOME/.cache/ridge-peers/llama.cpp-0.3.36/build/bin}}"
+bin="${2:-${LLAMA_CPP_BIN:-$HOME/.cache/ridge-peers/llama.cpp-b11434/build/bin}}"
 [ -n "$model" ] && [ -f "$model" ] || { echo "model not found: '$model'" >&2; exit 1; }
 [ -x "$bin/llama-tokenize" ] || { echo "llama-tokenize not found in $bin" >&2; exit 1; }
 
@@ -61,9 +63,10 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{case['name']:24} {len(ids):5} tokens")
 
     # Vocabulary-only GGUFs from llama.cpp's repository: byte-level BPE ones, then the
-    # SentencePiece ones (tokenizer.ggml.model = "llama", add_space_prefix left at its default).
+    # SentencePiece ones (tokenizer.ggml.model = "llama", add_space_prefix left at its default),
+    # then Gemma 4's (tokenizer.ggml.model = "gemma4").
     vocabs = ["gpt-2", "llama-bpe", "qwen2", "falcon", "mpt", "starcoder", "refact",
-              "command-r", "gpt-neox", "aquila", "llama-spm", "phi-3", "baichuan"]
+              "command-r", "gpt-neox", "aquila", "llama-spm", "phi-3", "baichuan", "gemma-4"]
     voc = {"source": out["source"], "models_dir": "llama.cpp/models", "vocabs": {}}
     for name in vocabs:
         path = os.path.join(models_dir, f"ggml-vocab-{name}.gguf")
