@@ -704,7 +704,7 @@ impl ModelConfig {
                     }
                 })?
             }
-            // Gemma 4 gives one count per layer kind; `gemma4::configure` reads it.
+            // Gemma 4 gives one count per layer kind; `gemma4_config.rs` reads it.
             Some(MetadataValue::Array(_)) if arch == Architecture::Gemma4 => (n_heads, None),
             Some(_) => (f.get_usize_in(&kv_key, 1..=n_heads)?, None),
             None => (n_heads, None),
@@ -726,7 +726,7 @@ impl ModelConfig {
                     })?;
                 (w, Some(flags))
             }
-            // Gemma 4's double-wide layers: `gemma4::configure` reads the list.
+            // Gemma 4's double-wide layers: `gemma4_config.rs` reads the list.
             Some(MetadataValue::Array(_)) if arch == Architecture::Gemma4 => (1, None),
             _ => (f.get_usize_in(&ffn_key, 1..=1 << 20)?, None),
         };

@@ -14,7 +14,8 @@
 //!   whose imports run one way: `model.rs` (load, bind, the two ends of a forward pass) and
 //!   `arches.rs` (the table of architectures) on top; one file per architecture behind one
 //!   trait (`stack.rs`): `llama.rs`, which also runs qwen2, qwen3, the mixtures of experts,
-//!   gpt-oss and Llama 3's RoPE scaling; `gemma3.rs`; `qwen35.rs`, the Qwen3.5 hybrids whose
+//!   gpt-oss and Llama 3's RoPE scaling; `gemma3.rs`; `gemma4.rs` (its keys in `gemma4_config.rs`);
+//!   `qwen35.rs`, the Qwen3.5 hybrids whose
 //!   recurrent layers keep a fixed state per sequence in the [`KvCache`] (shape in
 //!   `hybrid.rs`) — and the routed feed-forward (`moe.rs`), each owning the weights only it
 //!   has; and `layer.rs`, the weights and steps every layer shares, which names neither the
