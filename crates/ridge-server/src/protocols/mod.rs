@@ -106,6 +106,8 @@ impl<'a> Validator<'a> {
         if let Some(t) = tools.and_then(Tools::template_var) {
             extra.insert("tools".into(), t);
         }
+        let folded = crate::tools::fold_tool_results(template, msgs);
+        let msgs = folded.as_deref().unwrap_or(msgs);
         let text = match template.render_with(msgs, add_generation_prompt, &extra) {
             Ok(t) if later_system_turns_kept(msgs, &t) => t,
             first => match merge_system_turns(msgs) {
@@ -155,9 +157,16 @@ impl<'a> Validator<'a> {
         max_tokens: usize,
     ) -> Option<ridge_engine::ThinkBudget> {
         use crate::reasoning::ReasoningFormat as F;
-        let (open, close) = match format {
-            F::Think => ("<think>", "</think>"),
-            F::MistralThink => ("[THINK]", "[/THINK]"),
+        // The opening's tokens, its text at the end of a prompt that opened the thoughts, and
+        // the closing (Gemma 4's thoughts open with the channel token; `thought` follows).
+        let (open, opened, close) = match format {
+            F::Think => ("<think>", "<think>", "</think>"),
+            F::MistralThink => ("[THINK]", "[THINK]", "[/THINK]"),
+            F::GemmaChannel => (
+                "<|channel>",
+                crate::reasoning::GEMMA_THOUGHT_OPEN,
+                crate::reasoning::GEMMA_THOUGHT_CLOSE,
+            ),
             F::Harmony => return None,
         };
         let ids = |t: &str| {
@@ -170,7 +179,7 @@ impl<'a> Validator<'a> {
             max_tokens,
             open: ids(open)?,
             close: ids(close)?,
-            starts_inside: prompt.trim_end().ends_with(open),
+            starts_inside: prompt.trim_end().ends_with(opened),
         })
     }
 }

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use super::parse::{DS_CALL_BEGIN, DS_CALL_END, DS_SEP};
+use super::parse::{DS_CALL_BEGIN, DS_CALL_END, DS_SEP, GEMMA_QUOTE};
 use super::{function_name, lark_str, Syntax, Tools};
 
 /// A function the grammar may call.
@@ -67,6 +67,7 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
         Syntax::MistralArray | Syntax::TaggedArray => tagged_array(t, &fns),
         Syntax::DeepSeekR1 => deepseek(t, &fns, true),
         Syntax::DeepSeekV31 => deepseek(t, &fns, false),
+        Syntax::Gemma => gemma(t, &fns),
         Syntax::Harmony => harmony(t, &fns),
     }
 }
@@ -301,4 +302,257 @@ fn harmony(t: &Tools, fns: &[Func]) -> String {
         t.lit("<|end|>"),
         t.lit("<|start|>"),
     )
+}
+
+/// Gemma 4's `<|tool_call>call:NAME{key:value,…}<tool_call|>`, calls back to back, arguments
+/// in Gemma's notation by the function's schema ([`GemmaValues`]).
+fn gemma(t: &Tools, fns: &[Func]) -> String {
+    let mut g = GemmaValues::new(t);
+    let mut alts = Vec::new();
+    for (i, f) in fns.iter().enumerate() {
+        let args = g.object(&f.params, 0);
+        g.rules
+            .push_str(&format!("f{i}: {} {args}\n", lark_str(f.name)));
+        alts.push(format!("f{i}"));
+    }
+    let start = if t.parallel { "call+" } else { "call" };
+    format!(
+        "start: {start}\ncall: {} \"call:\" ({}) {}\n{}",
+        t.tags.0,
+        alts.join(" | "),
+        t.tags.1,
+        g.finish()
+    )
+}
+
+/// Gemma 4's thoughts before a forced call: `<|channel>thought` and text up to `<channel|>`
+/// (the rule `gthought`).
+pub(super) fn gemma_thought(t: &Tools) -> String {
+    let (open, close) = (t.lit("<|channel>"), t.lit("<channel|>"));
+    if close.starts_with("<[") {
+        format!(
+            "gthought: {open} \"thought\" THOUGHT? {close}\nTHOUGHT: /(?s:.+)/ & ~/(?s:.*)<channel\\|>(?s:.*)/\n"
+        )
+    } else {
+        // The closing is text: it ends the thoughts' lexeme.
+        format!(
+            "gthought: {open} \"thought\" THOUGHTC\nTHOUGHTC: /(?s:.*)<channel\\|>/ & ~/(?s:.*)<channel\\|>(?s:.+)/\n"
+        )
+    }
+}
+
+/// Deepest schema nesting the Gemma grammar follows; deeper values are any Gemma value.
+const GEMMA_MAX_SCHEMA_DEPTH: usize = 16;
+
+/// Rules for values in Gemma 4's notation, by JSON Schema, as its template writes them: an
+/// object's properties in the template's order (`dictsort`: by lower-cased name), the required
+/// ones always, bare keys; strings between `<|"|>` marks (an `enum` or `const` one of its
+/// values); JSON numbers; `true`/`false`; `null`; arrays of the `items` schema. `anyOf`,
+/// `oneOf` and a list of types are alternatives. An object without `properties`, and a schema
+/// without a type, take any Gemma value. String text never holds a mark or `<tool_call|>`,
+/// so the call parses back.
+struct GemmaValues {
+    /// The string mark as the grammar writes it (its token where the vocabulary has one).
+    quote: String,
+    rules: String,
+    next: usize,
+    /// `gstr` (a string) is referred to.
+    strings: bool,
+    /// `gany` (any value) is referred to.
+    any: bool,
+}
+
+impl GemmaValues {
+    fn new(t: &Tools) -> Self {
+        GemmaValues {
+            quote: t.lit(GEMMA_QUOTE),
+            rules: String::new(),
+            next: 0,
+            strings: false,
+            any: false,
+        }
+    }
+
+    /// A new rule with `body`; its name.
+    fn rule(&mut self, body: &str) -> String {
+        let name = format!("g{}", self.next);
+        self.next += 1;
+        self.rules.push_str(&format!("{name}: {body}\n"));
+        name
+    }
+
+    fn string(&mut self) -> String {
+        self.strings = true;
+        "gstr".to_string()
+    }
+
+    fn any(&mut self) -> String {
+        self.any = true;
+        self.strings = true;
+        "gany".to_string()
+    }
+
+    /// One JSON value as the template writes it (`format_argument`); `None` where it cannot be
+    /// written (a string holding the mark, or a container).
+    fn literal(&self, v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) if !s.contains(GEMMA_QUOTE) && !s.contains("<tool_call|>") => {
+                Some(format!("{q} {} {q}", lark_str(s), q = self.quote))
+            }
+            Value::Bool(_) | Value::Null | Value::Number(_) => Some(lark_str(&v.to_string())),
+            _ => None,
+        }
+    }
+
+    /// A value of `schema`.
+    fn value(&mut self, schema: &Value, depth: usize) -> String {
+        if depth > GEMMA_MAX_SCHEMA_DEPTH {
+            return self.any();
+        }
+        let options = match (schema.get("enum"), schema.get("const")) {
+            (Some(Value::Array(e)), _) if !e.is_empty() => Some(e.iter().collect::<Vec<_>>()),
+            (_, Some(c)) => Some(vec![c]),
+            _ => None,
+        };
+        if let Some(options) = options {
+            let lits: Option<Vec<String>> = options.iter().map(|v| self.literal(v)).collect();
+            return match lits {
+                Some(l) => format!("({})", l.join(" | ")),
+                None => self.any(),
+            };
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(alts)) = schema.get(key) {
+                if !alts.is_empty() {
+                    let alts: Vec<String> = alts.iter().map(|a| self.value(a, depth + 1)).collect();
+                    return format!("({})", alts.join(" | "));
+                }
+            }
+        }
+        match schema.get("type") {
+            Some(Value::String(ty)) => self.typed(ty, schema, depth),
+            Some(Value::Array(types)) if !types.is_empty() => {
+                let alts: Vec<String> = types
+                    .iter()
+                    .map(|ty| match ty.as_str() {
+                        Some(ty) => self.typed(ty, schema, depth),
+                        None => self.any(),
+                    })
+                    .collect();
+                format!("({})", alts.join(" | "))
+            }
+            _ => self.any(),
+        }
+    }
+
+    /// A value of one JSON type (`schema` for its details).
+    fn typed(&mut self, ty: &str, schema: &Value, depth: usize) -> String {
+        match ty {
+            "string" => self.string(),
+            "integer" => "GINT".to_string(),
+            "number" => "GNUM".to_string(),
+            "boolean" => "(\"true\" | \"false\")".to_string(),
+            "null" => "\"null\"".to_string(),
+            "object" => self.object(schema, depth + 1),
+            "array" => {
+                let item = match schema.get("items") {
+                    Some(items @ Value::Object(_)) => self.value(items, depth + 1),
+                    _ => self.any(),
+                };
+                self.rule(&format!("\"[\" ({item} (\",\" {item})*)? \"]\""))
+            }
+            _ => self.any(),
+        }
+    }
+
+    /// `{key:value,…}` for an object schema: its properties in the template's order, each
+    /// required one present, commas between.
+    fn object(&mut self, schema: &Value, depth: usize) -> String {
+        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+            self.any = true;
+            self.strings = true;
+            return "gdict".to_string();
+        };
+        if props.is_empty() {
+            return lark_str("{}");
+        }
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut sorted: Vec<(&String, &Value)> = props.iter().collect();
+        sorted.sort_by_key(|(name, _)| name.to_lowercase());
+        let members: Vec<(String, bool)> = sorted
+            .into_iter()
+            .map(|(name, sub)| {
+                let v = self.value(sub, depth);
+                let m = self.rule(&format!("{} {v}", lark_str(&format!("{name}:"))));
+                (m, required.contains(&name.as_str()))
+            })
+            .collect();
+        // rest[k]: members k.. after one has been written (each with its comma).
+        let mut rest: Vec<String> = vec![String::new(); members.len() + 1];
+        for (k, (m, req)) in members.iter().enumerate().rev() {
+            let part = if *req {
+                format!("\",\" {m}")
+            } else {
+                format!("(\",\" {m})?")
+            };
+            rest[k] = if rest[k + 1].is_empty() {
+                self.rule(&part)
+            } else {
+                self.rule(&format!("{part} {}", rest[k + 1]))
+            };
+        }
+        // The first member written: any up to the first required one.
+        let mut firsts = Vec::new();
+        for (k, (m, req)) in members.iter().enumerate() {
+            firsts.push(format!("{m} {}", rest[k + 1]).trim_end().to_string());
+            if *req {
+                break;
+            }
+        }
+        let any_required = members.iter().any(|(_, r)| *r);
+        let body = format!("({})", firsts.join(" | "));
+        let body = if any_required {
+            body
+        } else {
+            format!("{body}?")
+        };
+        self.rule(&format!("\"{{\" {body} \"}}\""))
+    }
+
+    /// The rules, with the number terminals and the shared rules that were referred to.
+    fn finish(self) -> String {
+        let mut out = self.rules;
+        out.push_str("GINT: /-?(0|[1-9][0-9]*)/\n");
+        out.push_str("GNUM: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?/\n");
+        // Text that holds neither the mark nor the end of the call.
+        const FREE: &str = "~/(?s:.*)(<\\|\"\\|>|<tool_call\\|>)(?s:.*)/";
+        if self.strings && self.quote.starts_with("<[") {
+            // The mark is a token: the text ends where it comes.
+            out.push_str(&format!(
+                "gstr: {q} GTEXT? {q}\nGTEXT: /(?s:.+)/ & {FREE}\n",
+                q = self.quote
+            ));
+        } else if self.strings {
+            // The mark is text: the closing one is the end of the string's lexeme (a lexeme
+            // of free text would run over it).
+            out.push_str(&format!(
+                "gstr: {} GTEXTQ\nGTEXTQ: /(?s:.*)<\\|\"\\|>/ & ~/(?s:.*)(<\\|\"\\|>|<tool_call\\|>)(?s:.+)/\n",
+                self.quote
+            ));
+        }
+        if self.any {
+            out.push_str(
+                "gany: gstr | gdict | glist | GNUM | \"true\" | \"false\" | \"null\"\n\
+                 gdict: \"{\" (gkv (\",\" gkv)*)? \"}\"\n\
+                 gkv: GKEY \":\" gany\n\
+                 GKEY: /[^:{}\\[\\],<\\s]+/\n\
+                 glist: \"[\" (gany (\",\" gany)*)? \"]\"\n",
+            );
+        }
+        out
+    }
 }

@@ -75,6 +75,10 @@ pub(super) const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
 pub(super) const DS_SEP: &str = "<｜tool▁sep｜>";
 const MESSAGE: &str = "<|message|>";
 const CALL_TOKEN: &str = "<|call|>";
+/// Gemma 4's string mark: a string value is `<|"|>TEXT<|"|>`.
+pub(super) const GEMMA_QUOTE: &str = "<|\"|>";
+/// Deepest nesting of a Gemma value ridge reads (model output is untrusted; deeper is text).
+const GEMMA_MAX_DEPTH: usize = 64;
 
 /// Splits streamed text into content and calls. Text that may be the start of a call is held
 /// back until it is known; a call is released when its end arrives.
@@ -168,6 +172,7 @@ impl CallParser {
             | Syntax::GlmXml
             | Syntax::DeepSeekR1
             | Syntax::DeepSeekV31
+            | Syntax::Gemma
             | Syntax::Harmony => vec![(f.start, Block::Tagged(f.end))],
             Syntax::MistralArgs | Syntax::MistralArray => vec![(TOOL_CALLS, Block::Mistral)],
             Syntax::TaggedArray => vec![(f.start, Block::Array(f.start.len()))],
@@ -316,6 +321,7 @@ impl CallParser {
                 .or_else(|| json_calls(body)),
             Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_calls(body),
             Syntax::Harmony => harmony_call(body).map(|c| vec![c]),
+            Syntax::Gemma => gemma_call(body).map(|c| vec![c]),
             _ => None,
         }?;
         (!calls.is_empty()).then_some(calls)
@@ -762,6 +768,162 @@ fn harmony_call(body: &str) -> Option<Call> {
         name: name.to_string(),
         arguments: object_text(args)?,
     })
+}
+
+/// Gemma 4's call body, `call:NAME{key:value,…}` (whitespace around it allowed): the name,
+/// and the arguments read by [`GemmaReader`] into a JSON object.
+fn gemma_call(body: &str) -> Option<Call> {
+    let rest = body.trim().strip_prefix("call:")?;
+    let brace = rest.find('{')?;
+    let name = rest[..brace].trim();
+    if name.is_empty() || !name.chars().all(is_name_char) {
+        return None;
+    }
+    let mut r = GemmaReader {
+        s: &rest[brace..],
+        pos: 0,
+    };
+    let args = r.dict(0)?;
+    r.ws();
+    (r.pos == r.s.len()).then(|| Call {
+        name: name.to_string(),
+        arguments: args.to_string(),
+    })
+}
+
+/// Reads Gemma 4's value notation (what its template's `format_argument` writes, and llama.cpp
+/// reads): `<|"|>TEXT<|"|>` strings (TEXT as it stands: any character but the mark), numbers,
+/// `true`, `false`, `null` (and `None`, Python's, which the template prints for a null),
+/// `{key:value,…}` with keys bare or marked like strings, `[value,…]`; whitespace after
+/// brackets, commas and colons; a trailing comma is forgiven. A bare word that is none of
+/// these (and holds no `:`, which would be a missing comma) is read as a string (a model that
+/// dropped the marks).
+struct GemmaReader<'a> {
+    s: &'a str,
+    pos: usize,
+}
+
+impl<'a> GemmaReader<'a> {
+    fn rest(&self) -> &'a str {
+        &self.s[self.pos..]
+    }
+
+    fn ws(&mut self) {
+        self.pos = skip_ws(self.s, self.pos);
+    }
+
+    fn eat(&mut self, prefix: &str) -> bool {
+        let hit = self.rest().starts_with(prefix);
+        if hit {
+            self.pos += prefix.len();
+        }
+        hit
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        self.ws();
+        if self.rest().starts_with('{') {
+            return self.dict(depth + 1);
+        }
+        if self.rest().starts_with('[') {
+            return self.list(depth + 1);
+        }
+        if self.rest().starts_with(GEMMA_QUOTE) {
+            return self.marked().map(Value::String);
+        }
+        self.scalar()
+    }
+
+    /// `<|"|>TEXT<|"|>` at the cursor (the cursor stays where it is when there is none).
+    fn marked(&mut self) -> Option<String> {
+        let text = self.rest().strip_prefix(GEMMA_QUOTE)?;
+        let end = text.find(GEMMA_QUOTE)?;
+        self.pos += 2 * GEMMA_QUOTE.len() + end;
+        Some(text[..end].to_string())
+    }
+
+    /// A bare value, up to the next `,`, `}` or `]`.
+    fn scalar(&mut self) -> Option<Value> {
+        let len = self
+            .rest()
+            .find([',', '}', ']'])
+            .unwrap_or(self.rest().len());
+        let word = self.rest()[..len].trim();
+        if word.is_empty() || word.contains(GEMMA_QUOTE) || word.contains(['{', '[', ':']) {
+            return None;
+        }
+        self.pos += len;
+        Some(match word {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            "null" | "None" => Value::Null,
+            _ => match serde_json::from_str::<serde_json::Number>(word) {
+                Ok(n) => Value::Number(n),
+                Err(_) => Value::String(word.to_string()),
+            },
+        })
+    }
+
+    /// `{key:value,…}` at the cursor (after whitespace).
+    fn dict(&mut self, depth: usize) -> Option<Value> {
+        if depth > GEMMA_MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        if !self.eat("{") {
+            return None;
+        }
+        let mut map = Map::new();
+        loop {
+            self.ws();
+            if self.eat("}") {
+                return Some(Value::Object(map));
+            }
+            let key = match self.marked() {
+                Some(k) => k,
+                None if self.rest().starts_with(GEMMA_QUOTE) => return None,
+                None => {
+                    let len = self.rest().find([':', '}', ',', '{', '[', ']'])?;
+                    let key = self.rest()[..len].trim();
+                    if key.is_empty() || key.contains(GEMMA_QUOTE) {
+                        return None;
+                    }
+                    let key = key.to_string();
+                    self.pos += len;
+                    key
+                }
+            };
+            self.ws();
+            if !self.eat(":") {
+                return None;
+            }
+            let v = self.value(depth)?;
+            map.insert(key, v);
+            self.ws();
+            if !self.eat(",") && !self.rest().starts_with('}') {
+                return None;
+            }
+        }
+    }
+
+    /// `[value,…]` at the cursor.
+    fn list(&mut self, depth: usize) -> Option<Value> {
+        if depth > GEMMA_MAX_DEPTH || !self.eat("[") {
+            return None;
+        }
+        let mut items = Vec::new();
+        loop {
+            self.ws();
+            if self.eat("]") {
+                return Some(Value::Array(items));
+            }
+            items.push(self.value(depth)?);
+            self.ws();
+            if !self.eat(",") && !self.rest().starts_with(']') {
+                return None;
+            }
+        }
+    }
 }
 
 /// A harmony call that did not read as one, as text: its arguments, without control tokens.

@@ -232,6 +232,9 @@ fn rendered_turn_with(
         "</s>",
         "<｜end▁of▁sentence｜>",
         "<|end_of_text|>",
+        // Gemma 4: the turn's end, or the results the calls wait for.
+        "<turn|>",
+        "<|tool_response>",
     ]
     .iter()
     .filter_map(|m| out.find(m))
@@ -270,6 +273,8 @@ fn each_family_is_detected_from_its_template() {
         ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite3"),
         ("GLM-4.6.jinja", "glm"),
         ("GLM-4.7-Flash.jinja", "glm"),
+        ("google-gemma-4-31B-it.jinja", "gemma4"),
+        ("google-gemma-4-31B-it-interleaved.jinja", "gemma4"),
     ];
     for (file, want) in cases {
         let t = test_template(file);
@@ -281,6 +286,16 @@ fn each_family_is_detected_from_its_template() {
         )),
         Some(reasoning::ReasoningFormat::MistralThink)
     );
+    for file in [
+        "google-gemma-4-31B-it.jinja",
+        "google-gemma-4-31B-it-interleaved.jinja",
+    ] {
+        assert_eq!(
+            reasoning::format_of(&test_template(file)),
+            Some(reasoning::ReasoningFormat::GemmaChannel),
+            "{file}"
+        );
+    }
 }
 
 #[test]
@@ -290,7 +305,7 @@ fn calls_each_template_renders_parse_back() {
     let paris = json!({"city": "Paris", "days": 3});
     let two = [("get_weather", paris.clone()), ("now", json!({}))];
     let one = [("get_weather", paris.clone())];
-    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 17] = [
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 19] = [
         ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
         (
             "Qwen-Qwen3-0.6B.jinja",
@@ -334,6 +349,17 @@ fn calls_each_template_renders_parse_back() {
             "GLM-4.7-Flash.jinja",
             &two,
             Some(reasoning::ReasoningFormat::Think),
+        ),
+        // Gemma 4 closes an empty thought in its generation prompt (thinking off).
+        (
+            "google-gemma-4-31B-it.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::GemmaChannel),
+        ),
+        (
+            "google-gemma-4-31B-it-interleaved.jinja",
+            &two,
+            Some(reasoning::ReasoningFormat::GemmaChannel),
         ),
     ];
     for (file, calls, thinking) in cases {
@@ -545,6 +571,7 @@ fn every_prefix_of_every_call_is_safe() {
         ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("harmony", "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>"),
         ("hermes", "```json\n{\"name\": \"now\", \"arguments\": {\"s\": \"\\\"}```\"}}\n```"),
+        ("gemma4", "<|tool_call>call:get_weather{city:<|\"|>a,}:<|\"|>,n:[1,{x:null}]}<tool_call|>"),
     ];
     for (fmt, text) in samples {
         for (i, _) in text.char_indices() {
@@ -606,10 +633,37 @@ fn synthetic_tokenizer() -> Arc<Tokenizer> {
 
 /// Whether the compiled `spec` accepts `text` whole.
 fn accepts(grammars: &Grammars, tok: &Tokenizer, spec: &GrammarSpec, text: &str) -> bool {
+    accepts_spelled(grammars, tok, spec, text, &[])
+}
+
+/// [`accepts`], with the tags in `spelled` written as their text, not as their tokens (as a
+/// vocabulary without them as tokens would have them).
+fn accepts_spelled(
+    grammars: &Grammars,
+    tok: &Tokenizer,
+    spec: &GrammarSpec,
+    text: &str,
+    spelled: &[&str],
+) -> bool {
     let mut c = grammars
         .compile(spec)
         .unwrap_or_else(|e| panic!("{e}: {spec:?}"));
-    for t in tok.encode(text, false, true).unwrap() {
+    let mut ids = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let next = spelled
+            .iter()
+            .filter_map(|t| rest.find(t).map(|i| (i, *t)))
+            .min_by_key(|&(i, _)| i);
+        let (head, tag, tail) = match next {
+            Some((i, t)) => (&rest[..i], t, &rest[i + t.len()..]),
+            None => (rest, "", ""),
+        };
+        ids.extend(tok.encode(head, false, true).unwrap());
+        ids.extend(tok.encode(tag, false, false).unwrap());
+        rest = tail;
+    }
+    for t in ids {
         if c.commit(t).is_err() {
             return false;
         }
@@ -632,6 +686,7 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
+        ("gemma4", "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|><|tool_call>call:now{}<tool_call|>"),
     ];
     for (name, text) in cases {
         let fmt = format(name);
@@ -740,6 +795,14 @@ const FRAGMENTS: &[&str] = &[
     "</think>",
     "[THINK]",
     "[/THINK]",
+    "<|tool_call>",
+    "<tool_call|>",
+    "call:now{",
+    "<|\"|>",
+    ":",
+    "<|channel>",
+    "thought\n",
+    "<channel|>",
 ];
 
 /// Random texts made of [`FRAGMENTS`] (a fixed linear congruential sequence).
@@ -784,6 +847,7 @@ fn random_text_parses_alike_at_every_split_and_loses_nothing() {
             reasoning::ReasoningFormat::Think,
             reasoning::ReasoningFormat::MistralThink,
             reasoning::ReasoningFormat::Harmony,
+            reasoning::ReasoningFormat::GemmaChannel,
         ] {
             content_after_reasoning(r, "", &text);
             content_after_reasoning(r, "<think>\n", &text);
@@ -822,4 +886,413 @@ fn forced_calls_after_a_prompt_that_opens_the_thoughts_let_the_model_think_first
         tools.grammar_after("<|im_start|>assistant\n"),
         tools.grammar()
     );
+}
+
+/// Gemma 4's calls: one or several, arguments typed by the notation itself (strings between
+/// marks, numbers, booleans, null and Python's `None`, nested objects and arrays), whitespace
+/// where models put it, strings holding the notation's own characters.
+#[test]
+fn gemma_calls_parse_with_their_types() {
+    let q = "<|\"|>";
+    let cases: Vec<(String, Vec<(&str, Value)>)> = vec![
+        (
+            format!("<|tool_call>call:get_weather{{city:{q}Paris{q},days:3}}<tool_call|>"),
+            vec![("get_weather", json!({"city": "Paris", "days": 3}))],
+        ),
+        (
+            "<|tool_call>call:now{}<tool_call|><|tool_call>call:now{}<tool_call|>".to_string(),
+            vec![("now", json!({})), ("now", json!({}))],
+        ),
+        (
+            format!(
+                "<|tool_call>call:plan{{stops:[{{city:{q}Rome{q},nights:2}},{{city:{q}Nice{q}}}],\
+                 budget:{{amount:1200.5,currency:{q}EUR{q}}},flexible:true,note:null,tags:[],\
+                 extra:None,ratio:-1e-05,off:false}}<tool_call|>"
+            ),
+            vec![(
+                "plan",
+                json!({"stops": [{"city": "Rome", "nights": 2}, {"city": "Nice"}],
+                       "budget": {"amount": 1200.5, "currency": "EUR"}, "flexible": true,
+                       "note": null, "tags": [], "extra": null, "ratio": -1e-05, "off": false}),
+            )],
+        ),
+        // Strings hold commas, braces, colons, brackets, quotes, newlines and tags.
+        (
+            format!(
+                "<|tool_call>call:run_shell{{command:{q}echo \"a, b}}: {{c}}\" 'd' [e]\n<b>{q},\
+                 timeout:30.5}}<tool_call|>"
+            ),
+            vec![(
+                "run_shell",
+                json!({"command": "echo \"a, b}: {c}\" 'd' [e]\n<b>", "timeout": 30.5}),
+            )],
+        ),
+        // Whitespace after brackets, commas and colons; marked keys (the template's nested
+        // keys with escape_keys); a trailing comma; a bare word for a string.
+        (
+            format!(
+                "<|tool_call>call:f{{ a: {q}x{q}, {q}b c{q}: [ 1, 2 ], d: {{ e: {q}{q} }}, g: word, }}<tool_call|>"
+            ),
+            vec![(
+                "f",
+                json!({"a": "x", "b c": [1, 2], "d": {"e": ""}, "g": "word"}),
+            )],
+        ),
+    ];
+    for (text, want) in cases {
+        let want: Vec<(String, Value)> = want
+            .iter()
+            .map(|(n, a)| (n.to_string(), a.clone()))
+            .collect();
+        let defs = weather_tools();
+        for with_tools in [false, true] {
+            let pieces = if with_tools {
+                parse_all(|| CallParser::with_tools(format("gemma4"), &defs), &text)
+            } else {
+                parse_all(|| CallParser::new(format("gemma4")), &text)
+            };
+            let (calls, rest) = calls_and_text(&pieces);
+            assert_eq!(calls, want, "{text}");
+            assert!(rest.is_empty(), "{text}: left {rest:?}");
+        }
+    }
+    // Text around the calls is content.
+    let text = "Let me look.<|tool_call>call:now{}<tool_call|>".to_string();
+    let pieces = parse_all(|| CallParser::new(format("gemma4")), &text);
+    assert_eq!(
+        pieces,
+        vec![
+            Piece::Content("Let me look.".into()),
+            Piece::Call(Call {
+                name: "now".into(),
+                arguments: "{}".into()
+            }),
+        ]
+    );
+}
+
+#[test]
+fn malformed_gemma_calls_stay_content() {
+    let q = "<|\"|>";
+    let cases = [
+        "<|tool_call>now{}<tool_call|>".to_string(),
+        "<|tool_call>call:{}<tool_call|>".to_string(),
+        "<|tool_call>call:now<tool_call|>".to_string(),
+        "<|tool_call>call:now{a:}<tool_call|>".to_string(),
+        format!("<|tool_call>call:now{{a:{q}open}}<tool_call|>"),
+        "<|tool_call>call:now{a:1 b:2}<tool_call|>".to_string(),
+        "<|tool_call>call:now{a:[1,2}<tool_call|>".to_string(),
+        "<|tool_call>call:now{}} trailing<tool_call|>".to_string(),
+        "<|tool_call>call:bad name{}<tool_call|>".to_string(),
+        format!("<|tool_call>call:now{{{}}}<tool_call|>", "a:[".repeat(100)),
+        // Unfinished at the end of the output.
+        "<|tool_call>call:now{a:1".to_string(),
+    ];
+    for text in &cases {
+        let pieces = parse_all(|| CallParser::new(format("gemma4")), text);
+        assert_eq!(pieces, vec![Piece::Content(text.clone())], "{text}");
+    }
+    // A nesting deeper than ridge reads is text, not a stack overflow.
+    let deep = format!(
+        "<|tool_call>call:now{{a:{}1{}}}<tool_call|>",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let mut p = CallParser::new(format("gemma4"));
+    let mut out = p.push(&deep);
+    out.extend(p.finish());
+    assert_eq!(merge_content(out), vec![Piece::Content(deep)]);
+}
+
+/// The calls jinja2 rendered through Gemma 4's templates (the fixtures of ridge-tokenizer's
+/// template tests) read back to the arguments the conversations gave, value for value.
+#[test]
+fn gemma_calls_jinja2_rendered_parse_back_to_their_arguments() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ridge-tokenizer/tests/data/chat_template_renders.json");
+    let renders: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut checked = 0;
+    for t in renders["templates"].as_array().unwrap() {
+        let file = t["template"].as_str().unwrap();
+        if !file.starts_with("google-gemma-4") {
+            continue;
+        }
+        assert_eq!(
+            format_of(&test_template(file)).map(|f| f.name),
+            Some("gemma4")
+        );
+        for case in t["cases"].as_array().unwrap() {
+            let want: Vec<(String, Value)> = case["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m.get("tool_calls")?.as_array())
+                .flatten()
+                .map(|c| {
+                    let f = &c["function"];
+                    (
+                        f["name"].as_str().unwrap().to_string(),
+                        f["arguments"].clone(),
+                    )
+                })
+                .collect();
+            if want.is_empty() {
+                continue;
+            }
+            // The calls as the template wrote them, each block in order.
+            let rendered = case["rendered"].as_str().unwrap();
+            let blocks: String = rendered
+                .split("<|tool_call>")
+                .skip(1)
+                .map(|b| {
+                    let end = b.find("<tool_call|>").unwrap() + "<tool_call|>".len();
+                    format!("<|tool_call>{}", &b[..end])
+                })
+                .collect();
+            let pieces = parse_all(|| CallParser::new(format("gemma4")), &blocks);
+            let (got, rest) = calls_and_text(&pieces);
+            assert_eq!(got, want, "{file} {}", case["name"]);
+            assert!(rest.is_empty(), "{file}: {rest:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked}");
+}
+
+/// Gemma 4's forced calls follow nested schemas in its notation, with the mark as a token or
+/// as text, and what they accept parses back; the template's own rendering of typed
+/// arguments is accepted.
+#[test]
+fn gemma_grammar_follows_nested_schemas() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let trip = json!({"type": "function", "function": {
+    "name": "plan_trip",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "stops": {"type": "array", "items": {"type": "object",
+                      "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}},
+                      "required": ["city"]}},
+            "Budget": {"type": "object",
+                       "properties": {"amount": {"type": "number"},
+                                      "currency": {"type": "string", "enum": ["EUR", "USD"]}},
+                       "required": ["amount"]},
+            "flexible": {"type": ["boolean", "null"]},
+            "mode": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "meta": {"type": "object"},
+            "any": {},
+        },
+        "required": ["stops"],
+    }}});
+    let q = "<|\"|>";
+    let good = [
+        // dictsort's order: case-insensitive.
+        format!("<|tool_call>call:plan_trip{{any:[1,{q}x{q},{{k:null}}],Budget:{{amount:12.5,currency:{q}EUR{q}}},flexible:null,meta:{{a:{{b:[true]}}}},mode:7,stops:[{{city:{q}Rome, \"IT\"{q},nights:2}},{{city:{q}{q}}}]}}<tool_call|>"),
+        "<|tool_call>call:plan_trip{stops:[]}<tool_call|>".to_string(),
+        format!("<|tool_call>call:plan_trip{{flexible:false,mode:{q}fast{q},stops:[{{city:{q}a{q}}}]}}<tool_call|>"),
+    ];
+    let bad = [
+        // Missing the required `stops`, out of order, an enum value not listed, a wrong type,
+        // a mark inside a string, JSON's quotes.
+        "<|tool_call>call:plan_trip{flexible:true}<tool_call|>".to_string(),
+        "<|tool_call>call:plan_trip{stops:[],flexible:true}<tool_call|>".to_string(),
+        format!("<|tool_call>call:plan_trip{{Budget:{{amount:1,currency:{q}GBP{q}}},stops:[]}}<tool_call|>"),
+        format!("<|tool_call>call:plan_trip{{stops:[{{city:{q}a{q},nights:1.5}}]}}<tool_call|>"),
+        format!("<|tool_call>call:plan_trip{{stops:[{{city:{q}a{q}b{q}}}]}}<tool_call|>"),
+        "<|tool_call>call:plan_trip{\"stops\":[]}<tool_call|>".to_string(),
+    ];
+    let defs = vec![trip];
+    for quote_token in [true, false] {
+        let tools = Tools::new(
+            defs.clone(),
+            ToolChoice::Required,
+            true,
+            format("gemma4"),
+            |t| {
+                if t == GEMMA_QUOTE && !quote_token {
+                    None
+                } else {
+                    tok.token_id(t)
+                }
+            },
+        );
+        let Some(spec) = tools.grammar() else {
+            panic!("no grammar");
+        };
+        let spelled: &[&str] = if quote_token { &[] } else { &[GEMMA_QUOTE] };
+        for text in &good {
+            assert!(
+                accepts_spelled(&grammars, &tok, &spec, text, spelled),
+                "{quote_token}: {text}\n{spec:?}"
+            );
+            let (calls, rest) = calls_and_text(&parse_all(|| tools.parser(), text));
+            assert_eq!(calls.len(), 1, "{text}");
+            assert!(rest.is_empty(), "{rest:?}");
+        }
+        for text in &bad {
+            assert!(
+                !accepts_spelled(&grammars, &tok, &spec, text, spelled),
+                "{quote_token}: {text}"
+            );
+        }
+    }
+    // The call the template renders for the fixtures' tools is what the grammar forces.
+    let t = test_template("google-gemma-4-31B-it.jinja");
+    let args = json!({"stops": [{"city": "Rome", "nights": 2}], "flexible": true,
+                      "Budget": {"amount": 900, "currency": "USD"}, "mode": "slow"});
+    let user = ChatMessage::new("user", "Plan.");
+    let mut turn = ChatMessage::new("assistant", "");
+    turn.tool_calls = Some(vec![
+        json!({"type": "function", "function": {"name": "plan_trip", "arguments": args}}),
+    ]);
+    let mut vars = Map::new();
+    vars.insert("tools".into(), Value::Array(defs.clone()));
+    let full = t.render_with(&[user, turn], false, &vars).unwrap();
+    let start = full.find("<|tool_call>").unwrap();
+    let end = full.find("<tool_call|>").unwrap() + "<tool_call|>".len();
+    let call = &full[start..end];
+    let tools = Tools::new(defs, ToolChoice::Required, false, format("gemma4"), |t| {
+        tok.token_id(t)
+    });
+    let spec = tools.grammar().unwrap();
+    assert!(accepts(&grammars, &tok, &spec, call), "{call}");
+    let (calls, _) = calls_and_text(&parse_all(|| tools.parser(), call));
+    assert_eq!(calls, vec![("plan_trip".to_string(), args)]);
+}
+
+/// With thinking on, Gemma 4 may think before a forced call; with it off (the prompt closed
+/// an empty thought) the grammar is the plain one.
+#[test]
+fn gemma_forced_calls_may_follow_thoughts() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let t = test_template("google-gemma-4-31B-it.jinja");
+    let user = [ChatMessage::new("user", "What time is it?")];
+    let mut vars = Map::new();
+    vars.insert("tools".into(), Value::Array(weather_tools()));
+    let off = t.render_with(&user, true, &vars).unwrap();
+    vars.insert("enable_thinking".into(), true.into());
+    let on = t.render_with(&user, true, &vars).unwrap();
+    assert!(on.ends_with("<|turn>model\n"), "{on}");
+    for close_token in [true, false] {
+        let spelled: &[&str] = if close_token { &[] } else { &["<channel|>"] };
+        let tools = Tools::new(
+            weather_tools(),
+            ToolChoice::Named("now".into()),
+            false,
+            format("gemma4"),
+            |t| {
+                if t == "<channel|>" && !close_token {
+                    None
+                } else {
+                    tok.token_id(t)
+                }
+            },
+        );
+        assert_eq!(tools.grammar_after(&off), tools.grammar());
+        let Some(spec) = tools.grammar_after(&on) else {
+            panic!("no grammar");
+        };
+        let call = "<|tool_call>call:now{}<tool_call|>";
+        for thoughts in [
+            "",
+            "<|channel>thought\nThe user wants the <time>.\n<channel|>",
+        ] {
+            let text = format!("{thoughts}{call}");
+            assert!(
+                accepts_spelled(&grammars, &tok, &spec, &text, spelled),
+                "{text}\n{spec:?}"
+            );
+            let content =
+                content_after_reasoning(reasoning::ReasoningFormat::GemmaChannel, &on, &text);
+            let (calls, rest) = calls_and_text(&parse_all(|| tools.parser(), &content));
+            assert_eq!(calls, vec![("now".to_string(), json!({}))]);
+            assert!(rest.is_empty(), "{rest:?}");
+        }
+        assert!(!accepts_spelled(
+            &grammars,
+            &tok,
+            &spec,
+            "<|channel>thought\nhm<|tool_call>call:now{}<tool_call|>",
+            spelled
+        ));
+    }
+}
+
+/// Gemma 4's interleaved variant reads a call's results on the calling turn: an OpenAI-style
+/// conversation (`tool` messages) folds into what jinja2 rendered for the same conversation
+/// written that way; the current template, which reads `tool` messages, is left alone.
+#[test]
+fn gemma_tool_messages_fold_into_the_calling_turn_for_the_interleaved_template() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ridge-tokenizer/tests/data/chat_template_renders.json");
+    let renders: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let want = |file: &str| -> (Value, String) {
+        let t = renders["templates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["template"] == file)
+            .unwrap();
+        let c = t["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "tool_responses_field")
+            .unwrap();
+        (
+            c["extra"].clone(),
+            c["rendered"].as_str().unwrap().to_string(),
+        )
+    };
+    let call = |id: &str, name: &str, args: Value| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
+    let tool = |id: &str, content: &str| {
+        let mut m = ChatMessage::new("tool", content);
+        m.tool_call_id = Some(id.into());
+        m
+    };
+    let mut calling = ChatMessage::new("assistant", "");
+    calling.reasoning_content = Some("Two tools.".into());
+    calling.tool_calls = Some(vec![
+        call("call_1", "get_weather", json!({"city": "Paris"})),
+        call("call_2", "now", json!({})),
+    ]);
+    let msgs = vec![
+        ChatMessage::new("user", "Weather in Paris and the time?"),
+        calling,
+        // Answered out of order: matched by id.
+        tool("call_2", "14:05"),
+        tool("call_1", "{\"temp\": 21, \"sky\": \"clear\"}"),
+        ChatMessage::new("assistant", "21 °C, 14:05."),
+        ChatMessage::new("user", "Thanks."),
+    ];
+    let file = "google-gemma-4-31B-it-interleaved.jinja";
+    let t = test_template(file);
+    let Some(folded) = fold_tool_results(&t, &msgs) else {
+        panic!("not folded");
+    };
+    assert_eq!(folded.len(), 3);
+    assert_eq!(
+        folded[1].tool_responses,
+        Some(vec![
+            json!({"name": "now", "response": "14:05"}),
+            json!({"name": "get_weather", "response": {"temp": 21, "sky": "clear"}}),
+        ])
+    );
+    // jinja2 rendered the results in the calls' order.
+    let mut in_order = folded.clone();
+    if let Some(r) = in_order[1].tool_responses.as_mut() {
+        r.reverse();
+    }
+    let (extra, rendered) = want(file);
+    let t = ChatTemplate::new(t.source(), "<bos>", "<eos>").unwrap();
+    let extra = extra.as_object().cloned().unwrap_or_default();
+    assert_eq!(t.render_with(&in_order, true, &extra).unwrap(), rendered);
+    // The current template reads tool messages itself.
+    let current = test_template("google-gemma-4-31B-it.jinja");
+    assert!(fold_tool_results(&current, &msgs).is_none());
+    // Other families are never folded; nor is a conversation without results.
+    assert!(fold_tool_results(&test_template("Qwen-Qwen3-0.6B.jinja"), &msgs).is_none());
+    assert!(fold_tool_results(&test_template(file), &msgs[..2]).is_none());
 }

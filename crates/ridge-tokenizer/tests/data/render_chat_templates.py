@@ -468,6 +468,23 @@ gemma4 = [
         msg("assistant", "", tool_calls=[call("call_3", "get_weather", {"city": "Rome"})]),
         tool_result("call_3", "get_weather", "{\"temp\": 25}"),
     ], {"tools": [WEATHER, CLOCK], "enable_thinking": True}, True),
+    # A call's results on the assistant turn itself (`tool_responses`, Gemma's own form, which
+    # the interleaved variant reads instead of tool messages).
+    ("tool_responses_field", [
+        msg("user", "Weather in Paris and the time?"),
+        msg("assistant", "21 °C, 14:05.", reasoning_content="Two tools.", tool_calls=[
+            call("call_1", "get_weather", {"city": "Paris"}),
+            call("call_2", "now", {}),
+        ], tool_responses=[{"name": "get_weather", "response": {"temp": 21, "sky": "clear"}},
+                           {"name": "now", "response": "14:05"}]),
+        msg("user", "Thanks."),
+    ], {"tools": [WEATHER, CLOCK]}, True),
+    ("tool_responses_pending", [
+        msg("user", "Time?"),
+        msg("assistant", "", reasoning_content="Need the clock.",
+            tool_calls=[call("c", "now", {})],
+            tool_responses=[{"name": "now", "response": {"time": "12:00", "tz": None}}]),
+    ], {"tools": [CLOCK], "enable_thinking": True}, True),
 ]
 
 # Conversations the templates reject. `raise` names the raise_exception message; otherwise
