@@ -113,13 +113,14 @@ pub enum Architecture {
     /// (softmax or sigmoid gating, the selection bias, group-limited top-k) with ungated
     /// shared experts.
     Deepseek2,
-    /// Gemma 4 (`gemma4`: E2B, E4B, 31B): Gemma 3's sandwich norms and GeGLU with sliding and
+    /// Gemma 4 (`gemma4`: E2B, E4B, 26B-A4B, 31B): Gemma 3's sandwich norms and GeGLU with sliding and
     /// global layers of different head widths and K/V head counts, per-head Q/K norms and a
     /// weightless RMSNorm on V (V may be K itself), unit score scale, proportional RoPE on the
     /// global layers (`rope_freqs.weight`), the last `attention.shared_kv_layers` layers
     /// attending to an earlier layer's K/V instead of keeping their own, per-layer token
     /// embeddings mixed in after each layer, a learnt scalar per layer and final-logit
-    /// soft-capping (`gemma4.rs`). The mixture variant (26B-A4B) is refused.
+    /// soft-capping (`gemma4.rs`); in the mixture (26B-A4B) a dense feed-forward beside
+    /// GeGLU experts routed from the RMS-normed residual, each with its own norms.
     Gemma4,
 }
 
@@ -268,6 +269,7 @@ impl Architecture {
                 | Architecture::GraniteHybrid
                 | Architecture::Mistral3
                 | Architecture::Deepseek2
+                | Architecture::Gemma4
         )
     }
 
@@ -308,6 +310,8 @@ pub enum ExpertAct {
     /// gpt-oss's clamped SwiGLU: `g' = min(g, 7)`, `u' = clamp(u, −7, 7)`,
     /// `g' · σ(1.702 g') · (u' + 1)`.
     SwigluOai,
+    /// GeGLU with the tanh approximation, `gelu(g) · u` (Gemma 4).
+    GeluTanh,
 }
 
 /// How positions turn into RoPE angles beyond the plain `pos · base^(−2i/d)`: llama.cpp's
@@ -1087,9 +1091,13 @@ fn moe_config(
             | Architecture::Mistral3,
             _,
         ) => ffn_dim,
-        (Architecture::GptOss | Architecture::Glm4Moe | Architecture::Deepseek2, _) => {
-            usize_in("expert_feed_forward_length", 1..=1 << 20)?
-        }
+        (
+            Architecture::GptOss
+            | Architecture::Glm4Moe
+            | Architecture::Deepseek2
+            | Architecture::Gemma4,
+            _,
+        ) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, Some(_)) => usize_in("expert_feed_forward_length", 1..=1 << 20)?,
         (_, None) => (ffn_dim / n_used).max(1),
     };
@@ -1208,14 +1216,15 @@ fn moe_config(
                     | Architecture::GraniteMoe
                     | Architecture::Mistral3
                     | Architecture::Llama
+                    | Architecture::Gemma4
             ),
         weights_scale,
         shared_ffn,
         gating,
-        act: if arch == Architecture::GptOss {
-            ExpertAct::SwigluOai
-        } else {
-            ExpertAct::Silu
+        act: match arch {
+            Architecture::GptOss => ExpertAct::SwigluOai,
+            Architecture::Gemma4 => ExpertAct::GeluTanh,
+            _ => ExpertAct::Silu,
         },
         dense_lead,
         groups,

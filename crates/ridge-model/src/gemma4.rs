@@ -21,7 +21,12 @@
 //!   embedding (`per_layer_model_proj`, × 1/√d_model), the sum × 1/√2; after each layer,
 //!   `x += norm(proj(gelu(inp_gate · x) ⊙ that layer's slice))`;
 //! - a learnt scalar on each layer's output (`layer_output_scale`), per-layer feed-forward
-//!   widths, final-logit soft-capping (in `model.rs`).
+//!   widths, final-logit soft-capping (in `model.rs`);
+//! - the mixture (26B-A4B): beside each layer's dense feed-forward, GeGLU experts (`moe.rs`)
+//!   fed `pre_ffw_norm_2(x)` and routed by `rms_norm(x) / √d ⊙ ffn_gate_inp.scale` (softmax,
+//!   top-k renormalised, each expert's output × its `ffn_down_exps.scale`); the dense and the
+//!   routed halves are normed apart (`post_ffw_norm_1`, `post_ffw_norm_2`) and summed before
+//!   the layer's `post_ffw_norm`.
 //!
 //! Gemma 4's converter stores its norms as the multipliers they are (no `1 +` to add).
 
@@ -29,7 +34,8 @@ use ridge_gguf::GgufFile;
 use ridge_kernels::{blocks, matmul, matmul_many, ops};
 
 use crate::config::{HeadShape, ModelConfig};
-use crate::layer::{Ffn, GateAct, LayerCtx, RopeTable};
+use crate::layer::{Ffn, GateAct, LayerCtx, RopeTable, RoutedFfn};
+use crate::moe::Experts;
 use crate::stack::{ffn_bytes, skipped, Stack};
 use crate::weights::{matrix, vector, MatRef};
 use crate::workspace::fit;
@@ -61,6 +67,19 @@ struct G4Layer {
     post_ffn: Vec<f32>,
     ple: Option<LayerPle>,
     out_scale: Option<f32>,
+    /// The experts beside `ffn` in a mixture layer (26B-A4B).
+    moe: Option<LayerMoe>,
+}
+
+/// A mixture layer's experts and the norms around them: the dense feed-forward's output is
+/// normed by `post_dense`, the experts' input by `pre_experts` and their output by
+/// `post_experts`; the router reads the RMS-normed residual × `1/√d` × `router_scale`.
+struct LayerMoe {
+    experts: Experts,
+    router_scale: Vec<f32>,
+    pre_experts: Vec<f32>,
+    post_dense: Vec<f32>,
+    post_experts: Vec<f32>,
 }
 
 /// The K/V weights of a layer that keeps its own.
@@ -124,6 +143,16 @@ impl Gemma4Stack {
             } else {
                 None
             };
+            let moe = match &cfg.moe {
+                Some(m) if f.has_tensor(&n("ffn_gate_inp")) => Some(LayerMoe {
+                    experts: Experts::bind(f, cfg, m, i)?,
+                    router_scale: vector(f, &format!("blk.{i}.ffn_gate_inp.scale"), d)?,
+                    pre_experts: vector(f, &n("pre_ffw_norm_2"), d)?,
+                    post_dense: vector(f, &n("post_ffw_norm_1"), d)?,
+                    post_experts: vector(f, &n("post_ffw_norm_2"), d)?,
+                }),
+                _ => None,
+            };
             let out_scale = if f.has_tensor(&n("layer_output_scale")) {
                 Some(vector(f, &n("layer_output_scale"), 1)?[0])
             } else {
@@ -153,6 +182,7 @@ impl Gemma4Stack {
                     None
                 },
                 out_scale,
+                moe,
             });
         }
         let mut swa_cfg = cfg.clone();
@@ -212,6 +242,36 @@ impl Gemma4Stack {
                 }
             }
         }
+    }
+}
+
+impl Gemma4Stack {
+    /// A mixture layer's experts beside its dense feed-forward, whose output is in `ws.xn`:
+    /// leaves `post_dense(dense) + post_experts(experts(pre_experts(x)))` there.
+    fn experts(&self, cx: &LayerCtx<'_>, m: &LayerMoe, n: usize, ws: &mut Workspace) {
+        let (d, eps) = (cx.cfg.d_model, cx.cfg.norm_eps);
+        ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn[..n * d], &m.post_dense, eps);
+        fit(&mut ws.ple.mlp, n * d);
+        ws.ple.mlp.copy_from_slice(&ws.xn[..n * d]);
+        fit(&mut ws.router_in, n * d);
+        ops::rms_norm_rows(
+            cx.isa,
+            &ws.x[..n * d],
+            &m.router_scale,
+            eps,
+            &mut ws.router_in,
+        );
+        ops::scale_inplace(&mut ws.router_in, 1.0 / (d as f32).sqrt());
+        ops::rms_norm_rows(
+            cx.isa,
+            &ws.x[..n * d],
+            &m.pre_experts,
+            eps,
+            &mut ws.xn[..n * d],
+        );
+        m.experts.forward_routed_by_input(cx, n, ws);
+        ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn[..n * d], &m.post_experts, eps);
+        ops::add_inplace(&mut ws.xn[..n * d], &ws.ple.mlp);
     }
 }
 
@@ -315,6 +375,9 @@ impl Stack for Gemma4Stack {
             fit(&mut ws.gate, n * cfg.ffn_dim_of(li));
             fit(&mut ws.up, n * cfg.ffn_dim_of(li));
             cx.ffn(&l.ffn, n, ws, GateAct::GeluTanh);
+            if let Some(m) = &l.moe {
+                self.experts(cx, m, n, ws);
+            }
             ops::rms_norm_rows_inplace(cx.isa, &mut ws.xn[..n * d], &l.post_ffn, eps);
             ops::add_inplace(&mut ws.x[..n * d], &ws.xn[..n * d]);
 
@@ -365,6 +428,9 @@ impl Stack for Gemma4Stack {
                 }
             }
             v.extend(l.ffn.matrices_mut(cfg));
+            if let Some(m) = &mut l.moe {
+                v.extend(m.experts.matrices_mut(cfg));
+            }
             if let Some(pl) = &mut l.ple {
                 v.push(&mut pl.gate);
                 v.push(&mut pl.proj);
@@ -391,10 +457,18 @@ impl Stack for Gemma4Stack {
                     .ple
                     .as_ref()
                     .map_or(0, |p| m(&p.gate) + m(&p.proj) + f(&p.post_norm));
+                let moe = l.moe.as_ref().map_or(0, |e| {
+                    e.experts.bytes_per_token(cx)
+                        + f(&e.router_scale)
+                        + f(&e.pre_experts)
+                        + f(&e.post_dense)
+                        + f(&e.post_experts)
+                });
                 m(&l.wq)
                     + m(&l.wo)
                     + kv
                     + pl
+                    + moe
                     + ffn_bytes(cx, &l.ffn)
                     + f(&l.attn_norm)
                     + f(&l.q_norm)
@@ -406,8 +480,12 @@ impl Stack for Gemma4Stack {
         ple + layers
     }
 
-    fn expert_bytes(&self, _cx: &LayerCtx<'_>) -> usize {
-        0
+    fn expert_bytes(&self, cx: &LayerCtx<'_>) -> usize {
+        self.layers
+            .iter()
+            .filter_map(|l| l.moe.as_ref())
+            .map(|m| m.experts.expert_bytes(cx))
+            .sum()
     }
 }
 

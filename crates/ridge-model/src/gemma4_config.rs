@@ -179,12 +179,6 @@ pub(crate) fn read(f: &GgufFile, arch_name: &str, base: Base) -> Result<Gemma4Ke
             return Err(format!("`{ffn_key}` entries must be in 1..=1048576"));
         }
     }
-    if f.get_u64(&k("expert_count")).is_ok_and(|e| e > 0) {
-        return Err(format!(
-            "gemma4 with experts (`{}`, Gemma 4 26B-A4B) is not supported yet",
-            k("expert_count")
-        ));
-    }
     Ok(Gemma4Keys {
         sliding_window,
         sliding_layers,

@@ -58,6 +58,9 @@ pub(crate) struct Experts {
     pub selection_bias: Option<Vec<f32>>,
     /// Biases of every expert's products (gpt-oss).
     pub biases: Option<ExpertBiases>,
+    /// A factor per expert on its down product (`ffn_down_exps.scale`: Gemma 4's
+    /// per-expert scale), where the file has one.
+    pub down_scale: Option<Vec<f32>>,
 }
 
 /// Per-expert biases added to the gate, up and down products: expert `e`'s are the `e`-th
@@ -125,10 +128,16 @@ impl Experts {
         } else {
             None
         };
+        let down_s = format!("blk.{i}.ffn_down_exps.scale");
         Ok(Experts {
             router_bias,
             selection_bias,
             biases,
+            down_scale: if f.has_tensor(&down_s) {
+                Some(vector(f, &down_s, e)?)
+            } else {
+                None
+            },
             router: matrix(f, &n("ffn_gate_inp"), e, d)?,
             gate: experts(f, &n("ffn_gate_exps"), e, ff, d)?,
             up: experts(f, &n("ffn_up_exps"), e, ff, d)?,
@@ -138,10 +147,22 @@ impl Experts {
     }
 }
 
+impl Experts {
+    /// The feed-forward of the `n` normed rows in `ws.xn`, routed by the rows of
+    /// `ws.router_in` instead (Gemma 4 routes from the residual, normed apart); leaves its
+    /// output in `ws.xn`.
+    pub(crate) fn forward_routed_by_input(&self, cx: &LayerCtx<'_>, n: usize, ws: &mut Workspace) {
+        match &cx.cfg.moe {
+            Some(moe) => forward(cx, self, moe, n, ws, true),
+            None => unreachable!("routed layers are bound only with a MoE config"),
+        }
+    }
+}
+
 impl RoutedFfn for Experts {
     fn forward(&self, cx: &LayerCtx<'_>, n: usize, ws: &mut Workspace) {
         match &cx.cfg.moe {
-            Some(moe) => forward(cx, self, moe, n, ws),
+            Some(moe) => forward(cx, self, moe, n, ws, false),
             None => unreachable!("routed layers are bound only with a MoE config"),
         }
     }
@@ -187,7 +208,8 @@ impl RoutedFfn for Experts {
         let biases = self.biases.as_ref().map_or(0, |b| {
             4 * (b.gate.len() + b.up.len() + b.down.len()) / moe.n_expert * moe.n_used
         }) + 4 * self.router_bias.as_ref().map_or(0, Vec::len)
-            + 4 * self.selection_bias.as_ref().map_or(0, Vec::len);
+            + 4 * self.selection_bias.as_ref().map_or(0, Vec::len)
+            + 4 * self.down_scale.as_ref().map_or(0, |_| moe.n_used);
         cx.mat(&self.router).data.len() + shared + experts / moe.n_expert * moe.n_used + biases
     }
 
@@ -211,17 +233,29 @@ impl RoutedFfn for Experts {
 }
 
 /// The routed feed-forward of the `n` normed rows in `ws.xn`; leaves its output in `ws.xn`.
+/// The router reads `ws.xn` too, or `ws.router_in` where `own_router_input`.
 ///
 /// Each chosen expert's tokens are one block of input rows: the normed rows themselves where
 /// its tokens are consecutive, else its pairs' rows gathered in expert order; then one parallel
 /// loop runs every chosen expert's gate and
 /// up products, one its down products ([`matmul_each`]: the threads meet twice per layer,
 /// not twice per expert), and the weighted outputs are summed back per token.
-fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut Workspace) {
+fn forward(
+    cx: &LayerCtx<'_>,
+    e: &Experts,
+    moe: &MoeConfig,
+    n: usize,
+    ws: &mut Workspace,
+    own_router_input: bool,
+) {
     let d = cx.cfg.d_model;
     let ff = moe.expert_ffn;
     let s = &mut ws.moe;
-    route(cx, e, moe, &ws.xn[..n * d], n, s, &mut ws.mm);
+    let router_x = match own_router_input {
+        true => &ws.router_in[..n * d],
+        false => &ws.xn[..n * d],
+    };
+    route(cx, e, moe, router_x, n, s, &mut ws.mm);
     let pairs = s.pairs.len();
     fit(&mut s.gate, pairs * ff);
     fit(&mut s.up, pairs * ff);
@@ -278,6 +312,7 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
     match moe.act {
         ExpertAct::Silu => ops::silu_mul(cx.isa, &mut s.gate, &s.up),
         ExpertAct::SwigluOai => swiglu_oai(&mut s.gate[..pairs * ff], &s.up[..pairs * ff]),
+        ExpertAct::GeluTanh => ops::gelu_tanh_mul(cx.isa, &mut s.gate, &s.up),
     }
     {
         let mut items = Vec::with_capacity(experts.len());
@@ -295,6 +330,11 @@ fn forward(cx: &LayerCtx<'_>, e: &Experts, moe: &MoeConfig, n: usize, ws: &mut W
             for y in s.y[p0 * d..(p0 + rows) * d].chunks_exact_mut(d) {
                 ops::add_inplace(y, &b.down[x * d..(x + 1) * d]);
             }
+        }
+    }
+    if let Some(sc) = &e.down_scale {
+        for &(x, p0, rows, _) in &experts {
+            ops::scale_inplace(&mut s.y[p0 * d..(p0 + rows) * d], sc[x]);
         }
     }
     fit(&mut s.out, n * d);

@@ -75,6 +75,11 @@ pub(crate) fn write(spec: &SyntheticSpec, g: &SyntheticGemma4) -> Vec<u8> {
     if let Some(cap) = g.softcap {
         w.meta(&k("final_logit_softcapping"), f(cap));
     }
+    if let Some(moe) = &spec.moe {
+        w.meta(&k("expert_count"), u(moe.n_expert))
+            .meta(&k("expert_used_count"), u(moe.n_used))
+            .meta(&k("expert_feed_forward_length"), u(moe.expert_ffn));
+    }
     let vocab = write_byte_vocab(&mut w, spec.vocab);
 
     let mat = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, dt: DType, scale: f32| {
@@ -168,6 +173,40 @@ pub(crate) fn write(spec: &SyntheticSpec, g: &SyntheticGemma4) -> Vec<u8> {
             1.0 / (ffn as f32).sqrt(),
         );
         norm(&mut w, &n("post_ffw_norm"), d, i + 2);
+        if let Some(moe) = &spec.moe {
+            // 26B-A4B's mixture: a router read from the normed residual (with its own scale
+            // per channel), stacked experts with a scale each on their down product, and
+            // the norms around the dense and the routed halves.
+            let (e, ef) = (moe.n_expert, moe.expert_ffn);
+            mat(
+                &mut w,
+                &n("ffn_gate_inp"),
+                e,
+                d,
+                DType::F32,
+                moe.router_scale,
+            );
+            let sc: Vec<f32> = (0..d).map(|j| 0.5 + 0.1 * (j % 7) as f32).collect();
+            vector(&mut w, &format!("blk.{i}.ffn_gate_inp.scale"), &sc);
+            let edt = spec.expert_dtype.unwrap_or(spec.dtype);
+            let stacked = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, sc: f32| {
+                let vals: Vec<f32> = (0..e * rows * cols).map(|_| rng.next() * sc).collect();
+                let data: Vec<u8> = vals
+                    .chunks(cols)
+                    .flat_map(|r| blocks::quantize_row(edt, r))
+                    .collect();
+                let dims = [cols as u64, rows as u64, e as u64];
+                w.tensor(name, &dims, to_dtype_id(edt), data);
+            };
+            stacked(&mut w, &n("ffn_gate_exps"), ef, d, ws);
+            stacked(&mut w, &n("ffn_up_exps"), ef, d, ws);
+            stacked(&mut w, &n("ffn_down_exps"), d, ef, 1.0 / (ef as f32).sqrt());
+            let es: Vec<f32> = (0..e).map(|j| 0.6 + 0.15 * (j % 5) as f32).collect();
+            vector(&mut w, &format!("blk.{i}.ffn_down_exps.scale"), &es);
+            norm(&mut w, &n("pre_ffw_norm_2"), d, i + 7);
+            norm(&mut w, &n("post_ffw_norm_1"), d, i + 8);
+            norm(&mut w, &n("post_ffw_norm_2"), d, i + 9);
+        }
         if pd > 0 {
             mat(&mut w, &n("inp_gate"), pd, d, spec.dtype, ws);
             mat(

@@ -40,6 +40,9 @@ pub struct Workspace {
     pub(crate) att_partials: Vec<f32>,
     /// The routed feed-forward's buffers (mixtures of experts).
     pub(crate) moe: MoeScratch,
+    /// A router's input rows where they are not the experts' (Gemma 4 routes from the
+    /// residual, normed apart).
+    pub(crate) router_in: Vec<f32>,
     /// A hybrid's buffers (its recurrent layers and gated attention, `qwen35.rs`).
     pub(crate) hybrid: HybridScratch,
     /// Latent attention's buffers (`deepseek2.rs`).
@@ -48,7 +51,7 @@ pub struct Workspace {
     pub(crate) ple: PleScratch,
 }
 
-/// Scratch of Gemma 4's per-layer token embeddings (`gemma4.rs`).
+/// Scratch of Gemma 4's per-layer token embeddings and mixture layers (`gemma4.rs`).
 #[derive(Default)]
 pub(crate) struct PleScratch {
     /// The projection of each token's embedding (`[token][layer · ple_dim]`).
@@ -59,6 +62,8 @@ pub(crate) struct PleScratch {
     pub(crate) row: Vec<f32>,
     /// A layer's gate activations (`[token][ple_dim]`).
     pub(crate) gate: Vec<f32>,
+    /// A mixture layer's dense feed-forward output, kept while its experts run.
+    pub(crate) mlp: Vec<f32>,
 }
 
 /// Scratch of latent attention (`deepseek2.rs`), reused across layers and calls.

@@ -1,6 +1,6 @@
 //! Gemma 4, which has no real weights on this machine: ridge's perplexity on synthetic files in
 //! llama.cpp's layout (E2B/E4B's shared K/V and per-layer embeddings, 31B's values-are-keys,
-//! Q4_0) against `llama-perplexity` b11434 on the same files
+//! 26B-A4B's experts beside a dense feed-forward, Q4_0) against `llama-perplexity` b11434 on the same files
 //! (`tests/data/llama_cpp_gemma4.json`, from
 //! `SET=gemma4 tools/reference/make_synthetic_llama_cpp_fixtures.sh`); the cache holding only
 //! the layers that keep K/V, each kind at its own width; chunk and batch invariance; and the
@@ -54,6 +54,11 @@ fn e4b_layout_matches_llama_cpp() {
 #[test]
 fn layout_31b_matches_llama_cpp() {
     check("gemma4_31b_layout", ActPolicy::F32, TOL_F32);
+}
+
+#[test]
+fn mixture_26b_a4b_layout_matches_llama_cpp() {
+    check("gemma4_26b_a4b_layout", ActPolicy::F32, TOL_F32);
 }
 
 #[test]
@@ -159,6 +164,19 @@ fn each_piece_changes_the_model() {
             "{what}: {p} = {base}, not applied"
         );
     }
+    // The mixture's per-expert scales (optional in the file: without them each is 1).
+    let moe = synthetic_model(&spec("gemma4_26b_a4b_layout"));
+    let unscaled = edit(
+        &moe,
+        "",
+        None,
+        &[
+            ("blk.0.ffn_down_exps.scale", None),
+            ("blk.3.ffn_down_exps.scale", None),
+        ],
+    );
+    let (a, b) = (ppl(&moe), ppl(&unscaled));
+    assert!((a - b).abs() / a > 1e-4, "expert scales: {a} = {b}");
 }
 
 #[test]
@@ -228,14 +246,20 @@ fn bad_gemma4_metadata_is_one_line() {
         "a sharing layer without queries",
         "blk.4.attn_q.weight",
     );
+    let moe = synthetic_model(&spec("gemma4_26b_a4b_layout"));
     refused(
-        &edit(
-            &good,
-            "gemma4.expert_count",
-            Some(MetadataValue::U32(8)),
-            &[],
-        ),
-        "the mixture variant",
-        "gemma4.expert_count",
+        &edit(&moe, "", None, &[("blk.1.ffn_gate_inp.scale", None)]),
+        "a router without its input scale",
+        "blk.1.ffn_gate_inp.scale",
+    );
+    refused(
+        &edit(&moe, "", None, &[("blk.0.post_ffw_norm_2.weight", None)]),
+        "experts without their output norm",
+        "blk.0.post_ffw_norm_2.weight",
+    );
+    refused(
+        &edit(&moe, "gemma4.expert_feed_forward_length", None, &[]),
+        "experts without their width",
+        "gemma4.expert_feed_forward_length",
     );
 }

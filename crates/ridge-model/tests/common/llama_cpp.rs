@@ -510,6 +510,25 @@ pub fn gemma4_specs() -> Vec<(&'static str, SyntheticSpec)> {
                 ..base.clone()
             },
         ),
+        // 26B-A4B's: every layer a dense feed-forward beside 8 experts of which 2 route,
+        // values-are-keys, no per-layer embeddings.
+        (
+            "gemma4_26b_a4b_layout",
+            SyntheticSpec {
+                gemma4: Some(SyntheticGemma4 {
+                    k_eq_v: true,
+                    ..SyntheticGemma4::default()
+                }),
+                // Gemma 4's router reads a residual normed to 1/√d: logits spread enough that
+                // no chunk meets a near-tie both sides round apart.
+                moe: Some(SyntheticMoe {
+                    router_scale: 32.0,
+                    ..SyntheticMoe::new(8, 2, 32, None)
+                }),
+                seed: 104,
+                ..base.clone()
+            },
+        ),
         (
             "gemma4_e4b_q4_0",
             SyntheticSpec {
