@@ -31,17 +31,24 @@
 //! 768, a 512 + 64 latent, heads of 192 + 64, values of 256), a leading dense layer of 10 240,
 //! 64 experts of 1536, 4 used (sigmoid routing, selection bias), a shared expert of 1536,
 //! vocabulary 154 880, `LAYERS` of its 47.
+//!
+//! `SHAPE` `gemma-4-e4b`: Gemma 4 E4B (`gemma4`, dense) as its published configuration gives
+//! it (no config.json reaches this machine; from memory of it, so approximate): d_model 2560,
+//! 8 query heads; five sliding layers (2 K/V heads of 256, a window of 512) to one global (2
+//! K/V heads of 512, a quarter of each head rotated); feed-forward 10 240; per-layer
+//! embeddings of 256; vocabulary 262 144; `LAYERS` of its 42, of which the last ~43% read an
+//! earlier layer's K/V (rounded so the sharing starts after a global layer, as in the model).
 
 use ridge_kernels::DType;
 use ridge_model::synthetic::{
-    synthetic_model, SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec,
+    synthetic_model, SyntheticGemma4, SyntheticHybrid, SyntheticMla, SyntheticMoe, SyntheticSpec,
 };
 use ridge_model::Architecture;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let out = args.next().ok_or(
-        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|lfm2-1.2b|granite-4.0-h-tiny|gpt-oss-20b|glm-4.7-flash]",
+        "usage: write_moe_shape OUT.gguf [LAYERS] [q4_0|q4_k|q8_0] [qwen3-30b-a3b|qwen3.5-35b-a3b|lfm2-1.2b|granite-4.0-h-tiny|gpt-oss-20b|glm-4.7-flash|gemma-4-e4b]",
     )?;
     let layers: usize = args.next().map_or(Ok(12), |s| s.parse())?;
     let dtype = match args.next().as_deref().unwrap_or("q4_0") {
@@ -162,6 +169,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dense_lead: 1,
                 sigmoid: true,
                 ..SyntheticMoe::new(64, 4, 1536, Some(1536))
+            }),
+            ..qwen3
+        },
+        // Gemma 4 E4B: the 24 of 42 layers that keep K/V, scaled to `LAYERS` and ending on a
+        // global layer (every sixth).
+        "gemma-4-e4b" => SyntheticSpec {
+            arch: Architecture::Gemma4,
+            d_model: 2560,
+            n_heads: 8,
+            n_kv_heads: 2,
+            head_dim: Some(512),
+            sliding_window: 512,
+            ffn_dim: 10_240,
+            vocab: 262_144,
+            moe: None,
+            gemma4: Some(SyntheticGemma4 {
+                period: 6,
+                head_dim_swa: 256,
+                n_kv_heads_swa: 2,
+                rope_dim_swa: 256,
+                rotated_pairs: 64,
+                shared_kv_layers: layers - (layers * 24 / 42 / 6 * 6).max(6).min(layers),
+                ple_dim: 256,
+                double_wide: false,
+                k_eq_v: false,
+                softcap: Some(30.0),
             }),
             ..qwen3
         },
