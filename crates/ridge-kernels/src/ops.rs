@@ -125,11 +125,24 @@ pub fn scale_inplace(x: &mut [f32], s: f32) {
     }
 }
 
-/// `x = cap · tanh(x / cap)` (logit soft-capping), element-wise.
+/// `x = cap · tanh(x / cap)` (logit soft-capping), element-wise, with the library `tanhf`;
+/// split across the pool for a vocabulary's worth of logits (Gemma 4's 262 144 took ~5% of a
+/// decode step on one thread). Each element is computed alone: the same bits however split.
 pub fn softcap_inplace(x: &mut [f32], cap: f32) {
-    for v in x.iter_mut() {
-        *v = cap * (*v / cap).tanh();
+    let cap_all = move |v: &mut [f32]| {
+        for e in v.iter_mut() {
+            *e = cap * (*e / cap).tanh();
+        }
+    };
+    let n = x.len();
+    if n < PAR_GATED {
+        return cap_all(x);
     }
+    let p = crate::pool::SharedMut(x.as_mut_ptr());
+    crate::pool::for_ranges(n, 64, PAR_GATED, |lo, hi| {
+        // SAFETY: pieces of 0..n are disjoint and inside `x`, which outlives the loop.
+        cap_all(unsafe { std::slice::from_raw_parts_mut(p.ptr().add(lo), hi - lo) })
+    });
 }
 
 /// `x += y`, element-wise.
@@ -170,6 +183,26 @@ mod tests {
         assert!(worst < 3e-7, "worst relative error {worst}");
         assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
         assert!(exp_approx(1e4).is_finite());
+    }
+
+    /// A vocabulary's worth of logits, split across the pool, gets each element's own
+    /// `cap · tanh(x / cap)`, within float rounding of float64.
+    #[test]
+    fn softcap_split_is_each_elements_tanh() {
+        let n = 262_144 + 37;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 4001) as f32 * 0.03 - 60.0)
+            .collect();
+        let mut got = x.clone();
+        softcap_inplace(&mut got, 30.0);
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            assert_eq!(g, 30.0 * (v / 30.0).tanh(), "element {i}");
+            let want = 30.0 * (v as f64 / 30.0).tanh();
+            assert!(
+                (g as f64 - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "element {i}"
+            );
+        }
     }
 
     #[test]

@@ -98,6 +98,20 @@ impl ModelSpec {
     pub fn from_gguf(f: &GgufFile) -> Result<ModelSpec, SpecError> {
         let path = f.path().display().to_string();
         let arch = f.get_str("general.architecture")?.to_string();
+        // One head shape per model is all this model has; Gemma 4's (and Gemma 3n's) kinds
+        // differ in head width, share K/V across layers and add per-layer token embeddings
+        // (a lookup the tensor index would count as a matrix): refused rather than
+        // mispriced.
+        if matches!(arch.as_str(), "gemma4" | "gemma3n") {
+            return Err(SpecError::Unsupported {
+                path,
+                message: format!(
+                    "{arch}: layer kinds of different head widths, K/V shared across layers and \
+                     per-layer token embeddings are not modelled (`ridge bench` measures it \
+                     against its memory floor)"
+                ),
+            });
+        }
         let k = |s: &str| format!("{arch}.{s}");
         let n_layers = f.get_u64(&k("block_count"))?;
         let d_model = f.get_u64(&k("embedding_length"))?;
@@ -816,6 +830,22 @@ mod tests {
         assert_eq!(s.params, 2 * 43_008 + 6_400);
         assert_eq!(s.head_params, 6_400);
         assert_eq!(s.weight_bytes, 2 * (26_880 + 512) + 256 + 12_800);
+    }
+
+    /// Gemma 4 is refused with one line naming it, not priced with one head shape.
+    #[test]
+    fn gemma4_is_refused_not_mispriced() {
+        use ridge_gguf::{GgufWriter, MetadataValue as V};
+        use std::io::Write;
+        let mut w = GgufWriter::new();
+        w.meta("general.architecture", V::String("gemma4".into()))
+            .meta("gemma4.block_count", V::U32(2));
+        let mut t = tempfile::NamedTempFile::new().unwrap();
+        t.write_all(&w.to_bytes()).unwrap();
+        let f = ridge_gguf::GgufFile::open(t.path()).unwrap();
+        let e = ModelSpec::from_gguf(&f).unwrap_err().to_string();
+        assert!(e.contains("gemma4: layer kinds"), "{e}");
+        assert_eq!(e.lines().count(), 1);
     }
 
     #[test]
