@@ -125,6 +125,8 @@ fn fixtures_cover_the_families() {
             "GLM-4.7-Flash.jinja",
             "google-gemma-4-31B-it.jinja",
             "google-gemma-4-31B-it-interleaved.jinja",
+            "deepseek-ai-DeepSeek-V3.1.jinja",
+            "moonshotai-Kimi-K2.jinja",
         ]
     );
     for t in &r.templates {

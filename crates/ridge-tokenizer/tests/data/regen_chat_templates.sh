@@ -20,7 +20,8 @@ if [ $# -ge 1 ]; then
         HuggingFaceTB-SmolLM3-3B.jinja ibm-granite-granite-3.3-2B-Instruct.jinja \
         mistralai-Ministral-3-14B-Reasoning-2512.jinja Mistral-Small-3.2-24B-Instruct-2506.jinja \
         microsoft-Phi-3.5-mini-instruct.jinja GLM-4.6.jinja GLM-4.7-Flash.jinja \
-        google-gemma-4-31B-it.jinja google-gemma-4-31B-it-interleaved.jinja; do
+        google-gemma-4-31B-it.jinja google-gemma-4-31B-it-interleaved.jinja \
+        deepseek-ai-DeepSeek-V3.1.jinja moonshotai-Kimi-K2.jinja; do
         cp "$1/models/templates/$t" "$here/templates/$t"
     done
 fi

@@ -590,6 +590,11 @@ TEMPLATES = [
     # thinking (reasoning kept between a turn's calls; tool results as their own turns).
     ("google-gemma-4-31B-it.jinja", "<bos>", "<eos>", gemma4),
     ("google-gemma-4-31B-it-interleaved.jinja", "<bos>", "<eos>", gemma4),
+    # DeepSeek V3.1 (GLM-4.7-Flash's latent-attention family; <think> by `thinking`) and Kimi
+    # K2 (deepseek2 too): rendered only, their tool-call formats are not parsed yet.
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+     hybrid_chat),
+    ("moonshotai-Kimi-K2.jinja", "[BOS]", "[EOS]", hybrid_chat),
 ]
 
 
