@@ -349,7 +349,7 @@ impl Stack for Gemma4Stack {
             if l.kv.is_some() {
                 lcx.rope_and_store(li, batch, kv, ws, table, true);
             } else {
-                rope_queries(lcx, batch, ws, table);
+                lcx.rope_queries(li, batch, ws, table, true);
             }
             lcx.attention(li, None, batch, kv, ws, window);
             cx.mm(
@@ -486,25 +486,5 @@ impl Stack for Gemma4Stack {
             .filter_map(|l| l.moe.as_ref())
             .map(|m| m.experts.expert_bytes(cx))
             .sum()
-    }
-}
-
-/// Rotates every query head of `ws.q` by its token's position: a layer that reads another
-/// layer's K/V rotates its queries only.
-fn rope_queries(cx: &LayerCtx<'_>, batch: &Batch, ws: &mut Workspace, table: RopeTable) {
-    let (qd, hd) = (cx.cfg.q_dim(), cx.cfg.head_dim);
-    let half = cx.cfg.rope_dim / 2;
-    let (cos, sin) = match table {
-        RopeTable::Global => (&ws.cos, &ws.sin),
-        RopeTable::Swa => (&ws.cos_swa, &ws.sin_swa),
-    };
-    for t in 0..batch.len() {
-        let (c, s) = (
-            &cos[t * half..(t + 1) * half],
-            &sin[t * half..(t + 1) * half],
-        );
-        for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-            ops::rope_apply(h, c, s, true);
-        }
     }
 }

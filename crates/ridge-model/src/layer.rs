@@ -418,6 +418,38 @@ impl<'a> LayerCtx<'a> {
         }
     }
 
+    /// Rotates every query head of `ws.q` by its token's position (`neox`: halves layout,
+    /// else adjacent pairs), where layer `li` rotates at all: on its own, the step of a layer
+    /// that reads another layer's K/V (Gemma 4's last layers).
+    pub(crate) fn rope_queries(
+        &self,
+        li: usize,
+        batch: &Batch,
+        ws: &mut Workspace,
+        table: RopeTable,
+        neox: bool,
+    ) {
+        // Granite 4.0-H's attention may have no positions at all (`use_rope`), SmolLM3's
+        // every fourth layer none.
+        if !self.cfg.rotates(li) {
+            return;
+        }
+        let (qd, hd, half) = (self.cfg.q_dim(), self.cfg.head_dim, self.cfg.rope_dim / 2);
+        let (cos, sin) = match table {
+            RopeTable::Global => (&ws.cos, &ws.sin),
+            RopeTable::Swa => (&ws.cos_swa, &ws.sin_swa),
+        };
+        for t in 0..batch.len() {
+            let (c, s) = (
+                &cos[t * half..(t + 1) * half],
+                &sin[t * half..(t + 1) * half],
+            );
+            for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
+                ops::rope_apply(h, c, s, neox);
+            }
+        }
+    }
+
     /// Rotates every head of `ws.q` and `ws.k` by its token's position (`neox`: halves
     /// layout, else adjacent pairs) and writes each token's K and V into its cache slot of
     /// layer `li`.
@@ -430,23 +462,19 @@ impl<'a> LayerCtx<'a> {
         table: RopeTable,
         neox: bool,
     ) {
-        let (qd, kvd, hd) = (self.cfg.q_dim(), self.cfg.kv_dim(), self.cfg.head_dim);
-        let half = self.cfg.rope_dim / 2;
+        self.rope_queries(li, batch, ws, table, neox);
+        let (kvd, hd, half) = (self.cfg.kv_dim(), self.cfg.head_dim, self.cfg.rope_dim / 2);
+        let rotates = self.cfg.rotates(li);
         let (cos, sin) = match table {
             RopeTable::Global => (&ws.cos, &ws.sin),
             RopeTable::Swa => (&ws.cos_swa, &ws.sin_swa),
         };
         for t in 0..batch.len() {
-            let (c, s) = (
-                &cos[t * half..(t + 1) * half],
-                &sin[t * half..(t + 1) * half],
-            );
-            // Granite 4.0-H's attention may have no positions at all (`use_rope`), SmolLM3's
-            // every fourth layer none.
-            if self.cfg.rotates(li) {
-                for h in ws.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
-                    ops::rope_apply(h, c, s, neox);
-                }
+            if rotates {
+                let (c, s) = (
+                    &cos[t * half..(t + 1) * half],
+                    &sin[t * half..(t + 1) * half],
+                );
                 for h in ws.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
                     ops::rope_apply(h, c, s, neox);
                 }
