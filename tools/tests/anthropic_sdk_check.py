@@ -123,8 +123,9 @@ assert m2.stop_reason in ("end_turn", "tool_use", "max_tokens"), m2
 assert m2.usage.input_tokens + m2.usage.cache_read_input_tokens > m.usage.input_tokens, (m.usage, m2.usage)
 summary["tool_loop"] = m2.stop_reason
 
-# A named tool, streamed: the arguments arrive as input_json_delta.
-partial, starts = "", []
+# A named tool, streamed: the arguments arrive as input_json_delta, in pieces as they are
+# written (not one piece once the call is complete).
+partial, starts, pieces = "", [], 0
 with c.messages.stream(
     model=model, max_tokens=100, tools=tools,
     tool_choice={"type": "tool", "name": "get_weather"},
@@ -135,8 +136,10 @@ with c.messages.stream(
             starts.append(ev.content_block.type)
         if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
             partial += ev.delta.partial_json
+            pieces += 1
     final = s.get_final_message()
 assert "tool_use" in starts, starts
+assert pieces >= 2, (pieces, partial)
 use = [b for b in final.content if b.type == "tool_use"][0]
 assert json.loads(partial) == use.input and "city" in use.input, (partial, use)
 assert final.stop_reason == "tool_use", final

@@ -483,3 +483,66 @@ fn a_thinking_budget_closes_the_thoughts() {
         "{capped}"
     );
 }
+
+/// A streamed Chat Completions tool call on a real model: the call's id, type and name come
+/// first with empty arguments, then the arguments in pieces as the model writes them (index
+/// only), which spell exactly the arguments of the same request answered whole.
+#[test]
+fn chat_tool_call_arguments_stream_as_they_are_written() {
+    let s = Server::start_model(&qwen2_0_5b(), &[]);
+    let tools = json!([{"type": "function", "function": {
+        "name": "write_file",
+        "description": "Write text to a file",
+        "parameters": {"type": "object", "properties": {
+            "path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"]},
+    }}]);
+    let body = |stream: bool| {
+        json!({"messages": [{"role": "user", "content": "Write a two-line poem about the sea into sea.txt."}],
+               "tools": tools, "tool_choice": {"type": "function", "function": {"name": "write_file"}},
+               "temperature": 0, "max_tokens": 400, "stream": stream})
+    };
+    let (status, whole) = s.post("/v1/chat/completions", &body(false));
+    assert_eq!(status, 200, "{whole}");
+    let call = &whole["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "write_file", "{whole}");
+    let r = Server::client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&body(true))
+        .send()
+        .unwrap();
+    let (chunks, done) = sse(r);
+    assert!(done);
+    let deltas: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0))
+        .collect();
+    let head = deltas[0];
+    assert_eq!(head["index"], 0);
+    assert!(head["id"].as_str().unwrap().starts_with("call_"), "{head}");
+    assert_eq!(head["type"], "function");
+    assert_eq!(head["function"]["name"], "write_file");
+    assert_eq!(head["function"]["arguments"], "");
+    let mut args = String::new();
+    for d in &deltas[1..] {
+        assert_eq!(d["index"], 0, "{d}");
+        assert!(
+            d.get("id").is_none() && d["function"].get("name").is_none(),
+            "{d}"
+        );
+        args.push_str(d["function"]["arguments"].as_str().unwrap());
+    }
+    assert!(
+        deltas.len() > 5,
+        "{} argument pieces: {args}",
+        deltas.len() - 1
+    );
+    assert_eq!(args, call["function"]["arguments"].as_str().unwrap());
+    let parsed: Value = serde_json::from_str(&args).unwrap();
+    assert!(parsed["content"].as_str().unwrap().len() > 20, "{parsed}");
+    let last = chunks
+        .iter()
+        .rev()
+        .find(|c| !c["choices"][0]["finish_reason"].is_null());
+    assert_eq!(last.unwrap()["choices"][0]["finish_reason"], "tool_calls");
+}

@@ -147,8 +147,14 @@ pub enum Delta {
     Text(String),
     /// Reasoning text (a thinking model's thoughts, apart from its answer).
     Reasoning(String),
-    /// A whole tool call (the parser releases a call once its closing tag is read).
-    Call(Call),
+    /// A tool call begins: its function's name.
+    CallBegin(String),
+    /// More of the open call's arguments text.
+    CallArgs(String),
+    /// The open call is complete; its arguments are exactly the [`Delta::CallArgs`] since
+    /// its [`Delta::CallBegin`] (a call whose format cannot be read in part arrives as the
+    /// three at once).
+    CallEnd(Call),
 }
 
 /// What one engine event changed: the choice, its new deltas, whether it ended.
@@ -249,8 +255,16 @@ impl ChoiceState {
                     out.push(Delta::Text(t));
                 }
                 Piece::Call(c) => {
+                    out.push(Delta::CallBegin(c.name.clone()));
+                    out.push(Delta::CallArgs(c.arguments.clone()));
                     self.calls.push(c.clone());
-                    out.push(Delta::Call(c));
+                    out.push(Delta::CallEnd(c));
+                }
+                Piece::CallBegin(name) => out.push(Delta::CallBegin(name)),
+                Piece::CallArgs(t) => out.push(Delta::CallArgs(t)),
+                Piece::CallEnd(c) => {
+                    self.calls.push(c.clone());
+                    out.push(Delta::CallEnd(c));
                 }
             }
         }

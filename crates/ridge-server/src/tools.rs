@@ -28,6 +28,7 @@ use crate::params::Fields;
 
 mod grammar;
 mod parse;
+mod partial;
 
 use parse::GEMMA_QUOTE;
 pub use parse::{Call, CallParser, Piece};
@@ -384,9 +385,10 @@ impl Tools {
     }
 
     /// A parser for this request's output: the format's syntax, and the fallbacks that need
-    /// the offered names ([`CallParser::with_tools`]).
+    /// the offered names ([`CallParser::with_tools`]); calls released as they are written
+    /// ([`CallParser::streaming`]).
     pub fn parser(&self) -> CallParser {
-        CallParser::with_tools(self.format, &self.defs)
+        CallParser::with_tools(self.format, &self.defs).streaming()
     }
 
     /// `s` in the grammar: its token where it is one of the format's tags, else the text.

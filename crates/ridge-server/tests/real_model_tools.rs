@@ -61,8 +61,12 @@ fn split(mut parser: CallParser, text: &str) -> (Vec<(String, Value)>, String) {
     let mut rest = String::new();
     for p in pieces {
         match p {
-            Piece::Call(c) => calls.push((c.name, serde_json::from_str(&c.arguments).unwrap())),
+            Piece::Call(c) | Piece::CallEnd(c) => {
+                calls.push((c.name, serde_json::from_str(&c.arguments).unwrap()))
+            }
             Piece::Content(t) => rest.push_str(&t),
+            // The streamed form of a call: its whole form is the `CallEnd` that closes it.
+            Piece::CallBegin(_) | Piece::CallArgs(_) => {}
         }
     }
     (calls, rest)

@@ -591,6 +591,8 @@ fn assistant_blocks(
 enum Open {
     Text,
     Thinking,
+    /// A `tool_use` block whose arguments are streaming.
+    Tool,
 }
 
 /// Renders a session as a Messages answer or stream.
@@ -664,9 +666,11 @@ impl Anthropic {
             return self.blocks - 1;
         }
         self.close(out);
-        let block = match kind {
-            Open::Text => json!({"type": "text", "text": ""}),
-            Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+        // Tool blocks are opened with their id and name (`Delta::CallBegin`), never here.
+        let block = if kind == Open::Thinking {
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        } else {
+            json!({"type": "text", "text": ""})
         };
         let index = self.start_block(block, out);
         self.open = Some(kind);
@@ -748,20 +752,20 @@ impl Adapter for Anthropic {
                         &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": t}}),
                     ));
                 }
-                Delta::Call(call) => {
+                Delta::CallBegin(name) => {
                     self.close(&mut out);
-                    let mut block = Self::tool_use(s, &call.name, &call.arguments);
-                    block["input"] = json!({});
-                    let index = self.start_block(block, &mut out);
+                    let block = Self::tool_use(s, &name, "{}");
+                    self.start_block(block, &mut out);
+                    self.open = Some(Open::Tool);
+                }
+                Delta::CallArgs(t) => {
+                    let index = self.blocks - 1;
                     out.push(Frame::named(
                         "content_block_delta",
-                        &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": call.arguments}}),
-                    ));
-                    out.push(Frame::named(
-                        "content_block_stop",
-                        &json!({"type": "content_block_stop", "index": index}),
+                        &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": t}}),
                     ));
                 }
+                Delta::CallEnd(_) => self.close(&mut out),
             }
         }
         if u.finished {
@@ -803,6 +807,10 @@ impl Adapter for Anthropic {
                 json!({"type": "thinking_delta", "thinking": ""}),
             ),
             Some(Open::Text) => (self.blocks - 1, json!({"type": "text_delta", "text": ""})),
+            Some(Open::Tool) => (
+                self.blocks - 1,
+                json!({"type": "input_json_delta", "partial_json": ""}),
+            ),
             None if self.blocks == 0 => (
                 self.open(Open::Text, &mut out),
                 json!({"type": "text_delta", "text": ""}),

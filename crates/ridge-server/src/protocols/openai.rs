@@ -531,20 +531,25 @@ impl Adapter for OpenAi {
                     };
                     out.push(self.chunk(s, choice, false));
                 }
-                Delta::Call(call) => {
+                Delta::CallBegin(name) => {
                     let index = self.calls[ci];
                     self.calls[ci] += 1;
-                    let mut head = Self::call_json(s, &call);
-                    head["index"] = json!(index);
-                    head["function"]["arguments"] = json!("");
+                    let head = json!({
+                        "index": index, "id": format!("call_{}", s.fresh_id()), "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    });
                     let mut delta = self.delta(ci);
                     delta.insert("tool_calls".into(), json!([head]));
                     let choice = json!({"index": ci, "delta": delta, "logprobs": null, "finish_reason": null});
                     out.push(self.chunk(s, choice, false));
-                    let args = json!([{"index": index, "function": {"arguments": call.arguments}}]);
+                }
+                Delta::CallArgs(t) => {
+                    let index = self.calls[ci].saturating_sub(1);
+                    let args = json!([{"index": index, "function": {"arguments": t}}]);
                     let choice = json!({"index": ci, "delta": {"tool_calls": args}, "logprobs": null, "finish_reason": null});
                     out.push(self.chunk(s, choice, false));
                 }
+                Delta::CallEnd(_) => {}
             }
         }
         if !pending.is_empty() {

@@ -426,6 +426,13 @@ enum OpenItem {
         index: usize,
         text: String,
     },
+    /// A call whose arguments are streaming (a custom tool's input is held to the end: it is
+    /// the decoded string inside the arguments).
+    Call {
+        item: Value,
+        index: usize,
+        custom: bool,
+    },
 }
 
 /// Renders a session as a Responses object or stream, and stores it when asked.
@@ -625,6 +632,8 @@ impl Responses {
                 out.push(f);
                 self.items.push(item);
             }
+            // A call is closed by its own end (`Delta::CallEnd`); one cut off stays as it went.
+            Some(OpenItem::Call { item, .. }) => self.items.push(item),
             Some(OpenItem::Reasoning { id, index, text }) => {
                 let f = self.frame(
                     "response.reasoning_text.done",
@@ -723,44 +732,60 @@ impl Adapter for Responses {
                         out.push(self.frame("response.reasoning_text.delta", v));
                     }
                 }
-                Delta::Call(call) => {
+                Delta::CallBegin(name) => {
                     self.close(&mut out);
                     let index = self.items.len();
-                    let named = self.tools.call(&call.name, &call.arguments);
+                    let named = self.tools.call(&name, "");
                     let field = if named.custom { "input" } else { "arguments" };
                     let mut item = Self::call_item(s, &named, "in_progress");
                     item[field] = json!("");
-                    let id = item["id"].clone();
                     let f = self.frame(
                         "response.output_item.added",
                         json!({"output_index": index, "item": item.clone()}),
                     );
                     out.push(f);
-                    let (delta, done) = if named.custom {
-                        (
-                            "response.custom_tool_call_input.delta",
-                            "response.custom_tool_call_input.done",
-                        )
-                    } else {
-                        (
-                            "response.function_call_arguments.delta",
-                            "response.function_call_arguments.done",
-                        )
+                    self.open = Some(OpenItem::Call {
+                        item,
+                        index,
+                        custom: named.custom,
+                    });
+                }
+                Delta::CallArgs(t) => {
+                    if let Some(OpenItem::Call {
+                        item,
+                        index,
+                        custom: false,
+                    }) = &self.open
+                    {
+                        let v = json!({"item_id": item["id"], "output_index": index, "delta": t});
+                        out.push(self.frame("response.function_call_arguments.delta", v));
+                    }
+                }
+                Delta::CallEnd(call) => {
+                    let Some(OpenItem::Call {
+                        mut item,
+                        index,
+                        custom,
+                    }) = self.open.take()
+                    else {
+                        continue;
                     };
-                    let f = self.frame(
-                        delta,
-                        json!({"item_id": id, "output_index": index, "delta": named.arguments}),
-                    );
-                    out.push(f);
+                    let named = self.tools.call(&call.name, &call.arguments);
+                    let id = item["id"].clone();
                     let mut d = json!({"item_id": id, "output_index": index});
-                    if named.custom {
+                    if custom {
+                        let v =
+                            json!({"item_id": id, "output_index": index, "delta": named.arguments});
+                        out.push(self.frame("response.custom_tool_call_input.delta", v));
                         d["input"] = json!(named.arguments);
+                        item["input"] = json!(named.arguments);
+                        out.push(self.frame("response.custom_tool_call_input.done", d));
                     } else {
                         d["name"] = json!(named.name);
                         d["arguments"] = json!(named.arguments);
+                        item["arguments"] = json!(named.arguments);
+                        out.push(self.frame("response.function_call_arguments.done", d));
                     }
-                    out.push(self.frame(done, d));
-                    item[field] = json!(named.arguments);
                     item["status"] = json!("completed");
                     let f = self.frame(
                         "response.output_item.done",

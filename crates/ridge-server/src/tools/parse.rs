@@ -11,6 +11,7 @@
 
 use serde_json::{Map, Value};
 
+use super::partial::{json_progress, object_prefix, Progress};
 use super::{Syntax, ToolFormat, HARMONY_CALL_START};
 use crate::reasoning::partial_suffix;
 
@@ -28,8 +29,25 @@ pub struct Call {
 pub enum Piece {
     /// Ordinary text.
     Content(String),
-    /// A tool call.
+    /// A whole tool call (nothing of it was released before).
     Call(Call),
+    /// A call begins: its function's name (parsers made with [`CallParser::streaming`]).
+    CallBegin(String),
+    /// More of the begun call's arguments text.
+    CallArgs(String),
+    /// The begun call is complete: the [`Piece::CallArgs`] since its [`Piece::CallBegin`]
+    /// spell `arguments` exactly.
+    CallEnd(Call),
+}
+
+/// A call released before its end: what went out of it.
+#[derive(Clone, Debug)]
+struct Begun {
+    name: String,
+    /// The arguments text released so far.
+    sent: String,
+    /// `sent` completed into a valid object (what the call is, should its text break off).
+    healed: String,
 }
 
 /// A tool the request offered: its name, and its parameters' schema (Qwen3-Coder's XML
@@ -94,6 +112,12 @@ pub struct CallParser {
     at_start: bool,
     /// Inside a Markdown code block that is not a call: its closing fence opens nothing.
     in_code: bool,
+    /// Release calls' names and arguments as they are written ([`CallParser::streaming`]).
+    stream: bool,
+    /// The held block's calls already begun, in order.
+    begun: Vec<Begun>,
+    /// How many of `begun` already ended (a call ends once the next one in its block begins).
+    ended: usize,
 }
 
 impl CallParser {
@@ -107,7 +131,25 @@ impl CallParser {
             block: None,
             at_start: true,
             in_code: false,
+            stream: false,
+            begun: Vec::new(),
+            ended: 0,
         }
+    }
+
+    /// This parser, releasing a call as it is written where the format allows: the call's
+    /// [`Piece::CallBegin`] once its name is complete (and offered, when the tools are known),
+    /// its arguments as [`Piece::CallArgs`] — prefixes of the final text, see
+    /// [`partial`](super::partial) — and [`Piece::CallEnd`] when it is read whole. Calls in
+    /// the JSON-argument formats (Hermes' object form, DeepSeek, Mistral's `NAME[ARGS]`,
+    /// harmony) stream character by character, Qwen3-Coder's and GLM's XML a parameter at a
+    /// time; the others (arrays, fences, bare JSON, Gemma's notation) come whole. A block
+    /// whose calls began and that then does not read as calls ends them with the arguments
+    /// read so far, closed; its text is not released as content (the client already shows the
+    /// call).
+    pub fn streaming(mut self) -> Self {
+        self.stream = true;
+        self
     }
 
     /// A parser for `format` that knows the request's tools (`tools`: the request's `tools`
@@ -142,7 +184,8 @@ impl CallParser {
     /// The end of the output: whatever is held back is read as it stands (a block whose end
     /// never came is read as if it ended here; what does not read as calls is content).
     pub fn finish(&mut self) -> Vec<Piece> {
-        let out = self.run(true);
+        let mut out = self.run(true);
+        self.end_begun(0, &mut out);
         self.block = None;
         self.at_start = true;
         self.in_code = false;
@@ -254,11 +297,41 @@ impl CallParser {
             Block::Fence => self.fence(finished),
         };
         match outcome {
-            Outcome::Wait => return false,
+            Outcome::Wait => {
+                if self.stream {
+                    self.advance(block, out);
+                }
+                return false;
+            }
             Outcome::Calls(len, calls) => {
                 self.buf.drain(..len);
                 self.at_start = false;
-                out.extend(calls.into_iter().map(Piece::Call));
+                let n = calls.len();
+                for (i, c) in calls.into_iter().enumerate().skip(self.ended) {
+                    match self.begun.get(i) {
+                        Some(b) => {
+                            let c = match c.arguments.strip_prefix(b.sent.as_str()) {
+                                Some(rest) if c.name == b.name => {
+                                    if !rest.is_empty() {
+                                        out.push(Piece::CallArgs(rest.to_string()));
+                                    }
+                                    c
+                                }
+                                // A key written twice moved an earlier value: what went out
+                                // stands, closed.
+                                _ => Self::healed_call(b, out),
+                            };
+                            out.push(Piece::CallEnd(c));
+                        }
+                        None => out.push(Piece::Call(c)),
+                    }
+                }
+                self.end_begun(n, out);
+            }
+            Outcome::Text { len, .. } if !self.begun.is_empty() => {
+                self.buf.drain(..len.max(1).min(self.buf.len()));
+                self.at_start = false;
+                self.end_begun(0, out);
             }
             Outcome::Text { len, code } => {
                 // Every block starts with at least one character of its own; releasing none
@@ -281,6 +354,149 @@ impl CallParser {
         }
         self.block = None;
         true
+    }
+
+    /// Ends the begun calls from the `from`-th on with what went out of them, closed.
+    fn end_begun(&mut self, from: usize, out: &mut Vec<Piece>) {
+        let begun = std::mem::take(&mut self.begun);
+        let from = from.max(std::mem::take(&mut self.ended));
+        for b in begun.iter().skip(from) {
+            let c = Self::healed_call(b, out);
+            out.push(Piece::CallEnd(c));
+        }
+    }
+
+    /// A begun call completed by its healed arguments (the rest of them released).
+    fn healed_call(b: &Begun, out: &mut Vec<Piece>) -> Call {
+        let rest = &b.healed[b.sent.len()..];
+        if !rest.is_empty() {
+            out.push(Piece::CallArgs(rest.to_string()));
+        }
+        Call {
+            name: b.name.clone(),
+            arguments: b.healed.clone(),
+        }
+    }
+
+    /// Releases what became known of the held block's calls.
+    fn advance(&mut self, block: Block, out: &mut Vec<Piece>) {
+        let calls = self.partial_calls(block);
+        for (i, (name, p)) in calls.into_iter().enumerate() {
+            if i == self.begun.len() {
+                if let Some(tools) = &self.offered {
+                    if !tools.iter().any(|t| t.name == name) {
+                        return;
+                    }
+                }
+                // The call before it in the block is complete: it ends here.
+                if let Some(prev) = self.begun.get(self.ended) {
+                    let c = Self::healed_call(prev, out);
+                    out.push(Piece::CallEnd(c));
+                    self.ended += 1;
+                }
+                out.push(Piece::CallBegin(name.clone()));
+                self.begun.push(Begun {
+                    name: name.clone(),
+                    sent: String::new(),
+                    healed: "{}".to_string(),
+                });
+            }
+            let b = &mut self.begun[i];
+            if b.name != name || !p.stable.starts_with(b.sent.as_str()) {
+                // The call changed under what went out (a repeated key): it stays as sent.
+                continue;
+            }
+            if p.stable.len() > b.sent.len() {
+                out.push(Piece::CallArgs(p.stable[b.sent.len()..].to_string()));
+                b.sent = p.stable;
+            }
+            if p.healed.starts_with(b.sent.as_str()) {
+                b.healed = p.healed;
+            }
+        }
+    }
+
+    /// The calls of a held block whose names are complete, with their arguments' progress.
+    fn partial_calls(&self, block: Block) -> Vec<(String, Progress)> {
+        match block {
+            Block::Tagged(_) => {
+                let body = &self.buf[self.format.start.len()..];
+                match self.format.syntax {
+                    Syntax::Hermes => hermes_partial(body).into_iter().collect(),
+                    Syntax::QwenXml => self.xml_partial(body),
+                    Syntax::GlmXml => self.glm_partial(body).into_iter().collect(),
+                    Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_partial(body),
+                    Syntax::Harmony => harmony_partial(body).into_iter().collect(),
+                    _ => Vec::new(),
+                }
+            }
+            Block::Mistral => self.mistral_partial().into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Qwen3-Coder's `<function=NAME>` calls so far, each up to its last complete parameter.
+    fn xml_partial(&self, body: &str) -> Vec<(String, Progress)> {
+        let mut calls = Vec::new();
+        let mut rest = body.trim_start();
+        while let Some(r) = rest.strip_prefix("<function=") {
+            let Some(gt) = r.find('>') else { break };
+            let name = r[..gt].trim();
+            if name.is_empty() {
+                break;
+            }
+            let r = &r[gt + 1..];
+            let (inner, done, after) = match r.find("</function>") {
+                Some(i) => (&r[..i], true, &r[i + "</function>".len()..]),
+                None => (r, false, ""),
+            };
+            let cut = if done {
+                inner.len()
+            } else {
+                match inner.rfind("<parameter=") {
+                    None => 0,
+                    Some(p) => match inner[p..].find("</parameter>") {
+                        Some(e) => p + e + "</parameter>".len(),
+                        None => p,
+                    },
+                }
+            };
+            let Some(args) = self.xml_params(name, &inner[..cut]) else {
+                break;
+            };
+            calls.push((name.to_string(), object_prefix(args, done)));
+            if !done {
+                break;
+            }
+            rest = after.trim_start();
+        }
+        calls
+    }
+
+    /// GLM's call so far, up to its last complete `<arg_value>`.
+    fn glm_partial(&self, body: &str) -> Option<(String, Progress)> {
+        const VALUE_END: &str = "</arg_value>";
+        let start = body.find("<arg_key>")?;
+        let cut = body[start..]
+            .rfind(VALUE_END)
+            .map_or(start, |e| start + e + VALUE_END.len());
+        let call = self.glm_call(&body[..cut])?;
+        Some((call.name, object_prefix(call.arguments, false)))
+    }
+
+    /// `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{…` so far.
+    fn mistral_partial(&self) -> Option<(String, Progress)> {
+        let buf = &self.buf;
+        let p = skip_ws(buf, TOOL_CALLS.len());
+        let name_end = p + buf[p..].find(|c| !is_name_char(c))?;
+        let mut q = name_end;
+        if buf[q..].starts_with(CALL_ID) {
+            q += CALL_ID.len();
+            q += buf[q..].find(|c| !is_name_char(c))?;
+        }
+        let a = skip_ws(buf, q + buf[q..].strip_prefix(ARGS).map(|_| ARGS.len())?);
+        Some((buf[p..name_end].to_string(), json_progress(&buf[a..])?))
+            .filter(|(n, _)| !n.is_empty())
     }
 
     /// Waiting for more text, or at the end, the whole held text as text.
@@ -652,7 +868,7 @@ fn skip_ws(s: &str, p: usize) -> usize {
 
 /// The length of the JSON object or array `s` starts with, once it is closed (brackets
 /// counted outside strings; whether it is valid JSON is for the parser to say).
-fn json_end(s: &str) -> Option<usize> {
+pub(super) fn json_end(s: &str) -> Option<usize> {
     let mut depth = 0usize;
     let mut in_str = false;
     let mut escaped = false;
@@ -699,6 +915,110 @@ fn loose_call(v: &Value) -> Option<Call> {
         None => "{}".to_string(),
     };
     Some(Call { name, arguments })
+}
+
+/// Hermes's `{"name": NAME, "arguments": {…` so far: the name must come first, complete, and
+/// the arguments be an object.
+fn hermes_partial(body: &str) -> Option<(String, Progress)> {
+    let b = body.trim_start();
+    let mut p = skip_ws(b, b.strip_prefix('{').map(|_| 1)?);
+    let mut name = None;
+    loop {
+        let key_len = value_len(&b[p..])?;
+        let key: String = serde_json::from_str(&b[p..p + key_len]).ok()?;
+        p = skip_ws(b, p + key_len);
+        p = skip_ws(b, p + b[p..].strip_prefix(':').map(|_| 1)?);
+        match key.as_str() {
+            "arguments" | "parameters" => {
+                return Some((name?, json_progress(&b[p..])?));
+            }
+            _ => {
+                let v = value_len(&b[p..])?;
+                if key == "name" {
+                    name = Some(serde_json::from_str::<String>(&b[p..p + v]).ok()?);
+                }
+                p = skip_ws(b, p + v);
+                p = skip_ws(b, p + b[p..].strip_prefix(',').map(|_| 1)?);
+            }
+        }
+    }
+}
+
+/// The length of the complete JSON value `s` starts with (a string, an object or array, or
+/// a scalar followed by a delimiter).
+fn value_len(s: &str) -> Option<usize> {
+    match s.as_bytes().first()? {
+        b'{' | b'[' => json_end(s),
+        b'"' => {
+            let mut escaped = false;
+            for (i, c) in s.bytes().enumerate().skip(1) {
+                match c {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => return Some(i + 1),
+                    _ => {}
+                }
+            }
+            None
+        }
+        _ => s
+            .find(|c: char| c == ',' || c == '}' || c == ']' || c.is_whitespace())
+            .filter(|&n| n > 0),
+    }
+}
+
+/// DeepSeek's calls so far (R1's or V3.1's form).
+fn deepseek_partial(body: &str) -> Vec<(String, Progress)> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim_start();
+    while let Some(r) = rest.strip_prefix(DS_CALL_BEGIN) {
+        if let Some(i) = r.find(DS_CALL_END) {
+            match deepseek_call(&r[..i]) {
+                Some(c) => calls.push((c.name, object_prefix(c.arguments, true))),
+                None => break,
+            }
+            rest = r[i + DS_CALL_END.len()..].trim_start();
+            continue;
+        }
+        let Some((left, right)) = r.split_once(DS_SEP) else {
+            break;
+        };
+        let open = right.trim_start();
+        let (name, args) = if open.starts_with('{') {
+            (left.trim(), open)
+        } else {
+            let Some((name, fenced)) = right.split_once('\n') else {
+                break;
+            };
+            match fenced.find('{') {
+                Some(i)
+                    if fenced[..i]
+                        .trim()
+                        .trim_start_matches(FENCE)
+                        .chars()
+                        .all(char::is_alphanumeric) =>
+                {
+                    (name.trim(), &fenced[i..])
+                }
+                _ => break,
+            }
+        };
+        if let (false, Some(p)) = (name.is_empty(), json_progress(args)) {
+            calls.push((name.to_string(), p));
+        }
+        break;
+    }
+    calls
+}
+
+/// A harmony call so far: `NAME<|channel|>commentary json<|message|>{…`.
+fn harmony_partial(body: &str) -> Option<(String, Progress)> {
+    let name = body[..body.find("<|")?].trim();
+    let args = &body[body.find(MESSAGE)? + MESSAGE.len()..];
+    if name.is_empty() {
+        return None;
+    }
+    Some((name.to_string(), json_progress(args.trim_start())?))
 }
 
 /// Hermes's body: one call object, or an array of them.

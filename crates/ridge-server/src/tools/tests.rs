@@ -126,21 +126,71 @@ fn format(name: &str) -> &'static ToolFormat {
 /// `text` through fresh parsers whole, one character at a time, and in two pieces split at
 /// every character boundary; all must agree. Returns the whole-text result.
 fn parse_all(make: impl Fn() -> CallParser, text: &str) -> Vec<Piece> {
-    let run = |pieces: &[&str]| {
-        let mut p = make();
+    let run = |pieces: &[&str], stream: bool| {
+        let mut p = if stream { make().streaming() } else { make() };
         let mut out: Vec<Piece> = pieces.iter().flat_map(|c| p.push(c)).collect();
         out.extend(p.finish());
-        merge_content(out)
+        collapse(merge_content(out))
     };
-    let whole = run(&[text]);
+    let whole = run(&[text], false);
     let chars: Vec<String> = text.chars().map(String::from).collect();
     let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
-    assert_eq!(run(&refs), whole, "one char at a time: {text:?}");
+    assert_eq!(run(&refs, false), whole, "one char at a time: {text:?}");
+    agrees(&run(&refs, true), &whole, text);
     for (i, _) in text.char_indices().skip(1) {
         let (a, b) = text.split_at(i);
-        assert_eq!(run(&[a, b]), whole, "split at {i}: {text:?}");
+        assert_eq!(run(&[a, b], false), whole, "split at {i}: {text:?}");
+        agrees(&run(&[a, b], true), &whole, text);
     }
     whole
+}
+
+/// A streamed reading (collapsed) is the whole reading, or — where the whole reading found a
+/// malformed block and left it as text — a reading that began a call there and ended it with
+/// what it had (a begun call cannot be taken back).
+fn agrees(streamed: &[Piece], whole: &[Piece], text: &str) {
+    let calls = |p: &[Piece]| p.iter().filter(|p| matches!(p, Piece::Call(_))).count();
+    if streamed != whole {
+        assert!(
+            calls(streamed) > calls(whole),
+            "streamed {streamed:?}\n  whole {whole:?}\n  text {text:?}"
+        );
+    }
+}
+
+/// Streamed calls (`CallBegin`, `CallArgs`…, `CallEnd`) as whole `Call`s, checking that the
+/// pieces spell the call.
+fn collapse(pieces: Vec<Piece>) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for p in pieces {
+        match p {
+            Piece::CallBegin(name) => {
+                assert!(open.is_none(), "a call began inside another");
+                open = Some((name, String::new()));
+            }
+            Piece::CallArgs(t) => open
+                .as_mut()
+                .expect("arguments outside a call")
+                .1
+                .push_str(&t),
+            Piece::CallEnd(c) => {
+                let (name, args) = open.take().expect("an end without a begin");
+                assert_eq!(
+                    (&name, &args),
+                    (&c.name, &c.arguments),
+                    "streamed pieces differ"
+                );
+                out.push(Piece::Call(c));
+            }
+            p => {
+                assert!(open.is_none(), "{p:?} inside a streamed call");
+                out.push(p);
+            }
+        }
+    }
+    assert!(open.is_none(), "a call never ended");
+    merge_content(out)
 }
 
 /// The content of `text` after the reasoning parser (checked at every split as well).
@@ -174,6 +224,7 @@ fn calls_and_text(pieces: &[Piece]) -> (Vec<(String, Value)>, String) {
                 serde_json::from_str(&c.arguments).unwrap_or_else(|e| panic!("{c:?}: {e}")),
             )),
             Piece::Content(t) => text.push_str(t),
+            p => panic!("{p:?} after collapse"),
         }
     }
     (calls, text)
@@ -1295,4 +1346,161 @@ fn gemma_tool_messages_fold_into_the_calling_turn_for_the_interleaved_template()
     // Other families are never folded; nor is a conversation without results.
     assert!(fold_tool_results(&test_template("Qwen-Qwen3-0.6B.jinja"), &msgs).is_none());
     assert!(fold_tool_results(&test_template(file), &msgs[..2]).is_none());
+}
+
+/// A long call written one character at a time: its name goes out long before its end, and
+/// its arguments in many pieces (the JSON formats by the character, the XML ones a parameter
+/// at a time) that spell the final arguments.
+#[test]
+fn long_arguments_stream_as_they_are_written() {
+    let tools = vec![
+        json!({"type": "function", "function": {"name": "write", "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "n": {"type": "integer"}},
+        }}}),
+    ];
+    let content = "line one\nline \"two\" é\n".repeat(20);
+    let args = json!({"path": "a.txt", "content": content, "n": 3});
+    let xml_content = content.trim_end();
+    let cases: Vec<(&str, String, usize)> = vec![
+        (
+            "hermes",
+            format!("<tool_call>\n{{\"name\": \"write\", \"arguments\": {args}}}\n</tool_call>"),
+            300,
+        ),
+        (
+            "deepseek-v3.1",
+            format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write<｜tool▁sep｜>{args}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+            300,
+        ),
+        (
+            "deepseek-r1",
+            format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>write\n```json\n{args}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+            300,
+        ),
+        ("mistral", format!("[TOOL_CALLS]write[ARGS]{args}"), 300),
+        (
+            "harmony",
+            format!("{HARMONY_CALL_START}write<|channel|>commentary json<|message|>{args}<|call|>"),
+            300,
+        ),
+        (
+            "qwen3-coder",
+            format!("<tool_call>\n<function=write>\n<parameter=path>\na.txt\n</parameter>\n<parameter=content>\n{xml_content}\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>"),
+            3,
+        ),
+        (
+            "glm",
+            format!("<tool_call>write\n<arg_key>path</arg_key>\n<arg_value>a.txt</arg_value>\n<arg_key>content</arg_key>\n<arg_value>{xml_content}</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"),
+            3,
+        ),
+    ];
+    for (name, text, min_pieces) in cases {
+        let format = FORMATS.iter().find(|f| f.name == name).unwrap();
+        let mut p = CallParser::with_tools(format, &tools).streaming();
+        let mut begun_at = None;
+        let mut pieces = 0;
+        let mut spelled = String::new();
+        let mut ended = None;
+        let mut fed = 0;
+        for ch in text.chars() {
+            fed += ch.len_utf8();
+            for piece in p.push(&ch.to_string()) {
+                match piece {
+                    Piece::CallBegin(n) => {
+                        assert_eq!(n, "write", "{name}");
+                        begun_at = Some(fed);
+                    }
+                    Piece::CallArgs(t) => {
+                        pieces += 1;
+                        spelled.push_str(&t);
+                    }
+                    Piece::CallEnd(c) => ended = Some(c),
+                    Piece::Content(t) => assert!(t.trim().is_empty(), "{name}: {t:?}"),
+                    Piece::Call(c) => panic!("{name}: whole call {c:?}"),
+                }
+            }
+        }
+        assert!(p
+            .finish()
+            .iter()
+            .all(|p| matches!(p, Piece::Content(t) if t.trim().is_empty())));
+        let begun_at = begun_at.unwrap_or_else(|| panic!("{name}: never began"));
+        assert!(begun_at < 120, "{name}: began only after {begun_at} bytes");
+        assert!(pieces >= min_pieces, "{name}: {pieces} pieces");
+        let call = ended.unwrap_or_else(|| panic!("{name}: never ended"));
+        assert_eq!(spelled, call.arguments, "{name}");
+        let expect = if name == "qwen3-coder" || name == "glm" {
+            json!({"path": "a.txt", "content": xml_content, "n": 3})
+        } else {
+            args.clone()
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&call.arguments).unwrap(),
+            expect,
+            "{name}"
+        );
+    }
+}
+
+/// Two calls in one block: the first ends when the second begins, each spelled whole.
+#[test]
+fn calls_in_one_block_end_one_after_another() {
+    let format = FORMATS.iter().find(|f| f.name == "deepseek-v3.1").unwrap();
+    let text = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a<｜tool▁sep｜>{\"x\": 1}<｜tool▁call▁end｜><｜tool▁call▁begin｜>b<｜tool▁sep｜>{\"y\": \"z\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    let mut p = CallParser::new(format).streaming();
+    let mut out: Vec<Piece> = text.chars().flat_map(|c| p.push(&c.to_string())).collect();
+    out.extend(p.finish());
+    let kinds: Vec<String> = out
+        .iter()
+        .map(|p| match p {
+            Piece::CallBegin(n) => format!("begin {n}"),
+            Piece::CallArgs(_) => "args".into(),
+            Piece::CallEnd(c) => format!("end {} {}", c.name, c.arguments),
+            other => format!("{other:?}"),
+        })
+        .fold(Vec::<String>::new(), |mut v, k| {
+            if v.last() != Some(&k) {
+                v.push(k);
+            }
+            v
+        });
+    assert_eq!(
+        kinds,
+        [
+            "begin a",
+            "args",
+            "end a {\"x\":1}",
+            "begin b",
+            "args",
+            "end b {\"y\":\"z\"}"
+        ]
+    );
+}
+
+/// A call cut off mid-arguments (the output ended) ends with what it had, closed; a block
+/// that goes wrong after its call began does the same, and text after it is text.
+#[test]
+fn a_begun_call_that_breaks_off_ends_with_what_it_had() {
+    let format = FORMATS.iter().find(|f| f.name == "hermes").unwrap();
+    let feed = |text: &str| {
+        let mut p = CallParser::new(format).streaming();
+        let mut out: Vec<Piece> = text.chars().flat_map(|c| p.push(&c.to_string())).collect();
+        out.extend(p.finish());
+        collapse(merge_content(out))
+    };
+    let call = |a: &str| {
+        Piece::Call(Call {
+            name: "w".into(),
+            arguments: a.into(),
+        })
+    };
+    assert_eq!(
+        feed("<tool_call>\n{\"name\": \"w\", \"arguments\": {\"path\": \"a\", \"text\": \"hel"),
+        [call("{\"path\":\"a\",\"text\":\"hel\"}")]
+    );
+    assert_eq!(
+        feed("<tool_call>{\"name\": \"w\", \"arguments\": {\"a\": 1, oops</tool_call> after"),
+        [call("{\"a\":1}"), Piece::Content(" after".into())]
+    );
 }
