@@ -229,6 +229,12 @@ pub fn request(data: &[u8]) {
             vec![ridge_tokenizer::ChatMessage::new("user", "hi"), call]
         })
     };
+    // As the server does: parse once, and every endpoint reads the object.
+    let body = match ridge_server::params::Fields::parse(body) {
+        Ok(m) => m,
+        Err(e) => return check_error_or(Err::<(), _>(e), |_| {}),
+    };
+    let body = &body;
     let job = match (sel >> 3 & 1, sel & 3) {
         (1, 0) => v.messages(body).map(|m| m.job),
         (1, 1) => {

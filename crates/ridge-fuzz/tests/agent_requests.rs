@@ -63,7 +63,7 @@ fn claude_codes_requests_are_accepted_with_the_system_turn_in_place() {
     ] {
         let body = fixture(name);
         let job = v
-            .messages(body.to_string().as_bytes())
+            .messages(body.as_object().unwrap())
             .unwrap_or_else(|e| panic!("{name}: {} {}", e.status, e.message));
         assert!(job.job.common.stream, "{name}: Claude Code streams");
         assert!(job.job.common.clamp_max_tokens, "{name}");
@@ -111,7 +111,7 @@ fn a_template_that_takes_one_system_message_gets_them_merged() {
     let t = template(MISTRAL);
     let v = validator(&t);
     let body = fixture("claude_code_messages.json");
-    let job = v.messages(body.to_string().as_bytes()).unwrap();
+    let job = v.messages(body.as_object().unwrap()).unwrap();
     let text = prompt_text(&job.job.prompts[0]);
     let mid = body["messages"][1]["content"].as_str().unwrap();
     let lead = body["system"][2]["text"].as_str().unwrap();
@@ -135,17 +135,12 @@ fn a_template_that_takes_one_system_message_gets_them_merged() {
     let small = json!({"max_tokens": 10, "system": "LEAD", "messages": [
         {"role": "user", "content": "u1"}, {"role": "system", "content": "MID"},
         {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}]});
-    let s = prompt_text(
-        &v.messages(small.to_string().as_bytes())
-            .unwrap()
-            .job
-            .prompts[0],
-    );
+    let s = prompt_text(&v.messages(small.as_object().unwrap()).unwrap().job.prompts[0]);
     assert!(s.contains("LEAD\n\nMID"), "{s}");
     // A conversation without a later system turn renders as before (no merge).
     let plain = json!({"max_tokens": 10, "system": "S",
         "messages": [{"role": "user", "content": "hi"}]});
-    let a = v.messages(plain.to_string().as_bytes()).unwrap();
+    let a = v.messages(plain.as_object().unwrap()).unwrap();
     assert!(prompt_text(&a.job.prompts[0]).contains("S"));
 }
 
@@ -154,7 +149,7 @@ fn claude_codes_max_tokens_is_clamped_to_the_room_left() {
     let t = template(QWEN);
     let v = validator(&t);
     let body = fixture("claude_code_messages.json");
-    let job = v.messages(body.to_string().as_bytes()).unwrap();
+    let job = v.messages(body.as_object().unwrap()).unwrap();
     let n = job.job.prompts[0].len();
     let ctx = n + 1000;
     let r = ridge_server::params::engine_request(
@@ -181,7 +176,7 @@ fn codexs_requests_are_accepted_with_namespaces_flattened_and_hosted_tools_left_
     ] {
         let body = fixture(name);
         let r = v
-            .responses(body.to_string().as_bytes(), &|_| None)
+            .responses(body.as_object().unwrap(), &|_| None)
             .unwrap_or_else(|e| panic!("{name}: {} {}", e.status, e.message));
         assert!(!r.store && r.job.common.stream, "{name}");
         let text = prompt_text(&r.job.prompts[0]);

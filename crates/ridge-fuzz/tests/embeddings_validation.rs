@@ -9,10 +9,27 @@ use serde_json::{json, Value};
 const CTX: usize = 64;
 const WIDTH: usize = 32;
 
+/// A body as the server takes it: parsed once (a 400 when that fails), then validated.
+fn validate_bytes(
+    body: &[u8],
+    tok: &ridge_tokenizer::Tokenizer,
+    vocab: usize,
+    ctx: usize,
+    width: usize,
+) -> Result<ridge_server::embeddings::EmbeddingJob, ridge_server::error::ApiError> {
+    validate(
+        &ridge_server::params::Fields::parse(body)?,
+        tok,
+        vocab,
+        ctx,
+        width,
+    )
+}
+
 fn check(body: &Value) -> Result<ridge_server::embeddings::EmbeddingJob, (u16, Value)> {
     let tok = &vocab::pick(0).tokenizer;
     let bytes = body.to_string().into_bytes();
-    validate(&bytes, tok, tok.vocab_size(), CTX, WIDTH).map_err(|e| {
+    validate_bytes(&bytes, tok, tok.vocab_size(), CTX, WIDTH).map_err(|e| {
         assert!(e.status.is_client_error());
         (e.status.as_u16(), e.body()["error"]["param"].clone())
     })
@@ -90,7 +107,7 @@ fn mistakes_are_4xx_naming_the_field() {
     }
     let tok = &vocab::pick(0).tokenizer;
     for body in [&b"[1]"[..], b"{", b"\xff\xfe", b"null", b""] {
-        let e = validate(body, tok, tok.vocab_size(), CTX, WIDTH).unwrap_err();
+        let e = validate_bytes(body, tok, tok.vocab_size(), CTX, WIDTH).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
     }
 }
@@ -118,7 +135,7 @@ fn mangled_bodies_never_panic() {
                 }
                 _ => b.insert(i, b[i]),
             }
-            if let Err(e) = validate(&b, tok, tok.vocab_size(), CTX, WIDTH) {
+            if let Err(e) = validate_bytes(&b, tok, tok.vocab_size(), CTX, WIDTH) {
                 assert!(e.status.is_client_error());
             }
         }

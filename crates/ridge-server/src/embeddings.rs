@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::unbounded_channel;
 
 use ridge_engine::{
@@ -67,14 +67,13 @@ pub struct EmbeddingJob {
 /// Validates an embeddings body for a model of vocabulary `vocab`, context `ctx` and vector
 /// width `width`.
 pub fn validate(
-    body: &[u8],
+    body: &Map<String, Value>,
     tokenizer: &ridge_tokenizer::Tokenizer,
     vocab: usize,
     ctx: usize,
     width: usize,
 ) -> Result<EmbeddingJob, ApiError> {
-    let m = Fields::parse(body)?;
-    let f = Fields(&m);
+    let f = Fields(body);
     params::check_model(&f)?;
     let encoding = match f.str("encoding_format")? {
         None | Some("float") => Encoding::Float,
@@ -317,7 +316,7 @@ pub async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> Response
 }
 
 async fn embeddings_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
-    let b = crate::request::read_body(body)?;
+    let b = crate::request::read_json(body)?;
     let st = app.pool.for_body(&b).await?;
     let info = st.engine.info();
     let job = validate(

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -24,9 +24,8 @@ pub use crate::protocols::Validator;
 
 impl Validator<'_> {
     /// Validates a `/tokenize` body into token ids.
-    pub fn tokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn tokenize(&self, body: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         if f.get("messages").is_some() {
             let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
@@ -43,9 +42,8 @@ impl Validator<'_> {
     }
 
     /// Validates a `/detokenize` body into token ids.
-    pub fn detokenize(&self, body: &[u8]) -> Result<Vec<u32>, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn detokenize(&self, body: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         match f.get("tokens") {
             Some(Value::Array(a)) => self.token_ids(a, "tokens"),
@@ -133,8 +131,7 @@ pub async fn models(State(app): State<Arc<AppState>>) -> Json<Value> {
 
 /// The `model` (and optional `keep_alive`) of a `/models/load` or `/models/unload` body.
 fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiError> {
-    let b = crate::request::read_body(body)?;
-    let m = Fields::parse(&b)?;
+    let m = crate::request::read_json(body)?;
     let f = Fields(&m);
     let name = f
         .str("model")?

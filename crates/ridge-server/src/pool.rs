@@ -28,8 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::metrics::{Metrics, ModelMetrics};
@@ -274,14 +273,6 @@ pub struct ModelPool {
     entry_metrics: Vec<Arc<ModelMetrics>>,
 }
 
-#[derive(Deserialize)]
-struct Requested {
-    #[serde(default)]
-    model: Option<Value>,
-    #[serde(default)]
-    keep_alive: Option<Value>,
-}
-
 /// Drops unloaded models' states on a blocking thread (an engine's drop joins its thread),
 /// after retiring their metrics.
 fn retire(models: Vec<Arc<ModelState>>) {
@@ -463,26 +454,20 @@ impl ModelPool {
     }
 
     /// The model a request body names (its `model` field; the default when it names none or
-    /// is not a JSON object — the handler's own parse reports that), loaded if it is not,
-    /// and the body's `keep_alive` applied.
-    pub async fn for_body(self: &Arc<Self>, body: &[u8]) -> Result<Arc<ModelState>, ApiError> {
-        let r: Option<Requested> = serde_json::from_slice(body).ok();
-        let (name, keep) = match r {
-            Some(r) => {
-                let keep = match r.keep_alive {
-                    None | Some(Value::Null) => None,
-                    Some(v) => {
-                        Some(KeepAlive::parse(&v).map_err(|e| ApiError::invalid("keep_alive", e))?)
-                    }
-                };
-                let name = match r.model {
-                    Some(Value::String(s)) => Some(s),
-                    _ => None,
-                };
-                (name, keep)
-            }
-            None => (None, None),
+    /// names it with something other than a string — the adapter reports that), loaded if it
+    /// is not, and the body's `keep_alive` applied.
+    pub async fn for_body(
+        self: &Arc<Self>,
+        body: &Map<String, Value>,
+    ) -> Result<Arc<ModelState>, ApiError> {
+        let keep = match body.get("keep_alive") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(KeepAlive::parse(v).map_err(|e| ApiError::invalid("keep_alive", e))?),
         };
+        let name = body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let r = self.resolve(name.as_deref())?;
         if let Some(asked) = &r.substituted {
             crate::access_log::note_model_substituted(asked, &self.entries[r.index].id);

@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use ridge_engine::{rerank_prompt, Pooling};
 
@@ -51,13 +51,12 @@ pub struct RerankJob {
 /// Validates a rerank body for a model of context `ctx`, forming the
 /// prompts with `template` (the model's rerank template, if any).
 pub fn validate(
-    body: &[u8],
+    body: &Map<String, Value>,
     tokenizer: &ridge_tokenizer::Tokenizer,
     template: Option<&str>,
     ctx: usize,
 ) -> Result<RerankJob, ApiError> {
-    let m = Fields::parse(body)?;
-    let f = Fields(&m);
+    let f = Fields(body);
     params::check_model(&f)?;
     let query = f
         .str("query")?
@@ -150,13 +149,12 @@ pub async fn rerank(State(app): State<Arc<AppState>>, body: Body) -> Response {
 }
 
 async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
-    let b = crate::request::read_body(body)?;
+    let b = crate::request::read_json(body)?;
     let st = app.pool.for_body(&b).await?;
     let info = st.engine.info();
     let Some(head) = &info.rank_head else {
         // The model is checked first, so a wrong name reads as one.
-        let m = Fields::parse(&b)?;
-        params::check_model(&Fields(&m))?;
+        params::check_model(&Fields(&b))?;
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "rerank_unsupported",
@@ -211,7 +209,7 @@ mod tests {
         .unwrap();
         let tok = ridge_tokenizer::Tokenizer::from_gguf(&f).unwrap();
         let t = Some("<|endoftext|>{query}|{document}");
-        let v = |body: Value| validate(body.to_string().as_bytes(), &tok, t, 64);
+        let v = |body: Value| validate(body.as_object().unwrap(), &tok, t, 64);
         let err = |body: Value| v(body).unwrap_err().message;
         let ok = v(json!({"query": "q", "documents": ["ab", {"text": "c"}], "top_n": 1})).unwrap();
         // 256 is <|endoftext|>; the synthetic vocabulary is one token per byte.

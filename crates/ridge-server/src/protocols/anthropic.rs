@@ -52,9 +52,8 @@ pub struct MessagesJob {
 
 impl Validator<'_> {
     /// Validates a `/v1/messages` body into a job.
-    pub fn messages(&self, body: &[u8]) -> Result<MessagesJob, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn messages(&self, body: &Map<String, Value>) -> Result<MessagesJob, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         if f.get("max_tokens").is_none() {
             return Err(invalid("max_tokens", "`max_tokens` is required"));
@@ -90,9 +89,8 @@ impl Validator<'_> {
     }
 
     /// Validates a `/v1/messages/count_tokens` body: the prompt's token count.
-    pub fn count_tokens(&self, body: &[u8]) -> Result<usize, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn count_tokens(&self, body: &Map<String, Value>) -> Result<usize, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         let tools = self.tools(&f)?;
         Ok(self.prompt(&f, tools.as_ref())?.tokens.len())

@@ -73,9 +73,8 @@ impl Validator<'_> {
     }
 
     /// Validates a `/v1/completions` body into a [`Job`] (prompts tokenized).
-    pub fn completion(&self, body: &[u8]) -> Result<Job, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn completion(&self, body: &Map<String, Value>) -> Result<Job, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let logprobs = f
@@ -94,9 +93,8 @@ impl Validator<'_> {
     }
 
     /// Validates a `/v1/chat/completions` body into a [`Job`] (template rendered, tokenized).
-    pub fn chat(&self, body: &[u8]) -> Result<Job, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+    pub fn chat(&self, body: &Map<String, Value>) -> Result<Job, ApiError> {
+        let f = Fields(body);
         params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;

@@ -63,11 +63,10 @@ impl Validator<'_> {
     /// Validates a `/v1/responses` body; `previous` finds a stored conversation by id.
     pub fn responses(
         &self,
-        body: &[u8],
+        body: &Map<String, Value>,
         previous: &dyn Fn(&str) -> Option<Vec<ChatMessage>>,
     ) -> Result<ResponsesJob, ApiError> {
-        let m = Fields::parse(body)?;
-        let f = Fields(&m);
+        let f = Fields(body);
         params::check_model(&f)?;
         for unsupported in ["background", "n"] {
             if f.get(unsupported)
