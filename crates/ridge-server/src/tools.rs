@@ -63,8 +63,17 @@ pub enum Syntax {
     /// as they are, others as JSON, typed by the tool's schema as Qwen3-Coder's are.
     GlmXml,
     /// Granite 3.x: the format's start tag (`<|tool_call|>`), then a JSON array of
-    /// `{"name": …, "arguments": {…}}` to the end of the output.
+    /// `{"name": …, "arguments": {…}}` to the end of the output; Nemotron-H (Nemotron Nano
+    /// v2): the same between `<TOOLCALL>` and `</TOOLCALL>`.
     TaggedArray,
+    /// Kimi K2: `<|tool_calls_section_begin|>` then per call `<|tool_call_begin|>functions.
+    /// NAME:INDEX<|tool_call_argument_begin|>{…}<|tool_call_end|>`, then
+    /// `<|tool_calls_section_end|>`; the id's `functions.` prefix and `:INDEX` are optional.
+    Kimi,
+    /// LFM2 / LFM2.5: `<|tool_call_start|>[NAME(key=VALUE, …), …]<|tool_call_end|>`, Python
+    /// call syntax with Python or JSON literals (`'s'`/`"s"`, numbers, `True`/`true`,
+    /// `None`/`null`, lists, dicts).
+    Pythonic,
     /// DeepSeek-R1 and its distills: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
     /// <｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`; the
     /// V3.1 form is accepted too.
@@ -148,6 +157,47 @@ pub const FORMATS: &[ToolFormat] = &[
             "<|channel>",
             "<channel|>",
         ],
+    },
+    // Nemotron-H (Nemotron Nano v2, Nemotron-H 8B/47B/56B).
+    ToolFormat {
+        name: "nemotron",
+        syntax: Syntax::TaggedArray,
+        detect: &["<TOOLCALL>"],
+        start: "<TOOLCALL>",
+        end: "</TOOLCALL>",
+        tags: &["<TOOLCALL>", "</TOOLCALL>"],
+    },
+    ToolFormat {
+        name: "kimi-k2",
+        syntax: Syntax::Kimi,
+        detect: &["<|tool_calls_section_begin|>", "<|tool_call_begin|>"],
+        start: "<|tool_calls_section_begin|>",
+        end: "<|tool_calls_section_end|>",
+        tags: &[
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+        ],
+    },
+    // LFM2 lists its tools between `<|tool_list_start|>` and `<|tool_list_end|>`, LFM2.5 as
+    // plain `List of tools: [`; both write Python-style calls.
+    ToolFormat {
+        name: "lfm2",
+        syntax: Syntax::Pythonic,
+        detect: &["<|tool_list_start|>", "<|tool_list_end|>"],
+        start: "<|tool_call_start|>",
+        end: "<|tool_call_end|>",
+        tags: &["<|tool_call_start|>", "<|tool_call_end|>"],
+    },
+    ToolFormat {
+        name: "lfm2.5",
+        syntax: Syntax::Pythonic,
+        detect: &["List of tools: ["],
+        start: "<|tool_call_start|>",
+        end: "<|tool_call_end|>",
+        tags: &["<|tool_call_start|>", "<|tool_call_end|>"],
     },
     // Qwen 2/2.5/3, QwQ, Hermes 2 Pro / 3.
     ToolFormat {

@@ -69,6 +69,8 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
         Syntax::DeepSeekV31 => deepseek(t, &fns, false),
         Syntax::Gemma => gemma(t, &fns),
         Syntax::Harmony => harmony(t, &fns),
+        Syntax::Kimi => kimi(t, &fns),
+        Syntax::Pythonic => pythonic(t, &fns),
     }
 }
 
@@ -245,7 +247,95 @@ fn tagged_array(t: &Tools, fns: &[Func]) -> String {
     if !t.parallel {
         list["maxItems"] = json!(1);
     }
-    format!("start: {} %json {list}\n", t.lit(t.format.start))
+    let end = if t.format.end.is_empty() {
+        String::new()
+    } else {
+        t.lit(t.format.end)
+    };
+    format!("start: {} %json {list} {end}\n", t.lit(t.format.start))
+}
+
+/// Kimi K2's `<|tool_calls_section_begin|>`, each call `<|tool_call_begin|>functions.NAME:
+/// INDEX<|tool_call_argument_begin|>{…}<|tool_call_end|>`, then `<|tool_calls_section_end|>`.
+fn kimi(t: &Tools, fns: &[Func]) -> String {
+    let (alts, rules) = per_function(fns, |f| {
+        format!(
+            "{} /[0-9]+/ {} %json {}",
+            lark_str(&format!("functions.{}:", f.name)),
+            t.lit("<|tool_call_argument_begin|>"),
+            f.params
+        )
+    });
+    format!(
+        "start: {} {} {}\ncall: {} {alts} {}\n{rules}",
+        t.tags.0,
+        repeated(t, ""),
+        t.tags.1,
+        t.lit("<|tool_call_begin|>"),
+        t.lit("<|tool_call_end|>"),
+    )
+}
+
+/// LFM2's `<|tool_call_start|>[NAME(key=VALUE, …), …]<|tool_call_end|>`: the required
+/// parameters first, in the schema's order, then the optional ones, each value JSON (which
+/// the parser reads beside Python's literals, as llama.cpp lets LFM2 write it).
+fn pythonic(t: &Tools, fns: &[Func]) -> String {
+    let mut rules = String::new();
+    let mut alts = Vec::new();
+    for (i, f) in fns.iter().enumerate() {
+        let mut params = f.params();
+        params.sort_by_key(|p| !p.2.is_empty());
+        let mut items = Vec::new();
+        for (j, (name, schema, _)) in params.iter().enumerate() {
+            let rule = format!("p{i}_{j}");
+            rules.push_str(&format!(
+                "{rule}: {} %json {schema}\n",
+                lark_str(&format!("{name}="))
+            ));
+            items.push((rule, params[j].2.is_empty()));
+        }
+        // Required ones joined by commas; each optional one after a comma — or, where
+        // nothing is required, any of them may come first.
+        let required: Vec<&str> = items.iter().filter(|p| p.1).map(|p| p.0.as_str()).collect();
+        let optional: Vec<&str> = items
+            .iter()
+            .filter(|p| !p.1)
+            .map(|p| p.0.as_str())
+            .collect();
+        let tail = |from: usize| -> String {
+            optional[from..]
+                .iter()
+                .map(|r| format!("(\", \" {r})?"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let args = if !required.is_empty() {
+            format!("{} {}", required.join(" \", \" "), tail(0))
+        } else if optional.is_empty() {
+            String::new()
+        } else {
+            let firsts: Vec<String> = (0..optional.len())
+                .map(|k| format!("{} {}", optional[k], tail(k + 1)))
+                .collect();
+            format!("({})?", firsts.join(" | "))
+        };
+        rules.push_str(&format!(
+            "f{i}: {} {args} \")\"\n",
+            lark_str(&format!("{}(", f.name))
+        ));
+        alts.push(format!("f{i}"));
+    }
+    let calls = if t.parallel {
+        "call (\", \" call)*"
+    } else {
+        "call"
+    };
+    format!(
+        "start: {} \"[\" {calls} \"]\" {}\ncall: {}\n{rules}",
+        t.tags.0,
+        t.tags.1,
+        alts.join(" | ")
+    )
 }
 
 /// DeepSeek's calls between `<｜tool▁calls▁begin｜>` and `<｜tool▁calls▁end｜>`: R1's

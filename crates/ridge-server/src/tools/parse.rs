@@ -141,9 +141,10 @@ impl CallParser {
     /// [`Piece::CallBegin`] once its name is complete (and offered, when the tools are known),
     /// its arguments as [`Piece::CallArgs`] — prefixes of the final text, see
     /// [`partial`](super::partial) — and [`Piece::CallEnd`] when it is read whole. Calls in
-    /// the JSON-argument formats (Hermes' object form, DeepSeek, Mistral's `NAME[ARGS]`,
-    /// harmony) stream character by character, Qwen3-Coder's and GLM's XML a parameter at a
-    /// time; the others (arrays, fences, bare JSON, Gemma's notation) come whole. A block
+    /// the JSON-argument formats (Hermes' object form, DeepSeek, Kimi K2, Mistral's
+    /// `NAME[ARGS]`, the `[{"name", "arguments"}, …]` arrays, harmony) stream character by
+    /// character, Qwen3-Coder's and GLM's XML a parameter at a time; the others (fences,
+    /// bare JSON, Gemma's notation, LFM2's Python calls) come whole. A block
     /// whose calls began and that then does not read as calls ends them with the arguments
     /// read so far, closed; its text is not released as content (the client already shows the
     /// call).
@@ -216,7 +217,9 @@ impl CallParser {
             | Syntax::DeepSeekR1
             | Syntax::DeepSeekV31
             | Syntax::Gemma
-            | Syntax::Harmony => vec![(f.start, Block::Tagged(f.end))],
+            | Syntax::Harmony
+            | Syntax::Kimi
+            | Syntax::Pythonic => vec![(f.start, Block::Tagged(f.end))],
             Syntax::MistralArgs | Syntax::MistralArray => vec![(TOOL_CALLS, Block::Mistral)],
             Syntax::TaggedArray => vec![(f.start, Block::Array(f.start.len()))],
             Syntax::Llama => vec![(PYTHON_TAG, Block::Json)],
@@ -427,10 +430,19 @@ impl CallParser {
                     Syntax::GlmXml => self.glm_partial(body).into_iter().collect(),
                     Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_partial(body),
                     Syntax::Harmony => harmony_partial(body).into_iter().collect(),
+                    Syntax::Kimi => kimi_partial(body),
                     _ => Vec::new(),
                 }
             }
-            Block::Mistral => self.mistral_partial().into_iter().collect(),
+            Block::Mistral => {
+                let p = skip_ws(&self.buf, TOOL_CALLS.len());
+                if self.buf[p..].starts_with('[') {
+                    array_partial(&self.buf[p..])
+                } else {
+                    self.mistral_partial().into_iter().collect()
+                }
+            }
+            Block::Array(tag) => array_partial(&self.buf[tag..]),
             _ => Vec::new(),
         }
     }
@@ -538,6 +550,8 @@ impl CallParser {
             Syntax::DeepSeekR1 | Syntax::DeepSeekV31 => deepseek_calls(body),
             Syntax::Harmony => harmony_call(body).map(|c| vec![c]),
             Syntax::Gemma => gemma_call(body).map(|c| vec![c]),
+            Syntax::Kimi => kimi_calls(body),
+            Syntax::Pythonic => pythonic_calls(body),
             _ => None,
         }?;
         (!calls.is_empty()).then_some(calls)
@@ -555,7 +569,8 @@ impl CallParser {
         self.mistral_named(p, finished)
     }
 
-    /// A tag of `tag` bytes, then `[{"name", "arguments"}, …]`.
+    /// A tag of `tag` bytes, then `[{"name", "arguments"}, …]` (and the format's closing
+    /// tag, where it has one).
     fn array(&self, tag: usize, finished: bool) -> Outcome {
         let p = skip_ws(&self.buf, tag);
         if p == self.buf.len() {
@@ -569,8 +584,20 @@ impl CallParser {
             .and_then(|v| v.as_array().cloned())
             .and_then(|a| a.iter().map(loose_call).collect::<Option<Vec<Call>>>())
             .filter(|c| !c.is_empty());
+        // A closing tag after the array (Nemotron's `</TOOLCALL>`) belongs to the calls.
+        let mut len = p + e;
+        let end = self.format.end;
+        if calls.is_some() && !end.is_empty() && self.format.syntax == Syntax::TaggedArray {
+            let q = skip_ws(&self.buf, len);
+            let rest = &self.buf[q..];
+            if rest.starts_with(end) {
+                len = q + end.len();
+            } else if end.starts_with(rest) && !finished {
+                return Outcome::Wait;
+            }
+        }
         match calls {
-            Some(c) => Outcome::Calls(p + e, c),
+            Some(c) => Outcome::Calls(len, c),
             None => Outcome::Text {
                 len: p + e,
                 code: false,
@@ -944,6 +971,30 @@ fn hermes_partial(body: &str) -> Option<(String, Progress)> {
     }
 }
 
+/// `[{"name": …, "arguments": {…}}, …` so far (Granite 3, Nemotron-H, Mistral Nemo).
+fn array_partial(s: &str) -> Vec<(String, Progress)> {
+    let mut calls = Vec::new();
+    let Some(mut rest) = s.trim_start().strip_prefix('[') else {
+        return calls;
+    };
+    loop {
+        rest = rest.trim_start();
+        if !rest.starts_with('{') {
+            break;
+        }
+        match hermes_partial(rest) {
+            Some(c) => calls.push(c),
+            None => break,
+        }
+        let Some(n) = value_len(rest) else { break };
+        match rest[n..].trim_start().strip_prefix(',') {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    calls
+}
+
 /// The length of the complete JSON value `s` starts with (a string, an object or array, or
 /// a scalar followed by a delimiter).
 fn value_len(s: &str) -> Option<usize> {
@@ -1009,6 +1060,270 @@ fn deepseek_partial(body: &str) -> Vec<(String, Progress)> {
         break;
     }
     calls
+}
+
+const KIMI_CALL_BEGIN: &str = "<|tool_call_begin|>";
+const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
+const KIMI_CALL_END: &str = "<|tool_call_end|>";
+
+/// A Kimi call id's function name: `functions.NAME:INDEX` (prefix and index optional).
+fn kimi_name(id: &str) -> Option<&str> {
+    let id = id.trim();
+    let id = id.strip_prefix("functions.").unwrap_or(id);
+    let name = match id.rsplit_once(':') {
+        Some((n, i)) if i.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => id,
+    };
+    (!name.is_empty() && name.chars().all(is_name_char)).then_some(name)
+}
+
+/// Kimi K2's calls inside its section: `<|tool_call_begin|>ID<|tool_call_argument_begin|>{…}
+/// <|tool_call_end|>` each.
+fn kimi_calls(body: &str) -> Option<Vec<Call>> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim_start();
+    while !rest.is_empty() {
+        let r = rest.strip_prefix(KIMI_CALL_BEGIN)?;
+        let (inner, after) = match r.find(KIMI_CALL_END) {
+            Some(i) => (&r[..i], &r[i + KIMI_CALL_END.len()..]),
+            None => (r, ""),
+        };
+        let (id, args) = inner.split_once(KIMI_ARGS)?;
+        calls.push(Call {
+            name: kimi_name(id)?.to_string(),
+            arguments: object_text(args)?,
+        });
+        rest = after.trim_start();
+    }
+    Some(calls)
+}
+
+/// Kimi K2's calls so far.
+fn kimi_partial(body: &str) -> Vec<(String, Progress)> {
+    let mut calls = Vec::new();
+    let mut rest = body.trim_start();
+    while let Some(r) = rest.strip_prefix(KIMI_CALL_BEGIN) {
+        let Some((id, args)) = r.split_once(KIMI_ARGS) else {
+            break;
+        };
+        let Some(name) = kimi_name(id) else { break };
+        let (args, after) = match args.find(KIMI_CALL_END) {
+            Some(i) => (&args[..i], Some(&args[i + KIMI_CALL_END.len()..])),
+            None => (args, None),
+        };
+        let Some(p) = json_progress(args.trim_start()) else {
+            break;
+        };
+        calls.push((name.to_string(), p));
+        match after {
+            Some(a) => rest = a.trim_start(),
+            None => break,
+        }
+    }
+    calls
+}
+
+/// LFM2's `[NAME(key=VALUE, …), …]`: the calls, each's arguments a JSON object.
+fn pythonic_calls(body: &str) -> Option<Vec<Call>> {
+    let mut r = PyReader {
+        s: body.trim(),
+        pos: 0,
+    };
+    r.expect('[')?;
+    let mut calls = Vec::new();
+    loop {
+        r.ws();
+        let start = r.pos;
+        while r.peek().is_some_and(is_name_char) {
+            r.bump();
+        }
+        let name = &r.s[start..r.pos];
+        if name.is_empty() {
+            return None;
+        }
+        r.expect('(')?;
+        let mut args = Map::new();
+        r.ws();
+        if r.peek() != Some(')') {
+            loop {
+                r.ws();
+                let k = r.pos;
+                while r.peek().is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    r.bump();
+                }
+                let key = r.s[k..r.pos].to_string();
+                if key.is_empty() {
+                    return None;
+                }
+                r.expect('=')?;
+                r.ws();
+                args.insert(key, r.value(0)?);
+                r.ws();
+                match r.bump()? {
+                    ',' => continue,
+                    ')' => break,
+                    _ => return None,
+                }
+            }
+        } else {
+            r.bump();
+        }
+        calls.push(Call {
+            name: name.to_string(),
+            arguments: Value::Object(args).to_string(),
+        });
+        r.ws();
+        match r.bump()? {
+            ',' => continue,
+            ']' => break,
+            _ => return None,
+        }
+    }
+    r.ws();
+    (r.pos == r.s.len()).then_some(calls)
+}
+
+/// Reads Python literals (and JSON's): strings in either quote with Python's escapes,
+/// numbers, `True`/`False`/`None` and `true`/`false`/`null`, `[…]`, `(…)` (as lists) and
+/// `{key: value, …}` with string keys.
+struct PyReader<'a> {
+    s: &'a str,
+    pos: usize,
+}
+
+impl PyReader<'_> {
+    fn peek(&self) -> Option<char> {
+        self.s[self.pos..].chars().next()
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.peek()?;
+        self.pos += c.len_utf8();
+        Some(c)
+    }
+
+    fn ws(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.bump();
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Option<()> {
+        self.ws();
+        (self.bump()? == c).then_some(())
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > GEMMA_MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            q @ ('"' | '\'') => self.string(q).map(Value::String),
+            open @ ('[' | '(') => {
+                let close = if open == '[' { ']' } else { ')' };
+                self.bump();
+                let mut items = Vec::new();
+                loop {
+                    self.ws();
+                    if self.peek()? == close {
+                        self.bump();
+                        return Some(Value::Array(items));
+                    }
+                    items.push(self.value(depth + 1)?);
+                    self.ws();
+                    match self.bump()? {
+                        ',' => {}
+                        c if c == close => return Some(Value::Array(items)),
+                        _ => return None,
+                    }
+                }
+            }
+            '{' => {
+                self.bump();
+                let mut m = Map::new();
+                loop {
+                    self.ws();
+                    if self.peek()? == '}' {
+                        self.bump();
+                        return Some(Value::Object(m));
+                    }
+                    let key = match self.value(depth + 1)? {
+                        Value::String(k) => k,
+                        _ => return None,
+                    };
+                    self.expect(':')?;
+                    m.insert(key, self.value(depth + 1)?);
+                    self.ws();
+                    match self.bump()? {
+                        ',' => {}
+                        '}' => return Some(Value::Object(m)),
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                let start = self.pos;
+                while self
+                    .peek()
+                    .is_some_and(|c| c.is_alphanumeric() || matches!(c, '-' | '+' | '.' | '_'))
+                {
+                    self.bump();
+                }
+                match &self.s[start..self.pos] {
+                    "True" | "true" => Some(Value::Bool(true)),
+                    "False" | "false" => Some(Value::Bool(false)),
+                    "None" | "null" => Some(Value::Null),
+                    word => serde_json::from_str::<serde_json::Number>(word)
+                        .ok()
+                        .map(Value::Number)
+                        .or_else(|| {
+                            // Python spellings JSON lacks: `1.`, `.5`, `1_000`.
+                            let f: f64 = word.replace('_', "").parse().ok()?;
+                            serde_json::Number::from_f64(f).map(Value::Number)
+                        }),
+                }
+            }
+        }
+    }
+
+    /// A string in quote `q`, with Python's escapes.
+    fn string(&mut self, q: char) -> Option<String> {
+        self.bump();
+        let mut out = String::new();
+        loop {
+            match self.bump()? {
+                c if c == q => return Some(out),
+                '\\' => match self.bump()? {
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    'r' => out.push('\r'),
+                    'b' => out.push('\u{8}'),
+                    'f' => out.push('\u{c}'),
+                    '0' => out.push('\0'),
+                    'u' => {
+                        let hex = self.s.get(self.pos..self.pos + 4)?;
+                        let mut code = u32::from_str_radix(hex, 16).ok()?;
+                        self.pos += 4;
+                        // A surrogate pair, as JSON writes characters past U+FFFF.
+                        if (0xD800..0xDC00).contains(&code) && self.s[self.pos..].starts_with("\\u")
+                        {
+                            let low =
+                                u32::from_str_radix(self.s.get(self.pos + 2..self.pos + 6)?, 16)
+                                    .ok()?;
+                            if (0xDC00..0xE000).contains(&low) {
+                                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                                self.pos += 6;
+                            }
+                        }
+                        out.push(char::from_u32(code)?);
+                    }
+                    other => out.push(other),
+                },
+                c => out.push(c),
+            }
+        }
+    }
 }
 
 /// A harmony call so far: `NAME<|channel|>commentary json<|message|>{…`.

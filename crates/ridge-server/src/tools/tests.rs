@@ -286,6 +286,8 @@ fn rendered_turn_with(
         // Gemma 4: the turn's end, or the results the calls wait for.
         "<turn|>",
         "<|tool_response>",
+        // Nemotron-H: `<SPECIAL_12>` is its end of turn (the template writes it by name).
+        "<SPECIAL_12>",
     ]
     .iter()
     .filter_map(|m| out.find(m))
@@ -326,6 +328,11 @@ fn each_family_is_detected_from_its_template() {
         ("GLM-4.7-Flash.jinja", "glm"),
         ("google-gemma-4-31B-it.jinja", "gemma4"),
         ("google-gemma-4-31B-it-interleaved.jinja", "gemma4"),
+        ("moonshotai-Kimi-K2.jinja", "kimi-k2"),
+        ("NVIDIA-Nemotron-Nano-v2.jinja", "nemotron"),
+        // LFM2.5 lists its tools as plain text and renders no calls back (the parse tests
+        // below cover it).
+        ("LFM2.5-Instruct.jinja", "lfm2.5"),
     ];
     for (file, want) in cases {
         let t = test_template(file);
@@ -356,7 +363,9 @@ fn calls_each_template_renders_parse_back() {
     let paris = json!({"city": "Paris", "days": 3});
     let two = [("get_weather", paris.clone()), ("now", json!({}))];
     let one = [("get_weather", paris.clone())];
-    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 19] = [
+    let cases: [(&str, &[Named], Option<reasoning::ReasoningFormat>); 21] = [
+        ("moonshotai-Kimi-K2.jinja", &two, None),
+        ("NVIDIA-Nemotron-Nano-v2.jinja", &two, None),
         ("Qwen-Qwen2.5-7B-Instruct.jinja", &two, None),
         (
             "Qwen-Qwen3-0.6B.jinja",
@@ -738,6 +747,9 @@ fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
         ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
         ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
         ("gemma4", "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|><|tool_call>call:now{}<tool_call|>"),
+        ("nemotron", "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]</TOOLCALL>"),
+        ("kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\", \"days\": 3}<|tool_call_end|><|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"),
+        ("lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", days=3), now()]<|tool_call_end|>"),
     ];
     for (name, text) in cases {
         let fmt = format(name);
@@ -1380,6 +1392,21 @@ fn long_arguments_stream_as_they_are_written() {
         ),
         ("mistral", format!("[TOOL_CALLS]write[ARGS]{args}"), 300),
         (
+            "kimi-k2",
+            format!("<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{args}<|tool_call_end|><|tool_calls_section_end|>"),
+            300,
+        ),
+        (
+            "nemotron",
+            format!("<TOOLCALL>[{{\"name\": \"write\", \"arguments\": {args}}}]</TOOLCALL>"),
+            300,
+        ),
+        (
+            "mistral-nemo",
+            format!("[TOOL_CALLS][{{\"name\": \"write\", \"arguments\": {args}}}]"),
+            300,
+        ),
+        (
             "harmony",
             format!("{HARMONY_CALL_START}write<|channel|>commentary json<|message|>{args}<|call|>"),
             300,
@@ -1503,4 +1530,35 @@ fn a_begun_call_that_breaks_off_ends_with_what_it_had() {
         feed("<tool_call>{\"name\": \"w\", \"arguments\": {\"a\": 1, oops</tool_call> after"),
         [call("{\"a\":1}"), Piece::Content(" after".into())]
     );
+}
+
+/// LFM2's Python-style calls: Python's literals and JSON's, several calls, nested values;
+/// what does not read as calls stays text.
+#[test]
+fn lfm2_python_calls_read_as_json() {
+    let fmt = format("lfm2");
+    let text = "Sure.<|tool_call_start|>[write(path='a b.txt', text=\"it's \\\"ok\\\"\\n\", n=-2.5e1, on=True, off=false, none=None, list=[1, 'x', (2, 3)], obj={'k': {\"j\": null}}), now()]<|tool_call_end|>";
+    let (calls, rest) = calls_and_text(&parse_all(|| CallParser::new(fmt), text));
+    assert_eq!(rest, "Sure.");
+    assert_eq!(
+        calls,
+        vec![
+            (
+                "write".to_string(),
+                json!({"path": "a b.txt", "text": "it's \"ok\"\n", "n": -25.0, "on": true,
+                       "off": false, "none": null, "list": [1, "x", [2, 3]], "obj": {"k": {"j": null}}})
+            ),
+            ("now".to_string(), json!({})),
+        ]
+    );
+    for bad in [
+        "<|tool_call_start|>[write(path=)]<|tool_call_end|>",
+        "<|tool_call_start|>[write(path='a')<|tool_call_end|>",
+        "<|tool_call_start|>write(path='a')<|tool_call_end|>",
+        "<|tool_call_start|>[write('a')]<|tool_call_end|>",
+    ] {
+        let (calls, rest) = calls_and_text(&parse_all(|| CallParser::new(fmt), bad));
+        assert!(calls.is_empty(), "{bad}");
+        assert_eq!(rest, bad);
+    }
 }
