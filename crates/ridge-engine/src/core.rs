@@ -8,7 +8,12 @@
 //! prompt takes a chunk of what is left), then to waiting sequences. Prefill, chunked prefill
 //! and decode are the same thing — "compute the next tokens" — and a sequence samples when its
 //! computed tokens catch up with its tokens. A long prompt therefore never stalls the decodes
-//! of others: it advances one budget-sized chunk per step beside them.
+//! of others: it advances one chunk per step beside them, leaving a token of the budget to
+//! each running decode wherever it stands in the order. Nor does it hold back
+//! prompts that arrive after it: while a sequence that could be admitted waits, running
+//! prefills leave half the budget to admissions (vLLM's long-prefill threshold serves the
+//! same end) — an agent's short title request is answered while its 20k-token prompt is still
+//! being computed, instead of after it. Chunk sizes never change a sequence's bits.
 //!
 //! # Memory
 //!
@@ -877,9 +882,27 @@ impl EngineCore {
             .as_ref()
             .is_some_and(|sp| self.running.len() <= sp.cfg.max_running);
         let ctx = self.model.config().ctx_len;
+        // Budget running prefills leave to the admission of waiting sequences, and to the
+        // decodes of running ones behind them.
+        let reserve = if self.admission_pending() {
+            self.cfg.max_batch_tokens / 2
+        } else {
+            0
+        };
+        let mut decodes_left = self
+            .running
+            .iter()
+            .filter(|s| s.tokens.len() - s.computed == 1)
+            .count();
         while i < self.running.len() && budget > 0 {
             let s = &self.running[i];
-            let n = self.chunk(s.tokens.len(), s.computed, budget);
+            let cap = if s.tokens.len() - s.computed > 1 {
+                budget.saturating_sub(reserve + decodes_left).max(1)
+            } else {
+                decodes_left -= 1;
+                budget
+            };
+            let n = self.chunk(s.tokens.len(), s.computed, cap);
             let Some(seq) = self.running[i].kv else {
                 i += 1;
                 continue;
@@ -1014,6 +1037,12 @@ impl EngineCore {
             0 => usize::MAX,
             b => (self.cfg.state_pool_bytes / (2 * b)).max(1),
         }
+    }
+
+    /// Whether a waiting sequence could be admitted this step, room for it allowing.
+    fn admission_pending(&self) -> bool {
+        let max_seqs = self.cfg.max_seqs.min(self.max_live_states());
+        self.running.len() < max_seqs && self.waiting.iter().any(|s| !self.waits_for_leader(s))
     }
 
     /// Choices after the first wait until the first has computed the shared prompt.

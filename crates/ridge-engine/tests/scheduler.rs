@@ -334,3 +334,43 @@ fn throughput_counts_the_decode_window_exactly() {
         r.decode_tokens
     );
 }
+
+/// A short prompt that arrives while a long one is being prefilled is admitted beside it
+/// (the long prefill leaves half the step's budget), so it answers long before the long
+/// prompt's first token — and both answer what they answer alone.
+#[test]
+fn a_short_prompt_is_not_held_behind_a_long_prefill() {
+    let fx = fixture(512);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let long = prompt(&mut rng, 400);
+    let short = prompt(&mut rng, 12);
+    let mut core = fx.core(EngineConfig {
+        max_batch_tokens: 32,
+        ..Default::default()
+    });
+    let mut r = Request::greedy(long.clone(), 4);
+    r.ignore_eos = true;
+    let (s, long_log) = sink();
+    core.submit(1, r, s, Instant::now()).unwrap();
+    core.step();
+    let mut r = Request::greedy(short.clone(), 4);
+    r.ignore_eos = true;
+    let (s, short_log) = sink();
+    core.submit(2, r, s, Instant::now()).unwrap();
+    let mut steps = 0;
+    while choice(&short_log, 0).1.is_none() {
+        core.step();
+        steps += 1;
+        assert!(steps < 100, "the short prompt never finished");
+    }
+    // 12 prompt tokens and 4 decodes: a handful of steps, while the long prompt (400 tokens at
+    // most 32 a step) is still far from its first token.
+    assert!(steps <= 8, "{steps} steps");
+    assert!(
+        choice(&long_log, 0).0.is_empty(),
+        "the long prompt already answered"
+    );
+    run_to_end(&mut core);
+    assert_eq!(choice(&short_log, 0).0, alone(&fx, &short, 4));
+    assert_eq!(choice(&long_log, 0).0, alone(&fx, &long, 4));
+}
