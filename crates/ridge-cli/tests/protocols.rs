@@ -546,3 +546,37 @@ fn chat_tool_call_arguments_stream_as_they_are_written() {
         .find(|c| !c["choices"][0]["finish_reason"].is_null());
     assert_eq!(last.unwrap()["choices"][0]["finish_reason"], "tool_calls");
 }
+
+/// SmolLM2's template shows no tools: requests with tools are served in ridge's generic form
+/// instead of refused — a forced call comes back as a call, `auto` answers (with whatever the
+/// model chose), on Chat Completions and Messages (what an agent on the default model sends).
+#[test]
+fn tools_on_a_template_without_them_are_served_in_the_generic_form() {
+    let s = Server::start(&[]);
+    let tools = json!([{"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"], "additionalProperties": false},
+    }}]);
+    let ask = |choice: Value| {
+        json!({"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+               "tools": tools, "tool_choice": choice, "parallel_tool_calls": false,
+               "temperature": 0, "max_tokens": 60})
+    };
+    let (status, v) = s.post("/v1/chat/completions", &ask(json!("required")));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{v}");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+    let (status, v) = s.post("/v1/chat/completions", &ask(json!("auto")));
+    assert_eq!(status, 200, "{v}");
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 40,
+        "messages": [{"role": "user", "content": "Hello"}],
+        "tools": [{"name": "Write", "description": "Write a file",
+                   "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]});
+    let (status, v) = s.post("/v1/messages", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["type"], "message", "{v}");
+}

@@ -82,7 +82,7 @@ fn bad_grammars_are_400s_naming_the_field() {
             "response_format",
         ),
         (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}),
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}], "tool_choice": "required"}),
             "tools",
         ),
     ];

@@ -26,6 +26,7 @@ use ridge_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 use crate::error::ApiError;
 use crate::params::Fields;
 
+mod generic;
 mod grammar;
 mod parse;
 mod partial;
@@ -70,6 +71,10 @@ pub enum Syntax {
     /// NAME:INDEX<|tool_call_argument_begin|>{…}<|tool_call_end|>`, then
     /// `<|tool_calls_section_end|>`; the id's `functions.` prefix and `:INDEX` are optional.
     Kimi,
+    /// ridge's own, for templates that show no tools ([`GENERIC`]): the answer is only
+    /// `{"tool_calls": [{"name": …, "arguments": {…}}, …]}`, as llama-server's generic
+    /// fallback asks.
+    Generic,
     /// LFM2 / LFM2.5: `<|tool_call_start|>[NAME(key=VALUE, …), …]<|tool_call_end|>`, Python
     /// call syntax with Python or JSON literals (`'s'`/`"s"`, numbers, `True`/`true`,
     /// `None`/`null`, lists, dicts).
@@ -274,6 +279,18 @@ pub const FORMATS: &[ToolFormat] = &[
     },
 ];
 
+/// The format for a template that shows no tools (SmolLM2, Gemma 3, Phi-3, …): the tools go
+/// into the system message with how to call them (see `generic.rs`), and a call is the
+/// answer `{"tool_calls": [...]}`. Never detected: [`read`] falls back to it.
+pub const GENERIC: ToolFormat = ToolFormat {
+    name: "generic",
+    syntax: Syntax::Generic,
+    detect: &[],
+    start: "",
+    end: "",
+    tags: &[],
+};
+
 /// The tool-call format of a template, if it has one ridge knows.
 pub fn format_of(template: &ChatTemplate) -> Option<&'static ToolFormat> {
     format_of_source(template.source())
@@ -399,12 +416,13 @@ pub fn read(
         }
     };
     let parallel = f.bool("parallel_tool_calls", true)?;
-    let Some(format) = template.and_then(format_of) else {
-        let known: Vec<&str> = FORMATS.iter().map(|f| f.name).collect();
-        return Err(bad(format!(
-            "this model's chat template has no tool-call format ridge knows (known: {})",
-            known.join(", ")
-        )));
+    let format = match template {
+        Some(t) => format_of(t).unwrap_or(&GENERIC),
+        None => {
+            return Err(bad(
+                "this model has no chat template; tools need one (use /v1/completions with a plain prompt)",
+            ))
+        }
     };
     Ok(Some(Tools::new(defs, choice, parallel, format, |t| {
         tokenizer.token_id(t)
@@ -452,6 +470,13 @@ impl Tools {
     /// The `tools` template variable (absent with `tool_choice: "none"`).
     pub fn template_var(&self) -> Option<Value> {
         (self.choice != ToolChoice::None).then(|| Value::Array(self.defs.clone()))
+    }
+
+    /// The conversation as the template should see it: unchanged where the template shows
+    /// tools itself, else with the tools and how to call them in the system message, calls
+    /// as their JSON and results as user turns ([`GENERIC`]); `None` when unchanged.
+    pub fn conversation(&self, msgs: &[ChatMessage]) -> Option<Vec<ChatMessage>> {
+        (self.format.syntax == Syntax::Generic).then(|| generic::conversation(self, msgs))
     }
 
     /// The grammar that makes the output a valid call, for `required` and named choices.

@@ -108,6 +108,8 @@ impl<'a> Validator<'a> {
         }
         let folded = crate::tools::fold_tool_results(template, msgs);
         let msgs = folded.as_deref().unwrap_or(msgs);
+        let shown = tools.and_then(|t| t.conversation(msgs));
+        let msgs = shown.as_deref().unwrap_or(msgs);
         let text = match template.render_with(msgs, add_generation_prompt, &extra) {
             Ok(t) if later_system_turns_kept(msgs, &t) => t,
             first => match merge_system_turns(msgs) {

@@ -70,6 +70,7 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
         Syntax::Gemma => gemma(t, &fns),
         Syntax::Harmony => harmony(t, &fns),
         Syntax::Kimi => kimi(t, &fns),
+        Syntax::Generic => generic(t, &fns),
         Syntax::Pythonic => pythonic(t, &fns),
     }
 }
@@ -253,6 +254,21 @@ fn tagged_array(t: &Tools, fns: &[Func]) -> String {
         t.lit(t.format.end)
     };
     format!("start: {} %json {list} {end}\n", t.lit(t.format.start))
+}
+
+/// ridge's generic form: `{"tool_calls": [{"name", "arguments"}, …]}` and nothing else.
+fn generic(t: &Tools, fns: &[Func]) -> String {
+    let mut list = json!({"type": "array", "items": call_objects(fns, "arguments"), "minItems": 1});
+    if !t.parallel {
+        list["maxItems"] = json!(1);
+    }
+    let object = json!({
+        "type": "object",
+        "properties": {"tool_calls": list},
+        "required": ["tool_calls"],
+        "additionalProperties": false,
+    });
+    format!("start: %json {object}\n")
 }
 
 /// Kimi K2's `<|tool_calls_section_begin|>`, each call `<|tool_call_begin|>functions.NAME:

@@ -223,6 +223,8 @@ impl CallParser {
             Syntax::MistralArgs | Syntax::MistralArray => vec![(TOOL_CALLS, Block::Mistral)],
             Syntax::TaggedArray => vec![(f.start, Block::Array(f.start.len()))],
             Syntax::Llama => vec![(PYTHON_TAG, Block::Json)],
+            // The call is the whole answer, `{"tool_calls": …}` (see `bare_json`).
+            Syntax::Generic => Vec::new(),
         };
         if self.offered.is_some() {
             t.push((FENCE, Block::Fence));
@@ -232,7 +234,7 @@ impl CallParser {
 
     /// Whether a `{` opening the output may be a call.
     fn bare_json(&self) -> bool {
-        self.format.syntax == Syntax::Llama || self.offered.is_some()
+        matches!(self.format.syntax, Syntax::Llama | Syntax::Generic) || self.offered.is_some()
     }
 
     fn release(&mut self, len: usize, out: &mut Vec<Piece>) {
@@ -443,6 +445,7 @@ impl CallParser {
                 }
             }
             Block::Array(tag) => array_partial(&self.buf[tag..]),
+            Block::Json if self.format.syntax == Syntax::Generic => generic_partial(&self.buf),
             _ => Vec::new(),
         }
     }
@@ -682,8 +685,8 @@ impl CallParser {
             let Some(e) = json_end(&buf[p..]) else {
                 return self.wait_or_text(finished);
             };
-            match self.strict_call(&buf[p..p + e]) {
-                Some(c) => calls.push(c),
+            match self.object_calls(&buf[p..p + e]) {
+                Some(c) => calls.extend(c),
                 None => {
                     return Outcome::Text {
                         len: p + e,
@@ -731,7 +734,7 @@ impl CallParser {
                 .iter()
                 .map(|v| self.strict_call(&v.to_string()))
                 .collect::<Option<Vec<Call>>>(),
-            Ok(v @ Value::Object(_)) => self.strict_call(&v.to_string()).map(|c| vec![c]),
+            Ok(v @ Value::Object(_)) => self.object_calls(&v.to_string()),
             _ => None,
         };
         match calls {
@@ -740,12 +743,30 @@ impl CallParser {
         }
     }
 
+    /// The calls a whole-answer JSON object holds: ridge's generic `{"tool_calls": [{"name",
+    /// "arguments"}, …]}` (each as [`Self::strict_call`] reads it), or one call object.
+    fn object_calls(&self, text: &str) -> Option<Vec<Call>> {
+        if self.format.syntax == Syntax::Generic {
+            if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(text) {
+                if let (1, Some(Value::Array(list))) = (o.len(), o.get("tool_calls")) {
+                    return list
+                        .iter()
+                        .map(|c| self.strict_call(&c.to_string()))
+                        .collect::<Option<Vec<Call>>>()
+                        .filter(|c| !c.is_empty());
+                }
+            }
+        }
+        self.strict_call(text).map(|c| vec![c])
+    }
+
     /// `{"name", "arguments"|"parameters"}` as a fallback or Llama call: the name must be an
     /// offered tool (without the tools, the object must have just those two keys), and the
     /// arguments an object.
     fn strict_call(&self, text: &str) -> Option<Call> {
         let v: Value = serde_json::from_str(text).ok()?;
         let o = v.as_object()?;
+
         let name = o.get("name")?.as_str()?;
         let args = o.get("arguments").or_else(|| o.get("parameters"))?;
         match &self.offered {
@@ -968,6 +989,21 @@ fn hermes_partial(body: &str) -> Option<(String, Progress)> {
                 p = skip_ws(b, p + b[p..].strip_prefix(',').map(|_| 1)?);
             }
         }
+    }
+}
+
+/// ridge's generic `{"tool_calls": [{"name": …, "arguments": {…}}, …` so far.
+fn generic_partial(s: &str) -> Vec<(String, Progress)> {
+    let Some(b) = s.trim_start().strip_prefix('{') else {
+        return Vec::new();
+    };
+    let b = b.trim_start();
+    let Some(rest) = b.strip_prefix("\"tool_calls\"") else {
+        return Vec::new();
+    };
+    match rest.trim_start().strip_prefix(':') {
+        Some(r) => array_partial(r),
+        None => Vec::new(),
     }
 }
 

@@ -1562,3 +1562,100 @@ fn lfm2_python_calls_read_as_json() {
         assert_eq!(rest, bad);
     }
 }
+
+/// A template that shows no tools (Phi-3.5) gets ridge's generic form: the tools and how to
+/// call them in the system message, earlier calls as that JSON, results as user turns; the
+/// answer `{"tool_calls": [...]}` (bare or fenced) reads as calls and streams, prose stays
+/// prose, and the forced grammar writes exactly that object.
+#[test]
+fn templates_without_tools_get_the_generic_form() {
+    let t = test_template("microsoft-Phi-3.5-mini-instruct.jinja");
+    assert!(format_of(&t).is_none());
+    let tok = synthetic_tokenizer();
+    let mut f = Map::new();
+    f.insert("tools".into(), Value::Array(weather_tools()));
+    let tools = read(&Fields(&f), Some(&t), &tok).unwrap().unwrap();
+    assert_eq!(tools.format.name, "generic");
+    let mut call = ChatMessage::new("assistant", "");
+    call.tool_calls = Some(vec![json!({"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}})]);
+    let mut result = ChatMessage::new("tool", "12 degrees");
+    result.tool_call_id = Some("c1".into());
+    let msgs = vec![
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Weather in Oslo?"),
+        call,
+        result,
+    ];
+    let shown = tools.conversation(&msgs).unwrap();
+    let text = t.render_with(&shown, true, &Map::new()).unwrap();
+    assert!(text.contains("Be brief.\n\nYou can call tools."), "{text}");
+    assert!(text.contains("{\"name\":\"get_weather\",\"description\":\"The weather forecast for a city.\",\"parameters\":"), "{text}");
+    assert!(
+        text.contains(
+            "{\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}]}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("<|user|>\nResult of c1:\n12 degrees"),
+        "{text}"
+    );
+    // With tool_choice "none" the tools are not shown; earlier calls still are.
+    let mut none = tools.clone();
+    none.choice = ToolChoice::None;
+    let text = t
+        .render_with(&none.conversation(&msgs).unwrap(), true, &Map::new())
+        .unwrap();
+    assert!(
+        !text.contains("You can call tools.") && text.contains("{\"tool_calls\":"),
+        "{text}"
+    );
+
+    let answer = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]}";
+    let want = vec![
+        (
+            "get_weather".to_string(),
+            json!({"city": "Paris", "days": 3}),
+        ),
+        ("now".to_string(), json!({})),
+    ];
+    let defs = weather_tools();
+    for text in [answer.to_string(), format!("```json\n{answer}\n```")] {
+        let (calls, rest) = calls_and_text(&parse_all(|| tools.parser(), &text));
+        assert_eq!((calls, rest.trim()), (want.clone(), ""), "{text}");
+    }
+    // Streamed: the first call begins before the answer ends.
+    let mut p = tools.parser();
+    let early = answer
+        .char_indices()
+        .find(|&(i, _)| {
+            p.push(&answer[i..i + 1])
+                .iter()
+                .any(|x| matches!(x, Piece::CallBegin(_)))
+        })
+        .map(|(i, _)| i);
+    assert!(early.is_some_and(|i| i < 60), "{early:?}");
+    // Another name, or prose, stays text.
+    for text in [
+        "{\"tool_calls\": [{\"name\": \"rm\", \"arguments\": {}}]}",
+        "It is sunny.",
+    ] {
+        let (calls, rest) =
+            calls_and_text(&parse_all(|| CallParser::with_tools(&GENERIC, &defs), text));
+        assert!(calls.is_empty() && rest == text, "{text}");
+    }
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let forced = Tools::new(weather_tools(), ToolChoice::Required, true, &GENERIC, |t| {
+        tok.token_id(t)
+    });
+    let spec = forced.grammar().unwrap();
+    assert!(accepts(&grammars, &tok, &spec, answer));
+    assert!(!accepts(
+        &grammars,
+        &tok,
+        &spec,
+        &answer.replace("get_weather", "get_climate")
+    ));
+    assert!(!accepts(&grammars, &tok, &spec, "It is sunny."));
+}
