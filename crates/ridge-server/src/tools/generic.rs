@@ -76,7 +76,7 @@ pub(super) fn conversation(tools: &Tools, msgs: &[ChatMessage]) -> Vec<ChatMessa
                     .unwrap_or_else(|| "the tool".into());
                 out.push(ChatMessage::new(
                     "user",
-                    &format!("Result of {who}:\n{}", m.content),
+                    format!("Result of {who}:\n{}", m.content),
                 ));
             }
             _ => out.push(m.clone()),
