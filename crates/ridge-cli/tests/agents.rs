@@ -252,6 +252,18 @@ fn claude_code_and_codex_requests_are_served_unchanged() {
         names[2..].contains(&"response.in_progress") && !names.contains(&"#"),
         "keep-alive events while the prompt is prefilled: {names:?}"
     );
+    // The first carries the echoed tools; keep-alives leave them out (they repeat every few
+    // seconds).
+    assert!(!frames[1].1["response"]["tools"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    for (name, v) in &frames[2..] {
+        if name == "response.in_progress" {
+            assert_eq!(v["response"]["tools"], json!([]), "{v}");
+            assert_eq!(v["response"]["status"], "in_progress", "{v}");
+        }
+    }
     let line = log_line(&s, "/v1/responses 200");
     assert!(
         line.contains("dropped_tools=web_search") && line.contains("requested=\"qwen\""),

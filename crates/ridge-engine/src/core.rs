@@ -9,7 +9,8 @@
 //! and decode are the same thing — "compute the next tokens" — and a sequence samples when its
 //! computed tokens catch up with its tokens. A long prompt therefore never stalls the decodes
 //! of others: it advances one chunk per step beside them, leaving a token of the budget to
-//! each running decode wherever it stands in the order. Nor does it hold back
+//! each running decode wherever it stands in the order, and running prefills split the rest
+//! equally. Nor does it hold back
 //! prompts that arrive after it: while a sequence that could be admitted waits, running
 //! prefills leave half the budget to admissions (vLLM's long-prefill threshold serves the
 //! same end) — an agent's short title request is answered while its 20k-token prompt is still
@@ -889,15 +890,17 @@ impl EngineCore {
         } else {
             0
         };
-        let mut decodes_left = self
-            .running
-            .iter()
-            .filter(|s| s.tokens.len() - s.computed == 1)
-            .count();
+        let prefilling = |s: &Seq| s.tokens.len() - s.computed > 1;
+        let mut prefills_left = self.running.iter().filter(|s| prefilling(s)).count();
+        let mut decodes_left = self.running.len() - prefills_left;
         while i < self.running.len() && budget > 0 {
             let s = &self.running[i];
-            let cap = if s.tokens.len() - s.computed > 1 {
-                budget.saturating_sub(reserve + decodes_left).max(1)
+            // Running prefills share what decodes and admissions leave, equally: a short
+            // prompt admitted beside a long one finishes in a step or two.
+            let cap = if prefilling(s) {
+                let share = budget.saturating_sub(reserve + decodes_left) / prefills_left;
+                prefills_left -= 1;
+                share.max(1)
             } else {
                 decodes_left -= 1;
                 budget

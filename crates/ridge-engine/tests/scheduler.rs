@@ -336,14 +336,15 @@ fn throughput_counts_the_decode_window_exactly() {
 }
 
 /// A short prompt that arrives while a long one is being prefilled is admitted beside it
-/// (the long prefill leaves half the step's budget), so it answers long before the long
-/// prompt's first token — and both answer what they answer alone.
+/// (the long prefill leaves half the step's budget) and, once running, shares the budget
+/// with it, so it answers long before the long prompt's first token — and both answer what
+/// they answer alone.
 #[test]
 fn a_short_prompt_is_not_held_behind_a_long_prefill() {
     let fx = fixture(512);
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let long = prompt(&mut rng, 400);
-    let short = prompt(&mut rng, 12);
+    let short = prompt(&mut rng, 60);
     let mut core = fx.core(EngineConfig {
         max_batch_tokens: 32,
         ..Default::default()
@@ -363,8 +364,9 @@ fn a_short_prompt_is_not_held_behind_a_long_prefill() {
         steps += 1;
         assert!(steps < 100, "the short prompt never finished");
     }
-    // 12 prompt tokens and 4 decodes: a handful of steps, while the long prompt (400 tokens at
-    // most 32 a step) is still far from its first token.
+    // 60 prompt tokens (16 at admission, then half the budget a step) and 4 decodes: a
+    // handful of steps, while the long prompt (400 tokens at most 32 a step) is still far
+    // from its first token.
     assert!(steps <= 8, "{steps} steps");
     assert!(
         choice(&long_log, 0).0.is_empty(),

@@ -831,9 +831,14 @@ impl Adapter for Responses {
 
     /// `response.in_progress` again: the Responses stream has no ping event, and clients time
     /// idleness by events (Codex gives up after 300 s without one; SSE comments do not count).
+    /// The object is the response so far without the request's echoed `tools` and
+    /// `instructions`: Codex's 9 tool schemas made each keep-alive 18.8 KB (3.2 MB of them
+    /// for one cold 8.6k-token prompt); `response.created` and the final object carry them.
     fn keepalive(&mut self) -> Vec<Frame> {
         let mut response = self.echo_object.clone();
         response["output"] = Value::Array(self.items.clone());
+        response["tools"] = json!([]);
+        response["instructions"] = Value::Null;
         vec![self.frame("response.in_progress", json!({"response": response}))]
     }
 
