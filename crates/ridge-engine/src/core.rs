@@ -10,11 +10,11 @@
 //! computed tokens catch up with its tokens. A long prompt therefore never stalls the decodes
 //! of others: it advances one chunk per step beside them, leaving a token of the budget to
 //! each running decode wherever it stands in the order, and running prefills split the rest
-//! equally. Nor does it hold back
-//! prompts that arrive after it: while a sequence that could be admitted waits, running
-//! prefills leave half the budget to admissions (vLLM's long-prefill threshold serves the
-//! same end) — an agent's short title request is answered while its 20k-token prompt is still
-//! being computed, instead of after it. Chunk sizes never change a sequence's bits.
+//! equally. Nor does it hold back prompts that arrive after it: while a sequence that could be
+//! admitted waits, running prefills leave half the budget to admissions (vLLM's long-prefill
+//! threshold serves the same end) — an agent's short title request is answered while its
+//! 20k-token prompt is still being computed, instead of after it. Chunk sizes never change a
+//! sequence's bits.
 //!
 //! # Memory
 //!
@@ -966,7 +966,7 @@ impl EngineCore {
             return;
         }
         let mut w = 0;
-        let max_seqs = self.cfg.max_seqs.min(self.max_live_states());
+        let max_seqs = self.max_running();
         while budget > 0 && self.running.len() < max_seqs && w < self.waiting.len() {
             if self.waits_for_leader(&self.waiting[w]) {
                 w += 1;
@@ -1044,8 +1044,13 @@ impl EngineCore {
 
     /// Whether a waiting sequence could be admitted this step, room for it allowing.
     fn admission_pending(&self) -> bool {
-        let max_seqs = self.cfg.max_seqs.min(self.max_live_states());
-        self.running.len() < max_seqs && self.waiting.iter().any(|s| !self.waits_for_leader(s))
+        self.running.len() < self.max_running()
+            && self.waiting.iter().any(|s| !self.waits_for_leader(s))
+    }
+
+    /// Most sequences running at once: the configured cap, within the recurrent states' pool.
+    fn max_running(&self) -> usize {
+        self.cfg.max_seqs.min(self.max_live_states())
     }
 
     /// Choices after the first wait until the first has computed the shared prompt.

@@ -16,7 +16,7 @@ use crate::error::{ApiError, ErrorStyle};
 use crate::params::{self, Fields, MAX_LOGPROBS, MAX_MESSAGES, MAX_PROMPTS};
 use crate::session::{Delta, Job, Reasoning, Session, Update};
 use crate::structured::Structured;
-use crate::tools::{Call, Tools};
+use crate::tools::Tools;
 
 /// Which API shape to answer in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -395,11 +395,11 @@ impl OpenAi {
     }
 
     /// One call as OpenAI's `tool_calls` entry, with a fresh id.
-    fn call_json(s: &Session, call: &Call) -> Value {
+    fn call_json(s: &Session, name: &str, arguments: &str) -> Value {
         json!({
             "id": format!("call_{}", s.fresh_id()),
             "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments},
+            "function": {"name": name, "arguments": arguments},
         })
     }
 
@@ -456,7 +456,7 @@ impl Adapter for OpenAi {
                             message["tool_calls"] = c
                                 .calls
                                 .iter()
-                                .map(|call| Self::call_json(s, call))
+                                .map(|call| Self::call_json(s, &call.name, &call.arguments))
                                 .collect::<Vec<_>>()
                                 .into();
                         }
@@ -532,10 +532,8 @@ impl Adapter for OpenAi {
                 Delta::CallBegin(name) => {
                     let index = self.calls[ci];
                     self.calls[ci] += 1;
-                    let head = json!({
-                        "index": index, "id": format!("call_{}", s.fresh_id()), "type": "function",
-                        "function": {"name": name, "arguments": ""},
-                    });
+                    let mut head = Self::call_json(s, &name, "");
+                    head["index"] = json!(index);
                     let mut delta = self.delta(ci);
                     delta.insert("tool_calls".into(), json!([head]));
                     let choice = json!({"index": ci, "delta": delta, "logprobs": null, "finish_reason": null});

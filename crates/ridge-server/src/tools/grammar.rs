@@ -242,12 +242,19 @@ fn mistral_args(t: &Tools, fns: &[Func]) -> String {
     )
 }
 
-/// Mistral Nemo's `[TOOL_CALLS][{"name", "arguments"}, …]`.
-fn tagged_array(t: &Tools, fns: &[Func]) -> String {
+/// The schema of a list of call objects `{"name", "arguments"}` (one at most without
+/// `parallel_tool_calls`).
+fn call_list(t: &Tools, fns: &[Func]) -> Value {
     let mut list = json!({"type": "array", "items": call_objects(fns, "arguments"), "minItems": 1});
     if !t.parallel {
         list["maxItems"] = json!(1);
     }
+    list
+}
+
+/// Mistral Nemo's `[TOOL_CALLS][{"name", "arguments"}, …]`.
+fn tagged_array(t: &Tools, fns: &[Func]) -> String {
+    let list = call_list(t, fns);
     let end = if t.format.end.is_empty() {
         String::new()
     } else {
@@ -258,10 +265,7 @@ fn tagged_array(t: &Tools, fns: &[Func]) -> String {
 
 /// ridge's generic form: `{"tool_calls": [{"name", "arguments"}, …]}` and nothing else.
 fn generic(t: &Tools, fns: &[Func]) -> String {
-    let mut list = json!({"type": "array", "items": call_objects(fns, "arguments"), "minItems": 1});
-    if !t.parallel {
-        list["maxItems"] = json!(1);
-    }
+    let list = call_list(t, fns);
     let object = json!({
         "type": "object",
         "properties": {"tool_calls": list},

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::partial::{json_progress, object_prefix, Progress};
+use super::partial::{json_progress, object_prefix, string_end, Progress};
 use super::{Syntax, ToolFormat, HARMONY_CALL_START};
 use crate::reasoning::partial_suffix;
 
@@ -685,7 +685,8 @@ impl CallParser {
             let Some(e) = json_end(&buf[p..]) else {
                 return self.wait_or_text(finished);
             };
-            match self.object_calls(&buf[p..p + e]) {
+            let call = serde_json::from_str::<Value>(&buf[p..p + e]).ok();
+            match call.and_then(|v| self.object_calls(&v)) {
                 Some(c) => calls.extend(c),
                 None => {
                     return Outcome::Text {
@@ -732,9 +733,9 @@ impl CallParser {
         let calls = match serde_json::from_str::<Value>(&buf[p..p + e]) {
             Ok(Value::Array(a)) if !a.is_empty() => a
                 .iter()
-                .map(|v| self.strict_call(&v.to_string()))
+                .map(|v| self.strict_call(v))
                 .collect::<Option<Vec<Call>>>(),
-            Ok(v @ Value::Object(_)) => self.object_calls(&v.to_string()),
+            Ok(v @ Value::Object(_)) => self.object_calls(&v),
             _ => None,
         };
         match calls {
@@ -745,28 +746,24 @@ impl CallParser {
 
     /// The calls a whole-answer JSON object holds: ridge's generic `{"tool_calls": [{"name",
     /// "arguments"}, …]}` (each as [`Self::strict_call`] reads it), or one call object.
-    fn object_calls(&self, text: &str) -> Option<Vec<Call>> {
-        if self.format.syntax == Syntax::Generic {
-            if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(text) {
-                if let (1, Some(Value::Array(list))) = (o.len(), o.get("tool_calls")) {
-                    return list
-                        .iter()
-                        .map(|c| self.strict_call(&c.to_string()))
-                        .collect::<Option<Vec<Call>>>()
-                        .filter(|c| !c.is_empty());
-                }
+    fn object_calls(&self, v: &Value) -> Option<Vec<Call>> {
+        if let (Syntax::Generic, Some(o)) = (self.format.syntax, v.as_object()) {
+            if let (1, Some(Value::Array(list))) = (o.len(), o.get("tool_calls")) {
+                return list
+                    .iter()
+                    .map(|c| self.strict_call(c))
+                    .collect::<Option<Vec<Call>>>()
+                    .filter(|c| !c.is_empty());
             }
         }
-        self.strict_call(text).map(|c| vec![c])
+        self.strict_call(v).map(|c| vec![c])
     }
 
     /// `{"name", "arguments"|"parameters"}` as a fallback or Llama call: the name must be an
     /// offered tool (without the tools, the object must have just those two keys), and the
     /// arguments an object.
-    fn strict_call(&self, text: &str) -> Option<Call> {
-        let v: Value = serde_json::from_str(text).ok()?;
+    fn strict_call(&self, v: &Value) -> Option<Call> {
         let o = v.as_object()?;
-
         let name = o.get("name")?.as_str()?;
         let args = o.get("arguments").or_else(|| o.get("parameters"))?;
         match &self.offered {
@@ -1036,18 +1033,7 @@ fn array_partial(s: &str) -> Vec<(String, Progress)> {
 fn value_len(s: &str) -> Option<usize> {
     match s.as_bytes().first()? {
         b'{' | b'[' => json_end(s),
-        b'"' => {
-            let mut escaped = false;
-            for (i, c) in s.bytes().enumerate().skip(1) {
-                match c {
-                    _ if escaped => escaped = false,
-                    b'\\' => escaped = true,
-                    b'"' => return Some(i + 1),
-                    _ => {}
-                }
-            }
-            None
-        }
+        b'"' => string_end(s.as_bytes()),
         _ => s
             .find(|c: char| c == ',' || c == '}' || c == ']' || c.is_whitespace())
             .filter(|&n| n > 0),
@@ -1116,22 +1102,13 @@ fn kimi_name(id: &str) -> Option<&str> {
 /// Kimi K2's calls inside its section: `<|tool_call_begin|>ID<|tool_call_argument_begin|>{…}
 /// <|tool_call_end|>` each.
 fn kimi_calls(body: &str) -> Option<Vec<Call>> {
-    let mut calls = Vec::new();
-    let mut rest = body.trim_start();
-    while !rest.is_empty() {
-        let r = rest.strip_prefix(KIMI_CALL_BEGIN)?;
-        let (inner, after) = match r.find(KIMI_CALL_END) {
-            Some(i) => (&r[..i], &r[i + KIMI_CALL_END.len()..]),
-            None => (r, ""),
-        };
+    delimited_calls(body, KIMI_CALL_BEGIN, KIMI_CALL_END, |inner| {
         let (id, args) = inner.split_once(KIMI_ARGS)?;
-        calls.push(Call {
+        Some(Call {
             name: kimi_name(id)?.to_string(),
             arguments: object_text(args)?,
-        });
-        rest = after.trim_start();
-    }
-    Some(calls)
+        })
+    })
 }
 
 /// Kimi K2's calls so far.
@@ -1383,15 +1360,27 @@ fn json_calls(body: &str) -> Option<Vec<Call>> {
 /// DeepSeek's calls between `<｜tool▁calls▁begin｜>` and `<｜tool▁calls▁end｜>`: each
 /// `<｜tool▁call▁begin｜>…<｜tool▁call▁end｜>`, in R1's or V3.1's form ([`deepseek_call`]).
 fn deepseek_calls(body: &str) -> Option<Vec<Call>> {
+    delimited_calls(body, DS_CALL_BEGIN, DS_CALL_END, deepseek_call)
+}
+
+/// Calls each written `BEGIN…END` back to back (whitespace between; the last `END` may be
+/// missing), each inside read by `read`; `None` when anything else is there or a call does
+/// not read.
+fn delimited_calls(
+    body: &str,
+    begin: &str,
+    end: &str,
+    read: impl Fn(&str) -> Option<Call>,
+) -> Option<Vec<Call>> {
     let mut calls = Vec::new();
     let mut rest = body.trim_start();
     while !rest.is_empty() {
-        let r = rest.strip_prefix(DS_CALL_BEGIN)?;
-        let (inner, after) = match r.find(DS_CALL_END) {
-            Some(i) => (&r[..i], &r[i + DS_CALL_END.len()..]),
+        let r = rest.strip_prefix(begin)?;
+        let (inner, after) = match r.find(end) {
+            Some(i) => (&r[..i], &r[i + end.len()..]),
             None => (r, ""),
         };
-        calls.push(deepseek_call(inner)?);
+        calls.push(read(inner)?);
         rest = after.trim_start();
     }
     Some(calls)

@@ -194,7 +194,7 @@ fn printed(text: &str) -> Option<String> {
 }
 
 /// The length of the JSON string `b` starts with (its quote included), once it is closed.
-fn string_end(b: &[u8]) -> Option<usize> {
+pub(super) fn string_end(b: &[u8]) -> Option<usize> {
     let mut escaped = false;
     for (i, &c) in b.iter().enumerate().skip(1) {
         match c {
