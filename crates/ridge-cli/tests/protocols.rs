@@ -184,6 +184,22 @@ fn bad_bodies_get_each_protocols_own_error_object() {
             "thinking",
         ),
         (msg(json!({"model": 7})), 400, "model"),
+        // The shared readers' errors name Anthropic's fields: a schema that cannot be
+        // compiled is `output_config`'s, and so is one constraint too many.
+        (
+            msg(
+                json!({"output_config": {"format": {"type": "json_schema", "schema": {"$ref": "#/$defs/missing"}}}}),
+            ),
+            400,
+            "`output_config` cannot be used",
+        ),
+        (
+            msg(
+                json!({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}, "guided_regex": "a+"}),
+            ),
+            400,
+            "output_config and guided_regex",
+        ),
     ];
     for (body, status, needle) in anthropic_cases {
         let (code, v) = s.post("/v1/messages", &body);
@@ -242,6 +258,16 @@ fn bad_bodies_get_each_protocols_own_error_object() {
             json!({"input": "x", "previous_response_id": "resp_nope"}),
             404,
             "previous_response_id",
+        ),
+        (
+            json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": {"$ref": "#/$defs/missing"}}}}),
+            400,
+            "text.format",
+        ),
+        (
+            json!({"input": "x", "stream": true, "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}}, "structured_outputs": {"regex": "a+"}}),
+            400,
+            "structured_outputs",
         ),
     ];
     for (body, status, param) in resp_cases {

@@ -73,7 +73,7 @@ pub fn validate(
     ctx: usize,
     width: usize,
 ) -> Result<EmbeddingJob, ApiError> {
-    let f = Fields(body);
+    let f = Fields::new(body);
     params::check_model(&f)?;
     let encoding = match f.str("encoding_format")? {
         None | Some("float") => Encoding::Float,

@@ -25,7 +25,7 @@ pub use crate::protocols::Validator;
 impl Validator<'_> {
     /// Validates a `/tokenize` body into token ids.
     pub fn tokenize(&self, body: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         if f.get("messages").is_some() {
             let tools = crate::tools::read(&f, self.template, self.tokenizer)?;
@@ -43,7 +43,7 @@ impl Validator<'_> {
 
     /// Validates a `/detokenize` body into token ids.
     pub fn detokenize(&self, body: &Map<String, Value>) -> Result<Vec<u32>, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         match f.get("tokens") {
             Some(Value::Array(a)) => self.token_ids(a, "tokens"),
@@ -132,7 +132,7 @@ pub async fn models(State(app): State<Arc<AppState>>) -> Json<Value> {
 /// The `model` (and optional `keep_alive`) of a `/models/load` or `/models/unload` body.
 fn model_of(body: Body) -> Result<(String, Option<crate::pool::KeepAlive>), ApiError> {
     let m = crate::request::read_json(body)?;
-    let f = Fields(&m);
+    let f = Fields::new(&m);
     let name = f
         .str("model")?
         .ok_or_else(|| ApiError::invalid("model", "`model` is required (a string)"))?

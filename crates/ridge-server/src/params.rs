@@ -26,8 +26,59 @@ pub const MAX_LOGPROBS: usize = 20;
 /// Most chat messages.
 pub const MAX_MESSAGES: usize = 4096;
 
+/// One field the readers share (`common`, `tools::read`, `structured::read`), as a protocol
+/// spells it.
+pub struct Spelling {
+    /// The shared name (Chat Completions'), the one the readers ask for.
+    pub shared: &'static str,
+    /// The protocol's name: where the body holds it, and what its errors call it.
+    pub wire: &'static str,
+    /// Whether the body's value is read as is; `false` when the adapter translates it (its
+    /// tools, its output format) into [`Fields::translated`]'s map.
+    pub direct: bool,
+}
+
+impl Spelling {
+    /// A field the protocol names as Chat Completions does.
+    pub const fn same(name: &'static str) -> Spelling {
+        Spelling {
+            shared: name,
+            wire: name,
+            direct: true,
+        }
+    }
+
+    /// A field the protocol renames.
+    pub const fn renamed(shared: &'static str, wire: &'static str) -> Spelling {
+        Spelling {
+            shared,
+            wire,
+            direct: true,
+        }
+    }
+
+    /// A field whose value the adapter translates; errors name the protocol's `wire` field.
+    pub const fn translated(shared: &'static str, wire: &'static str) -> Spelling {
+        Spelling {
+            shared,
+            wire,
+            direct: false,
+        }
+    }
+}
+
 /// Typed access to the fields of a JSON object.
-pub struct Fields<'a>(pub &'a Map<String, Value>);
+///
+/// The shared readers ask for fields by their Chat Completions names; a protocol that names
+/// them otherwise (Anthropic's `stop_sequences`, Responses' `max_output_tokens`) gives its
+/// spelling table, so its body is read where it stands and the errors name its own fields — no
+/// copy under other names, no renaming afterwards. A shared field missing from the table is
+/// one the protocol does not have (Messages has no `n`): it reads as absent.
+pub struct Fields<'a> {
+    body: &'a Map<String, Value>,
+    spelling: Option<&'static [Spelling]>,
+    translated: Option<&'a Map<String, Value>>,
+}
 
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -41,6 +92,59 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 impl<'a> Fields<'a> {
+    /// The fields of `body` under their own names (Chat Completions, and every nested object).
+    pub fn new(body: &'a Map<String, Value>) -> Fields<'a> {
+        Fields {
+            body,
+            spelling: None,
+            translated: None,
+        }
+    }
+
+    /// The fields of a body in a protocol's `spelling`, with the values its adapter
+    /// `translated` (under the shared names).
+    pub fn spelled(
+        body: &'a Map<String, Value>,
+        spelling: &'static [Spelling],
+        translated: &'a Map<String, Value>,
+    ) -> Fields<'a> {
+        Fields {
+            body,
+            spelling: Some(spelling),
+            translated: Some(translated),
+        }
+    }
+
+    /// The protocol's entry for the shared field `name`; `None` when its body names fields
+    /// as the readers do.
+    fn entry(&self, name: &str) -> Option<Option<&'static Spelling>> {
+        self.spelling
+            .map(|table| table.iter().find(|s| s.shared == name))
+    }
+
+    /// The protocol's name for the shared field `name` (itself where the protocol keeps it).
+    pub fn wire(&self, name: &'static str) -> &'static str {
+        match self.entry(name) {
+            Some(Some(s)) => s.wire,
+            _ => name,
+        }
+    }
+
+    /// An error a shared reader raised under the shared names, in this protocol's names:
+    /// its `param`, and the field where the message quotes it.
+    pub fn spell(&self, mut e: ApiError) -> ApiError {
+        let Some(Some(s)) = e.param.as_deref().and_then(|p| self.entry(p)) else {
+            return e;
+        };
+        if s.shared != s.wire {
+            e.message = e
+                .message
+                .replace(&format!("`{}`", s.shared), &format!("`{}`", s.wire));
+            e.param = Some(s.wire.into());
+        }
+        e
+    }
+
     /// Parses a body into an object.
     pub fn parse(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
         let text = std::str::from_utf8(body)
@@ -57,7 +161,13 @@ impl<'a> Fields<'a> {
 
     /// The raw value (absent and null are both `None`).
     pub fn get(&self, name: &str) -> Option<&'a Value> {
-        self.0.get(name).filter(|v| !v.is_null())
+        let value = match self.entry(name) {
+            None => self.body.get(name),
+            Some(None) => None,
+            Some(Some(s)) if s.direct => self.body.get(s.wire),
+            Some(Some(_)) => self.translated?.get(name),
+        };
+        value.filter(|v| !v.is_null())
     }
 
     fn wrong(name: &str, expected: &str, v: &Value) -> ApiError {
@@ -163,6 +273,10 @@ pub struct Common {
 
 /// Reads the shared fields. `vocab` bounds token ids in `logit_bias` and `stop_token_ids`.
 pub fn common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
+    read_common(f, vocab).map_err(|e| f.spell(e))
+}
+
+fn read_common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
     let max_tokens = match f.int_in("max_completion_tokens", 1, i64::from(u32::MAX))? {
         Some(m) => Some(m),
         None => f.int_in("max_tokens", 1, i64::from(u32::MAX))?,
@@ -190,7 +304,7 @@ pub fn common(f: &Fields, vocab: usize) -> Result<Common, ApiError> {
     let n = f.int_in("n", 1, MAX_N as i64)?.unwrap_or(1) as usize;
     let stream = f.bool("stream", false)?;
     let include_usage = match f.object("stream_options")? {
-        Some(o) => Fields(o).bool("include_usage", false)?,
+        Some(o) => Fields::new(o).bool("include_usage", false)?,
         None => false,
     };
     Ok(Common {
@@ -365,7 +479,7 @@ mod tests {
 
     fn parse(v: Value) -> Result<Common, ApiError> {
         let m = v.as_object().cloned().unwrap();
-        common(&Fields(&m), 100)
+        common(&Fields::new(&m), 100)
     }
 
     #[test]
@@ -423,6 +537,37 @@ mod tests {
                 .max_tokens,
             70
         );
+    }
+
+    #[test]
+    fn a_protocol_s_spelling_is_read_where_it_stands_and_named_in_errors() {
+        const T: [Spelling; 3] = [
+            Spelling::renamed("stop", "stop_sequences"),
+            Spelling::same("temperature"),
+            Spelling::translated("response_format", "output_config"),
+        ];
+        let body = json!({"stop_sequences": ["x"], "stop": ["ignored"], "n": 3, "temperature": 0.5,
+            "output_config": {"format": 1}, "response_format": {"type": "json_object"}});
+        let body = body.as_object().cloned().unwrap();
+        let none = Map::new();
+        let f = Fields::spelled(&body, &T, &none);
+        let c = common(&f, 100).unwrap();
+        // Read under the protocol's name; `n` and `stop` are not this protocol's fields.
+        assert_eq!(c.stop, vec!["x".to_string()]);
+        assert_eq!((c.n, c.sampling.temperature), (1, 0.5));
+        // A translated field is the adapter's value or nothing, never the body's.
+        assert!(f.get("response_format").is_none());
+        let translated = json!({"response_format": {"type": "json_object"}});
+        let translated = translated.as_object().cloned().unwrap();
+        let g = Fields::spelled(&body, &T, &translated);
+        assert_eq!(g.get("response_format"), translated.get("response_format"));
+        assert_eq!(g.wire("response_format"), "output_config");
+        // Errors name the protocol's field.
+        let bad = json!({"stop_sequences": 7}).as_object().cloned().unwrap();
+        let e = common(&Fields::spelled(&bad, &T, &none), 100).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("stop_sequences"));
+        assert!(e.message.contains("`stop_sequences`"), "{}", e.message);
+        assert!(!e.message.contains("`stop`"), "{}", e.message);
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub fn validate(
     template: Option<&str>,
     ctx: usize,
 ) -> Result<RerankJob, ApiError> {
-    let f = Fields(body);
+    let f = Fields::new(body);
     params::check_model(&f)?;
     let query = f
         .str("query")?
@@ -154,7 +154,7 @@ async fn rerank_inner(app: &AppState, body: Body) -> Result<Value, ApiError> {
     let info = st.engine.info();
     let Some(head) = &info.rank_head else {
         // The model is checked first, so a wrong name reads as one.
-        params::check_model(&Fields(&b))?;
+        params::check_model(&Fields::new(&b))?;
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "rerank_unsupported",

@@ -100,7 +100,7 @@ fn choice(param: &'static str, v: &Value) -> Result<GrammarSpec, ApiError> {
 /// `response_format`: `text`, `json_object`, or `json_schema` with `{name, schema, strict}`.
 fn response_format(m: &Map<String, Value>) -> Result<Option<GrammarSpec>, ApiError> {
     const P: &str = "response_format";
-    let f = Fields(m);
+    let f = Fields::new(m);
     match f.str("type")? {
         None | Some("text") => Ok(None),
         Some("json_object") => Ok(Some(GrammarSpec::JsonObject)),
@@ -111,7 +111,7 @@ fn response_format(m: &Map<String, Value>) -> Result<Option<GrammarSpec>, ApiErr
                     "`response_format.json_schema` is required for type json_schema",
                 )
             })?;
-            let s = Fields(js).get("schema").ok_or_else(|| {
+            let s = Fields::new(js).get("schema").ok_or_else(|| {
                 ApiError::invalid(P, "`response_format.json_schema.schema` is required")
             })?;
             schema(P, s).map(Some)
@@ -129,7 +129,7 @@ fn response_format(m: &Map<String, Value>) -> Result<Option<GrammarSpec>, ApiErr
 /// `json_object`.
 fn structured_outputs(m: &Map<String, Value>) -> Result<Vec<GrammarSpec>, ApiError> {
     const P: &str = "structured_outputs";
-    let f = Fields(m);
+    let f = Fields::new(m);
     let mut out = Vec::new();
     if let Some(v) = f.get("json") {
         out.push(schema(P, v)?);
@@ -151,13 +151,17 @@ fn structured_outputs(m: &Map<String, Value>) -> Result<Vec<GrammarSpec>, ApiErr
 
 /// The request's structured-output constraint, if it asks for one; two at once is a 400.
 pub fn read(f: &Fields) -> Result<Option<Structured>, ApiError> {
+    read_structured(f).map_err(|e| f.spell(e))
+}
+
+fn read_structured(f: &Fields) -> Result<Option<Structured>, ApiError> {
     let mut found: Vec<Structured> = Vec::new();
     let mut add = |param: &'static str, spec: GrammarSpec| {
         found.push(Structured { spec, param });
     };
     if let Some(m) = f.object("response_format")? {
         if let Some(s) = response_format(m)? {
-            add("response_format", s);
+            add(f.wire("response_format"), s);
         }
     }
     if let Some(v) = f.get("guided_json") {
@@ -196,23 +200,6 @@ pub fn read(f: &Fields) -> Result<Option<Structured>, ApiError> {
     }
 }
 
-/// vLLM's constraint fields (`guided_*`, `structured_outputs`), which ridge accepts on every
-/// protocol as an extension: copied from `f` into `into` so a protocol's own constraint
-/// field and these are read (and refused when combined) together.
-pub fn copy_vllm_fields(f: &Fields, into: &mut Map<String, Value>) {
-    for k in [
-        "guided_json",
-        "guided_regex",
-        "guided_choice",
-        "guided_grammar",
-        "structured_outputs",
-    ] {
-        if let Some(v) = f.get(k) {
-            into.insert(k.into(), v.clone());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,7 +207,7 @@ mod tests {
 
     fn read_body(v: Value) -> Result<Option<Structured>, ApiError> {
         let m = v.as_object().cloned().unwrap();
-        read(&Fields(&m))
+        read(&Fields::new(&m))
     }
 
     #[test]

@@ -349,6 +349,14 @@ pub fn read(
     template: Option<&ChatTemplate>,
     tokenizer: &Tokenizer,
 ) -> Result<Option<Tools>, ApiError> {
+    read_tools(f, template, tokenizer).map_err(|e| f.spell(e))
+}
+
+fn read_tools(
+    f: &Fields,
+    template: Option<&ChatTemplate>,
+    tokenizer: &Tokenizer,
+) -> Result<Option<Tools>, ApiError> {
     let defs = match f.get("tools") {
         None => {
             return match f.get("tool_choice") {

@@ -107,9 +107,13 @@ fn qwen2_5_coder_calls_parse_free_and_forced() {
     assert!(rest.trim().is_empty(), "{rest:?}");
 
     let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
-    let t = tools::read(&Fields(body.as_object().unwrap()), Some(&template), &tok)
-        .unwrap()
-        .unwrap();
+    let t = tools::read(
+        &Fields::new(body.as_object().unwrap()),
+        Some(&template),
+        &tok,
+    )
+    .unwrap()
+    .unwrap();
     let grammars = Grammars::new(tok.clone()).unwrap();
     let constraint = grammars.compile(&t.grammar().unwrap()).unwrap();
     let text = answer(
@@ -157,9 +161,13 @@ fn gemma_4s_call_syntax_forced_on_a_real_vocabulary() {
         },
     }}]);
     let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
-    let t = tools::read(&Fields(body.as_object().unwrap()), Some(&template), &tok)
-        .unwrap()
-        .unwrap();
+    let t = tools::read(
+        &Fields::new(body.as_object().unwrap()),
+        Some(&template),
+        &tok,
+    )
+    .unwrap()
+    .unwrap();
     let grammars = Grammars::new(tok.clone()).unwrap();
     for thinking in [false, true] {
         let mut vars = Map::new();

@@ -5,8 +5,10 @@
 //! blocks) becomes the first message; content blocks become the template's messages —
 //! `text`, `tool_use` (an assistant's call, its `input` as the template's arguments),
 //! `tool_result` (a `tool` message answering the call by id, named after it), `thinking` (the
-//! assistant's `reasoning_content`). Sampling fields map onto the shared parameter set
-//! (`stop_sequences` → stop strings, `temperature` in Anthropic's 0–1), `tools` with their
+//! assistant's `reasoning_content`). The shared readers read the body where it stands through
+//! its spelling table (`stop_sequences` is the shared `stop`; fields Messages lacks, such as
+//! `n`, read as absent; errors name Anthropic's fields), `temperature` in Anthropic's 0–1;
+//! `tools` with their
 //! `input_schema` become functions, `tool_choice` `any` / `tool` force a call through the same
 //! grammar as OpenAI's `required` / named choice, `thinking` sets the template's
 //! `enable_thinking`. The answer is `content` blocks with `stop_reason` (`end_turn`,
@@ -34,7 +36,7 @@ use ridge_tokenizer::ChatMessage;
 use super::openai::tool_job;
 use super::{Adapter, Frame, Rendered, Validator};
 use crate::error::{ApiError, ErrorStyle};
-use crate::params::{self, Fields, MAX_MESSAGES};
+use crate::params::{self, Fields, Spelling, MAX_MESSAGES};
 use crate::session::{ChoiceState, Delta, Job, Session, Update};
 use crate::tools::Tools;
 
@@ -53,17 +55,26 @@ pub struct MessagesJob {
 impl Validator<'_> {
     /// Validates a `/v1/messages` body into a job.
     pub fn messages(&self, body: &Map<String, Value>) -> Result<MessagesJob, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         if f.get("max_tokens").is_none() {
             return Err(invalid("max_tokens", "`max_tokens` is required"));
         }
-        let shared = shared_fields(&f)?;
-        let mut common = params::common(&Fields(&shared), self.vocab).map_err(rename)?;
+        // Anthropic's temperature range is 0–1 (the shared reader allows 0–2).
+        f.f32_in("temperature", 1.0, 0.0, 1.0)?;
+        if f.get("metadata").is_some_and(|m| !m.is_object()) {
+            return Err(invalid("metadata", "`metadata` must be an object"));
+        }
+        let mut translated = self.translated_tools(&f)?;
+        if let Some(rf) = output_config(&f)?.0 {
+            translated.insert("response_format".into(), rf);
+        }
+        let sf = Fields::spelled(body, &SPELLING, &translated);
+        let mut common = params::common(&sf, self.vocab)?;
         // Anthropic's clients ask the model's largest output (Claude Code: 32000 or 64000)
         // whatever the prompt: what does not fit is clamped to the room left.
         common.clamp_max_tokens = true;
-        let tools = self.tools(&f)?;
+        let tools = crate::tools::read(&sf, self.template, self.tokenizer)?;
         let prompt = self.prompt(&f, tools.as_ref())?;
         let input_tokens = prompt.tokens.len();
         let budget = f
@@ -73,30 +84,24 @@ impl Validator<'_> {
             .and_then(Value::as_u64)
             .map(|b| b as usize);
         let reasoning = self.reasoning(&prompt, budget);
-        let mut o = Map::new();
-        crate::structured::copy_vllm_fields(&f, &mut o);
-        if let Some(rf) = output_config(&f)?.0 {
-            o.insert("response_format".into(), rf);
-        }
-        let structured = crate::structured::read(&Fields(&o)).map_err(|mut e| {
-            if e.param.as_deref() == Some("response_format") {
-                e.param = Some("output_config".into());
-            }
-            e
-        })?;
+        let structured = crate::structured::read(&sf)?;
         let job = tool_job(prompt, common, None, structured, tools, reasoning)?;
         Ok(MessagesJob { job, input_tokens })
     }
 
     /// Validates a `/v1/messages/count_tokens` body: the prompt's token count.
     pub fn count_tokens(&self, body: &Map<String, Value>) -> Result<usize, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
-        let tools = self.tools(&f)?;
+        let translated = self.translated_tools(&f)?;
+        let sf = Fields::spelled(body, &SPELLING, &translated);
+        let tools = crate::tools::read(&sf, self.template, self.tokenizer)?;
         Ok(self.prompt(&f, tools.as_ref())?.tokens.len())
     }
 
-    fn tools(&self, f: &Fields) -> Result<Option<Tools>, ApiError> {
+    /// The tool fields as the shared reader reads them: Anthropic tools as functions, the
+    /// choice as the shared choice and whether calls may come in parallel.
+    fn translated_tools(&self, f: &Fields) -> Result<Map<String, Value>, ApiError> {
         let mut o = Map::new();
         if let Some(t) = f.get("tools") {
             o.insert("tools".into(), functions(t)?);
@@ -115,7 +120,7 @@ impl Validator<'_> {
                 ))
             }
         }
-        crate::tools::read(&Fields(&o), self.template, self.tokenizer)
+        Ok(o)
     }
 
     fn prompt(&self, f: &Fields, tools: Option<&Tools>) -> Result<Rendered, ApiError> {
@@ -213,39 +218,26 @@ fn output_config(f: &Fields) -> Result<(Option<Value>, Option<&'static str>), Ap
     Ok((format, effort))
 }
 
-/// The sampling and length fields under their shared (Chat Completions) names.
-fn shared_fields(f: &Fields) -> Result<Map<String, Value>, ApiError> {
-    let mut o = Map::new();
-    // Anthropic's temperature range is 0–1.
-    let t = f.f32_in("temperature", 1.0, 0.0, 1.0)?;
-    o.insert("temperature".into(), json!(t));
-    for (from, to) in [
-        ("max_tokens", "max_tokens"),
-        ("top_p", "top_p"),
-        ("top_k", "top_k"),
-        ("stop_sequences", "stop"),
-        ("stream", "stream"),
-    ] {
-        if let Some(v) = f.get(from) {
-            o.insert(to.into(), v.clone());
-        }
-    }
-    if let Some(v) = f.get("metadata") {
-        if !v.is_object() {
-            return Err(invalid("metadata", "`metadata` must be an object"));
-        }
-    }
-    Ok(o)
-}
-
-/// Errors of the shared parameter check, under Anthropic's field names.
-fn rename(mut e: ApiError) -> ApiError {
-    if e.param.as_deref() == Some("stop") {
-        e.param = Some("stop_sequences".into());
-        e.message = e.message.replace("`stop`", "`stop_sequences`");
-    }
-    e
-}
+/// The shared fields a Messages body has, as it names them; tools, the choice and the output
+/// format are translated ([`Validator::translated_tools`], [`output_config`]).
+const SPELLING: [Spelling; 15] = [
+    Spelling::same("max_tokens"),
+    Spelling::same("temperature"),
+    Spelling::same("top_p"),
+    Spelling::same("top_k"),
+    Spelling::renamed("stop", "stop_sequences"),
+    Spelling::same("stream"),
+    Spelling::translated("tools", "tools"),
+    Spelling::translated("tool_choice", "tool_choice"),
+    Spelling::translated("parallel_tool_calls", "tool_choice"),
+    Spelling::translated("response_format", "output_config"),
+    // vLLM's constraint fields, an extension on every protocol.
+    Spelling::same("guided_json"),
+    Spelling::same("guided_regex"),
+    Spelling::same("guided_choice"),
+    Spelling::same("guided_grammar"),
+    Spelling::same("structured_outputs"),
+];
 
 /// Anthropic tools (`name`, `description`, `input_schema`) as functions.
 fn functions(tools: &Value) -> Result<Value, ApiError> {

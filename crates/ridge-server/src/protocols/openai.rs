@@ -74,7 +74,7 @@ impl Validator<'_> {
 
     /// Validates a `/v1/completions` body into a [`Job`] (prompts tokenized).
     pub fn completion(&self, body: &Map<String, Value>) -> Result<Job, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let logprobs = f
@@ -94,7 +94,7 @@ impl Validator<'_> {
 
     /// Validates a `/v1/chat/completions` body into a [`Job`] (template rendered, tokenized).
     pub fn chat(&self, body: &Map<String, Value>) -> Result<Job, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         let common = params::common(&f, self.vocab)?;
         let top = f.int_in("top_logprobs", 0, MAX_LOGPROBS as i64)?;
@@ -226,7 +226,7 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
             format!("messages[{i}] must be an object"),
         ));
     };
-    let mf = Fields(m);
+    let mf = Fields::new(m);
     let role = match mf.str("role")? {
         Some(r @ ("system" | "user" | "assistant" | "tool")) => r,
         Some("developer") => "system",

@@ -7,7 +7,9 @@
 //! conversation of that response (its input and output, without its instructions, as OpenAI
 //! specifies) comes first. `tools` (functions), `tool_choice`, `parallel_tool_calls`,
 //! `text.format` (`json_schema`, `json_object`), `max_output_tokens`, `temperature`, `top_p`
-//! and `reasoning.effort` map onto the shared fields. The answer is a `response` object whose
+//! and `reasoning.effort` map onto the shared fields: the shared readers read the body where
+//! it stands through its spelling table (`max_output_tokens` is the shared `max_tokens`; tools
+//! and `text.format` are translated first), and their errors name the Responses fields. The answer is a `response` object whose
 //! `output` holds `reasoning`, `message` and `function_call` items; a stream is the typed
 //! events (`response.created`, `response.in_progress`, `response.output_item.added`,
 //! `response.content_part.added`, `response.output_text.delta`, `response.reasoning_text.delta`,
@@ -37,7 +39,7 @@ use super::openai::tool_job;
 use super::responses_tools::{NamedCall, ToolMap};
 use super::{Adapter, Frame, Validator};
 use crate::error::{ApiError, ErrorStyle};
-use crate::params::{self, Fields, MAX_MESSAGES};
+use crate::params::{self, Fields, Spelling, MAX_MESSAGES};
 use crate::response_store::{ResponseStore, Stored, MAX_STORED};
 use crate::session::{ChoiceState, Delta, Job, Session, Update};
 
@@ -66,7 +68,7 @@ impl Validator<'_> {
         body: &Map<String, Value>,
         previous: &dyn Fn(&str) -> Option<Vec<ChatMessage>>,
     ) -> Result<ResponsesJob, ApiError> {
-        let f = Fields(body);
+        let f = Fields::new(body);
         params::check_model(&f)?;
         for unsupported in ["background", "n"] {
             if f.get(unsupported)
@@ -78,42 +80,26 @@ impl Validator<'_> {
                 ));
             }
         }
-        let mut shared = Map::new();
-        for (from, to) in [
-            ("max_output_tokens", "max_tokens"),
-            ("temperature", "temperature"),
-            ("top_p", "top_p"),
-            ("stream", "stream"),
-            ("tools", "tools"),
-            ("tool_choice", "tool_choice"),
-            ("parallel_tool_calls", "parallel_tool_calls"),
-        ] {
-            if let Some(v) = f.get(from) {
-                if !v.is_null() {
-                    shared.insert(to.into(), v.clone());
-                }
-            }
-        }
+        let mut translated = Map::new();
         let mut tool_map = ToolMap::default();
-        if let Some(t) = shared.get("tools").cloned() {
-            let (functions, map) = ToolMap::translate(&t)?;
+        if let Some(t) = f.get("tools") {
+            let (functions, map) = ToolMap::translate(t)?;
             tool_map = map;
-            shared.insert("tools".into(), functions);
+            translated.insert("tools".into(), functions);
         }
-        if let Some(c) = shared.get("tool_choice").cloned() {
-            shared.insert("tool_choice".into(), tool_map.choice(&c)?);
+        if let Some(c) = f.get("tool_choice") {
+            translated.insert("tool_choice".into(), tool_map.choice(c)?);
         }
         if let Some(format) = f.object("text")?.and_then(|t| t.get("format")) {
             if let Some(rf) = response_format(format)? {
-                shared.insert("response_format".into(), rf);
+                translated.insert("response_format".into(), rf);
             }
         }
-        crate::structured::copy_vllm_fields(&f, &mut shared);
-        let sf = Fields(&shared);
-        let mut common = params::common(&sf, self.vocab).map_err(rename)?;
+        let sf = Fields::spelled(body, &SPELLING, &translated);
+        let mut common = params::common(&sf, self.vocab)?;
         common.clamp_max_tokens = true;
-        let tools = crate::tools::read(&sf, self.template, self.tokenizer).map_err(rename)?;
-        let structured = crate::structured::read(&sf).map_err(rename)?;
+        let tools = crate::tools::read(&sf, self.template, self.tokenizer)?;
+        let structured = crate::structured::read(&sf)?;
         let mut extra = Map::new();
         if let Some(r) = f.object("reasoning")? {
             match r.get("effort") {
@@ -200,17 +186,24 @@ impl Validator<'_> {
     }
 }
 
-/// Errors of the shared checks, under the Responses field names.
-fn rename(mut e: ApiError) -> ApiError {
-    let to = match e.param.as_deref() {
-        Some("max_tokens") => "max_output_tokens",
-        Some("response_format" | "json_schema") => "text.format",
-        _ => return e,
-    };
-    e.message = e.message.replace("`max_tokens`", "`max_output_tokens`");
-    e.param = Some(to.into());
-    e
-}
+/// The shared fields a Responses body has, as it names them; tools, the choice and
+/// `text.format` are translated ([`ToolMap::translate`], [`response_format`]).
+const SPELLING: [Spelling; 13] = [
+    Spelling::renamed("max_tokens", "max_output_tokens"),
+    Spelling::same("temperature"),
+    Spelling::same("top_p"),
+    Spelling::same("stream"),
+    Spelling::translated("tools", "tools"),
+    Spelling::translated("tool_choice", "tool_choice"),
+    Spelling::same("parallel_tool_calls"),
+    Spelling::translated("response_format", "text.format"),
+    // vLLM's constraint fields, an extension on every protocol.
+    Spelling::same("guided_json"),
+    Spelling::same("guided_regex"),
+    Spelling::same("guided_choice"),
+    Spelling::same("guided_grammar"),
+    Spelling::same("structured_outputs"),
+];
 
 /// `text.format` as a chat `response_format` (`None` for plain text).
 fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {

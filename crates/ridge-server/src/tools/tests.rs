@@ -1574,7 +1574,7 @@ fn templates_without_tools_get_the_generic_form() {
     let tok = synthetic_tokenizer();
     let mut f = Map::new();
     f.insert("tools".into(), Value::Array(weather_tools()));
-    let tools = read(&Fields(&f), Some(&t), &tok).unwrap().unwrap();
+    let tools = read(&Fields::new(&f), Some(&t), &tok).unwrap().unwrap();
     assert_eq!(tools.format.name, "generic");
     let mut call = ChatMessage::new("assistant", "");
     call.tool_calls = Some(vec![json!({"id": "c1", "type": "function",
