@@ -573,6 +573,35 @@ fn chat_tool_call_arguments_stream_as_they_are_written() {
     assert_eq!(last.unwrap()["choices"][0]["finish_reason"], "tool_calls");
 }
 
+/// Under `tool_choice: "auto"` a call, once the model opens one, is held to the offered tools
+/// and their schemas (the lazy grammar). The bias pushes the model to open a call at once and
+/// would, unconstrained, make it write nothing but call tags; the grammar takes over after the
+/// first and makes it a valid call of the one tool, a name the model was never shown elsewhere.
+#[test]
+fn under_auto_an_opened_call_is_a_valid_call_of_an_offered_tool() {
+    let s = Server::start_model(&qwen2_0_5b(), &[]);
+    // Qwen2.5's `<tool_call>` token.
+    const TOOL_CALL: &str = "151657";
+    let tools = json!([{"type": "function", "function": {
+        "name": "zq_fetch_v7", "description": "Fetch a record",
+        "parameters": {"type": "object", "properties": {"record": {"type": "integer"}},
+                       "required": ["record"], "additionalProperties": false},
+    }}]);
+    let body = json!({"messages": [{"role": "user", "content": "Get record forty-two."}],
+        "tools": tools, "tool_choice": "auto", "parallel_tool_calls": false,
+        "logit_bias": {TOOL_CALL: 100}, "temperature": 0, "max_tokens": 80});
+    let (status, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let calls = v["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    assert_eq!(calls[0]["function"]["name"], "zq_fetch_v7", "{v}");
+    let args: Value =
+        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args = args.as_object().unwrap();
+    assert!(args.len() == 1 && args["record"].is_i64(), "{args:?}");
+}
+
 /// SmolLM2's template shows no tools: requests with tools are served in ridge's generic form
 /// instead of refused — a forced call comes back as a call, `auto` answers (with whatever the
 /// model chose), on Chat Completions and Messages (what an agent on the default model sends).

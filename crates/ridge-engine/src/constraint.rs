@@ -149,6 +149,7 @@ impl Grammars {
             matcher,
             mask: None,
             eog: self.eog.clone(),
+            waiting_for: None,
         })
     }
 }
@@ -178,6 +179,8 @@ pub struct Constraint {
     matcher: Matcher,
     mask: Option<SimpleVob>,
     eog: Arc<[u32]>,
+    /// A lazy grammar's trigger, until the output writes it: till then nothing is masked.
+    waiting_for: Option<u32>,
 }
 
 impl Clone for Constraint {
@@ -187,6 +190,7 @@ impl Clone for Constraint {
             matcher: self.matcher.deep_clone(),
             mask: self.mask.clone(),
             eog: self.eog.clone(),
+            waiting_for: self.waiting_for,
         }
     }
 }
@@ -196,15 +200,38 @@ impl std::fmt::Debug for Constraint {
         f.debug_struct("Constraint")
             .field("stopped", &self.matcher.is_stopped())
             .field("mask_ready", &self.mask.is_some())
+            .field("waiting_for", &self.waiting_for)
             .finish()
     }
 }
 
 impl Constraint {
+    /// This grammar as a lazy one (llama.cpp's and vLLM's for `tool_choice: "auto"`): the
+    /// output is free until it writes the token `trigger`, and from there on — the trigger
+    /// included — must match the grammar, which therefore has to begin with it: `None` when
+    /// it does not (or when the output already began).
+    pub fn after_trigger(mut self, trigger: u32) -> Option<Constraint> {
+        if self.waiting_for.is_some() || self.eog.contains(&trigger) {
+            return None;
+        }
+        self.matcher.consume_token(trigger).ok()?;
+        if self.matcher.is_error() {
+            return None;
+        }
+        self.mask = None;
+        self.waiting_for = Some(trigger);
+        Some(self)
+    }
+
+    /// False while a lazy grammar waits for its trigger (nothing is masked yet).
+    pub fn is_active(&self) -> bool {
+        self.waiting_for.is_none()
+    }
+
     /// Computes the mask for the next token, if not done yet (the expensive part; the engine
     /// calls it while the forward pass runs).
     pub fn prepare(&mut self) -> Result<(), GrammarError> {
-        if self.mask.is_none() {
+        if self.mask.is_none() && self.is_active() {
             let mut m = self
                 .matcher
                 .compute_mask_or_eos()
@@ -222,6 +249,9 @@ impl Constraint {
 
     /// Sets the logits of every token the grammar forbids next to −∞.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), GrammarError> {
+        if !self.is_active() {
+            return Ok(());
+        }
         self.prepare()?;
         if let Some(m) = &self.mask {
             for (i, l) in logits.iter_mut().enumerate() {
@@ -236,6 +266,13 @@ impl Constraint {
     /// Advances past `token` (end-of-generation tokens end the output and are not fed).
     pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {
         self.mask = None;
+        if let Some(trigger) = self.waiting_for {
+            // The matcher consumed the trigger in `after_trigger`.
+            if token == trigger {
+                self.waiting_for = None;
+            }
+            return Ok(());
+        }
         if self.eog.contains(&token) {
             return Ok(());
         }
@@ -246,12 +283,13 @@ impl Constraint {
 
     /// True when the grammar admits no further token: the output is complete.
     pub fn is_complete(&self) -> bool {
-        self.matcher.is_stopped()
+        self.is_active() && self.matcher.is_stopped()
     }
 
-    /// True when the grammar would accept the output as it stands.
+    /// True when the grammar would accept the output as it stands (a lazy grammar accepts
+    /// anything before its trigger).
     pub fn is_accepting(&mut self) -> bool {
-        self.matcher.is_accepting().unwrap_or(false)
+        !self.is_active() || self.matcher.is_accepting().unwrap_or(false)
     }
 }
 
@@ -273,6 +311,11 @@ pub(crate) fn sample_constrained(
     let Some(c) = constraint else {
         return Ok(pick(sampler, logits));
     };
+    if !c.is_active() {
+        let tok = pick(sampler, logits);
+        c.commit(tok)?;
+        return Ok(tok);
+    }
     scratch.clear();
     scratch.extend_from_slice(logits);
     c.apply(scratch)?;

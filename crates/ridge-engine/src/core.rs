@@ -700,6 +700,7 @@ impl EngineCore {
         let mut grammars: Vec<&mut Constraint> = running
             .iter_mut()
             .filter_map(|s| s.constraint.as_mut())
+            .filter(|c| c.is_active())
             .collect();
         let forward = if grammars.is_empty() {
             model.forward_outputs(batch, hidden, kv, ws)
@@ -1132,11 +1133,17 @@ struct Roof {
 /// A spent thinking budget writes the closing tag instead (unconstrained sequences only).
 fn sample_seq(s: &mut Seq, l: &[f32], draft: Option<u32>) -> Result<u32, GrammarError> {
     let forced = match (&s.think, &s.constraint) {
-        (Some(t), None) => t.forced(),
+        (Some(t), c) if c.as_ref().is_none_or(|c| !c.is_active()) => t.forced(),
         _ => None,
     };
     let tok = match forced {
-        Some(t) => t,
+        Some(t) => {
+            // Past a lazy grammar that still waits for its trigger.
+            if let Some(c) = s.constraint.as_mut() {
+                c.commit(t)?;
+            }
+            t
+        }
         None => sample_constrained(
             &mut s.sampler,
             Some(&s.history),

@@ -76,6 +76,9 @@ pub struct Record {
     pub dropped_tools: Vec<String>,
     /// The client closed a stream before it ended (the request was aborted).
     pub client_closed: bool,
+    /// Why the calls of a `tool_choice: "auto"` request went unconstrained (their grammar
+    /// could not be used).
+    pub tool_grammar_off: Option<String>,
 }
 
 /// A request's record, shared by the middleware, its handler and its stream.
@@ -129,6 +132,11 @@ pub fn note_dropped_tool(kind: &str) {
             r.dropped_tools.push(kind.to_string());
         }
     });
+}
+
+/// Notes that the tool-call grammar of an `auto` request could not be used, and why.
+pub fn note_tool_grammar_off(reason: &str) {
+    with(|r| r.tool_grammar_off = Some(reason.to_string()));
 }
 
 /// Notes the prompt tokens of a request as it is submitted (its final counts replace them).
@@ -197,6 +205,9 @@ impl Record {
         if self.client_closed {
             v["client_closed"] = json!(true);
         }
+        if let Some(why) = &self.tool_grammar_off {
+            v["tool_grammar_off"] = json!(why);
+        }
         if let Some(e) = &self.error {
             v["error"] = json!(e);
         }
@@ -235,6 +246,9 @@ impl Record {
         }
         if self.client_closed {
             s.push_str(" client_closed");
+        }
+        if let Some(why) = &self.tool_grammar_off {
+            let _ = write!(s, " tool_grammar_off={why:?}");
         }
         if let Some(e) = &self.error {
             let _ = write!(s, " error={e:?}");
@@ -385,12 +399,13 @@ mod tests {
             max_tokens_clamped: Some((32_000, 13_968)),
             dropped_tools: vec!["web_search".into()],
             client_closed: false,
+            tool_grammar_off: Some("too big".into()),
         };
         assert_eq!(
             r.line(LogFormat::Text, 456.78).unwrap(),
             "ridge serve: POST /v1/messages 200 model=qwen requested=\"claude-sonnet-4-5\" \
              prompt=18800 cached=18000 completion=42 ttft_ms=123.4 duration_ms=456.8 \
-             max_tokens=32000->13968 dropped_tools=web_search"
+             max_tokens=32000->13968 dropped_tools=web_search tool_grammar_off=\"too big\""
         );
         let v: Value = serde_json::from_str(&r.line(LogFormat::Json, 456.78).unwrap()).unwrap();
         assert_eq!(v["status"], 200);
@@ -399,6 +414,7 @@ mod tests {
         assert_eq!(v["ttft_ms"], 123.4);
         assert_eq!(v["max_tokens_served"], 13_968);
         assert_eq!(v["dropped_tools"], json!(["web_search"]));
+        assert_eq!(v["tool_grammar_off"], "too big");
         assert!(v["time"].as_str().unwrap().ends_with('Z'));
         assert_eq!(r.line(LogFormat::Off, 1.0), None);
         let e = Record {

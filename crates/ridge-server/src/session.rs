@@ -476,11 +476,13 @@ pub fn engine_error(e: EngineError) -> ApiError {
 
 /// Compiles the job's grammar on a blocking thread (a large schema takes milliseconds to
 /// seconds); returns the constraint and the compile time in ms. A schema or grammar that
-/// cannot be compiled, or exceeds the compile limits, is a 400 naming the field.
+/// cannot be compiled, or exceeds the compile limits, is a 400 naming the field — except a
+/// lazy grammar (tool calls under `tool_choice: "auto"`), which is a help, not a demand: one
+/// that cannot be used leaves the output unconstrained, as it was.
 async fn compile(
     state: &Arc<ModelState>,
     s: &crate::structured::Structured,
-) -> Result<(Constraint, f64), ApiError> {
+) -> Result<Option<(Constraint, f64)>, ApiError> {
     let st = state.clone();
     let spec = s.spec.clone();
     let started = Instant::now();
@@ -489,9 +491,19 @@ async fn compile(
         .map_err(|e| {
             ApiError::invalid(s.param, format!("`{}` could not be compiled: {e}", s.param))
         })?;
-    let c = compiled
-        .map_err(|e| ApiError::invalid(s.param, format!("`{}` cannot be used: {e}", s.param)))?;
-    Ok((c, started.elapsed().as_secs_f64() * 1e3))
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    match (compiled, s.trigger) {
+        (Ok(c), None) => Ok(Some((c, ms))),
+        (Err(e), None) => Err(ApiError::invalid(
+            s.param,
+            format!("`{}` cannot be used: {e}", s.param),
+        )),
+        (Ok(c), Some(trigger)) => Ok(c.after_trigger(trigger).map(|c| (c, ms))),
+        (Err(e), Some(_)) => {
+            crate::access_log::note_tool_grammar_off(&e.to_string());
+            Ok(None)
+        }
+    }
 }
 
 /// Submits the job and answers it through `adapter`, streaming or not; every error is
@@ -511,7 +523,7 @@ async fn submit<A: Adapter>(
 ) -> Result<Response, ApiError> {
     let ctx = state.engine.info().ctx_len;
     let compiled = match &job.structured {
-        Some(s) => Some(compile(&state, s).await?),
+        Some(s) => compile(&state, s).await?,
         None => None,
     };
     let mut reqs = Vec::with_capacity(job.prompts.len());

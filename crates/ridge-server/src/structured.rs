@@ -25,6 +25,9 @@ pub struct Structured {
     pub spec: GrammarSpec,
     /// The request field that asked for it (the error's `param`).
     pub param: &'static str,
+    /// A lazy grammar's trigger token: the output is free until it writes this token, which
+    /// the grammar begins with (tool calls under `tool_choice: "auto"`).
+    pub trigger: Option<u32>,
 }
 
 fn too_big(param: &'static str) -> ApiError {
@@ -157,7 +160,11 @@ pub fn read(f: &Fields) -> Result<Option<Structured>, ApiError> {
 fn read_structured(f: &Fields) -> Result<Option<Structured>, ApiError> {
     let mut found: Vec<Structured> = Vec::new();
     let mut add = |param: &'static str, spec: GrammarSpec| {
-        found.push(Structured { spec, param });
+        found.push(Structured {
+            spec,
+            param,
+            trigger: None,
+        });
     };
     if let Some(m) = f.object("response_format")? {
         if let Some(s) = response_format(m)? {

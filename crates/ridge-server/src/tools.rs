@@ -16,7 +16,9 @@
 //! `parallel_tool_calls` is false), each naming an allowed function with arguments that match
 //! its `parameters` schema, so the call always parses back through the same parser. The
 //! format's tags are the model's own tokens in the grammar where the vocabulary has them as
-//! one token (the model was trained to write that token, not its spelling).
+//! one token (the model was trained to write that token, not its spelling). Under `auto` the
+//! same grammar is lazy ([`Tools::lazy_grammar_after`]): free text until the format's opening
+//! token, a valid call of an offered tool from there.
 
 use serde_json::{json, Map, Value};
 
@@ -332,6 +334,9 @@ pub struct Tools {
     /// Each of the format's [`ToolFormat::tags`] as the grammar writes it (a token reference
     /// or the text, as for `tags`).
     pub tag_refs: Vec<(&'static str, String)>,
+    /// The token that opens a call, where the format has a start tag and the vocabulary has
+    /// it as one token: the trigger of the lazy grammar under `tool_choice: "auto"`.
+    pub start_token: Option<u32>,
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -453,6 +458,9 @@ impl Tools {
         Tools {
             tags: (tag(format.start), tag(format.end)),
             tag_refs: format.tags.iter().map(|t| (*t, tag(t))).collect(),
+            start_token: (!format.start.is_empty())
+                .then(|| token_id(format.start))
+                .flatten(),
             defs,
             choice,
             parallel,
@@ -499,6 +507,25 @@ impl Tools {
                 .collect(),
         };
         Some(GrammarSpec::Lark(grammar::lark(self, &allowed)))
+    }
+
+    /// Under `tool_choice: "auto"`, the grammar of calls to any offered tool and the token
+    /// that triggers it (llama.cpp's lazy grammars): text stays free, but once the model
+    /// opens a call it can only call an offered tool with arguments its schema allows — a
+    /// small model's misspelt or invented tool names and broken JSON become valid calls.
+    /// `None` where the format has no start tag that is a single token, for harmony (its
+    /// channel tokens open thoughts and answers too), and where the prompt leaves thoughts
+    /// open (a call tag written while thinking is not a call).
+    pub fn lazy_grammar_after(&self, prompt: &str) -> Option<(GrammarSpec, u32)> {
+        let trigger = self.start_token?;
+        if self.choice != ToolChoice::Auto
+            || self.format.syntax == Syntax::Harmony
+            || crate::reasoning::opens_thoughts(prompt)
+        {
+            return None;
+        }
+        let all: Vec<&Value> = self.defs.iter().collect();
+        Some((GrammarSpec::Lark(grammar::lark(self, &all)), trigger))
     }
 
     /// [`grammar`](Tools::grammar) for output that follows `prompt` (the rendered prompt):

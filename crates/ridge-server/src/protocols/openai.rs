@@ -182,7 +182,19 @@ pub(crate) fn tool_job(
         structured = Some(Structured {
             spec,
             param: "tools",
+            trigger: None,
         });
+    } else if structured.is_none() {
+        if let Some((spec, trigger)) = tools
+            .as_ref()
+            .and_then(|t| t.lazy_grammar_after(&prompt.text))
+        {
+            structured = Some(Structured {
+                spec,
+                param: "tools",
+                trigger: Some(trigger),
+            });
+        }
     }
     Ok(Job {
         prompts: vec![prompt.tokens],

@@ -75,6 +75,18 @@ pub(super) fn lark(t: &Tools, allowed: &[&Value]) -> String {
     }
 }
 
+/// `%json SCHEMA` for arguments (or calls) against a tool's schema, read leniently: a keyword
+/// llguidance does not implement (Claude Code's tools use `propertyNames`) is left out of the
+/// constraint rather than making the whole grammar unusable — the call may then be looser than
+/// its schema there, never refused for it.
+fn json_rule(schema: &Value) -> String {
+    let mut schema = schema.clone();
+    if let Some(o) = schema.as_object_mut() {
+        o.insert("x-guidance".into(), json!({"lenient": true}));
+    }
+    format!("%json {schema}")
+}
+
 /// The schema of one call object `{"name": NAME, key: ARGS}`, any of `fns`.
 fn call_objects(fns: &[Func], key: &str) -> Value {
     let bodies: Vec<Value> = fns
@@ -114,9 +126,9 @@ fn repeated(t: &Tools, sep: &str) -> String {
 /// `<tool_call>\n{"name", "arguments"}\n</tool_call>`, calls separated by newlines.
 fn hermes(t: &Tools, fns: &[Func]) -> String {
     let call = format!(
-        "call: {} \"\\n\" %json {} \"\\n\" {}",
+        "call: {} \"\\n\" {} \"\\n\" {}",
         t.tags.0,
-        call_objects(fns, "arguments"),
+        json_rule(&call_objects(fns, "arguments")),
         t.tags.1
     );
     // A newline may follow the last call (models write one before deciding whether
@@ -201,7 +213,7 @@ fn xml_value(schema: &Value, newline: bool) -> String {
         _ => false,
     };
     if !is_string {
-        return format!("%json {schema}{nl}");
+        return format!("{}{nl}", json_rule(schema));
     }
     let options: Option<Vec<String>> = schema.get("enum").and_then(Value::as_array).map(|a| {
         a.iter()
@@ -219,9 +231,9 @@ fn xml_value(schema: &Value, newline: bool) -> String {
 /// Llama 3: `{"name", "parameters"}`, several separated by `; `.
 fn llama(t: &Tools, fns: &[Func]) -> String {
     format!(
-        "start: {}\ncall: %json {}\n",
+        "start: {}\ncall: {}\n",
         repeated(t, "\";\" \" \"?"),
-        call_objects(fns, "parameters")
+        json_rule(&call_objects(fns, "parameters"))
     )
 }
 
@@ -229,10 +241,10 @@ fn llama(t: &Tools, fns: &[Func]) -> String {
 fn mistral_args(t: &Tools, fns: &[Func]) -> String {
     let (alts, rules) = per_function(fns, |f| {
         format!(
-            "{} {} %json {}",
+            "{} {} {}",
             lark_str(f.name),
             t.lit("[ARGS]"),
-            f.params
+            json_rule(&f.params)
         )
     });
     let start = if t.parallel { "call+" } else { "call" };
@@ -260,7 +272,11 @@ fn tagged_array(t: &Tools, fns: &[Func]) -> String {
     } else {
         t.lit(t.format.end)
     };
-    format!("start: {} %json {list} {end}\n", t.lit(t.format.start))
+    format!(
+        "start: {} {} {end}\n",
+        t.lit(t.format.start),
+        json_rule(&list)
+    )
 }
 
 /// ridge's generic form: `{"tool_calls": [{"name", "arguments"}, …]}` and nothing else.
@@ -272,7 +288,7 @@ fn generic(t: &Tools, fns: &[Func]) -> String {
         "required": ["tool_calls"],
         "additionalProperties": false,
     });
-    format!("start: %json {object}\n")
+    format!("start: {}\n", json_rule(&object))
 }
 
 /// Kimi K2's `<|tool_calls_section_begin|>`, each call `<|tool_call_begin|>functions.NAME:
@@ -280,10 +296,10 @@ fn generic(t: &Tools, fns: &[Func]) -> String {
 fn kimi(t: &Tools, fns: &[Func]) -> String {
     let (alts, rules) = per_function(fns, |f| {
         format!(
-            "{} /[0-9]+/ {} %json {}",
+            "{} /[0-9]+/ {} {}",
             lark_str(&format!("functions.{}:", f.name)),
             t.lit("<|tool_call_argument_begin|>"),
-            f.params
+            json_rule(&f.params)
         )
     });
     format!(
@@ -309,8 +325,9 @@ fn pythonic(t: &Tools, fns: &[Func]) -> String {
         for (j, (name, schema, _)) in params.iter().enumerate() {
             let rule = format!("p{i}_{j}");
             rules.push_str(&format!(
-                "{rule}: {} %json {schema}\n",
-                lark_str(&format!("{name}="))
+                "{rule}: {} {}\n",
+                lark_str(&format!("{name}=")),
+                json_rule(schema)
             ));
             items.push((rule, params[j].2.is_empty()));
         }
@@ -365,13 +382,18 @@ fn deepseek(t: &Tools, fns: &[Func], r1: bool) -> String {
     let (alts, rules) = per_function(fns, |f| {
         if r1 {
             format!(
-                "{} %json {} {}",
+                "{} {} {}",
                 lark_str(&format!("{}\n```json\n", f.name)),
-                f.params,
+                json_rule(&f.params),
                 lark_str("\n```")
             )
         } else {
-            format!("{} {} %json {}", lark_str(f.name), t.lit(DS_SEP), f.params)
+            format!(
+                "{} {} {}",
+                lark_str(f.name),
+                t.lit(DS_SEP),
+                json_rule(&f.params)
+            )
         }
     });
     let (head, sep) = if r1 {
@@ -396,11 +418,11 @@ fn deepseek(t: &Tools, fns: &[Func], r1: bool) -> String {
 fn harmony(t: &Tools, fns: &[Func]) -> String {
     let (alts, rules) = per_function(fns, |f| {
         format!(
-            "{} {} \"json\" {} %json {} {}?",
+            "{} {} \"json\" {} {} {}?",
             lark_str(&format!("{} ", f.name)),
             t.lit("<|constrain|>"),
             t.lit("<|message|>"),
-            f.params,
+            json_rule(&f.params),
             t.lit("<|call|>"),
         )
     });

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ridge_engine::Grammars;
+use ridge_engine::{Constraint, Grammars};
 use ridge_tokenizer::ChatMessage;
 
 use super::parse::merge_content;
@@ -71,6 +71,7 @@ fn the_required_grammar_names_every_function() {
         format: format("hermes"),
         tags: ("<[7]>".into(), "\"</tool_call>\"".into()),
         tag_refs: Vec::new(),
+        start_token: None,
     };
     let Some(GrammarSpec::Lark(g)) = t.grammar() else {
         panic!("no grammar");
@@ -731,26 +732,178 @@ fn accepts_spelled(
     c.is_accepting()
 }
 
+/// Two calls in each format's own syntax (`weather_tools`).
+const CALL_CASES: [(&str, &str); 14] = [
+    ("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
+    ("qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>"),
+    ("llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"now\", \"parameters\": {}}"),
+    ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]now[ARGS]{}"),
+    ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
+    ("glm", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>"),
+    ("granite3", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
+    ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+    ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+    ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
+    ("gemma4", "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|><|tool_call>call:now{}<tool_call|>"),
+    ("nemotron", "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]</TOOLCALL>"),
+    ("kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\", \"days\": 3}<|tool_call_end|><|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"),
+    ("lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", days=3), now()]<|tool_call_end|>"),
+];
+
+/// Whether `c` lets the model write `text`: each token allowed by the mask when it is
+/// written, and the whole accepted.
+fn writes(tok: &Tokenizer, c: &mut Constraint, text: &str, vocab: usize) -> bool {
+    let mut logits = vec![0.0f32; vocab];
+    for t in tok.encode(text, false, true).unwrap() {
+        logits.iter_mut().for_each(|l| *l = 0.0);
+        if c.apply(&mut logits).is_err() || logits[t as usize] == f32::NEG_INFINITY {
+            return false;
+        }
+        if c.commit(t).is_err() {
+            return false;
+        }
+    }
+    c.is_accepting()
+}
+
+#[test]
+fn under_auto_text_is_free_until_a_call_opens_and_the_call_is_then_a_valid_one() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let vocab = tok.vocab_size();
+    for (name, call) in CALL_CASES {
+        let tools = Tools::new(weather_tools(), ToolChoice::Auto, true, format(name), |t| {
+            tok.token_id(t)
+        });
+        let lazy = tools.lazy_grammar_after("<|im_start|>assistant\n");
+        if matches!(name, "harmony" | "llama3") {
+            assert!(
+                lazy.is_none(),
+                "{name}: no single start token, no lazy grammar"
+            );
+            continue;
+        }
+        let Some((GrammarSpec::Lark(g), trigger)) = lazy else {
+            panic!("{name}: no lazy grammar")
+        };
+        let fresh = || {
+            grammars
+                .compile(&GrammarSpec::Lark(g.clone()))
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .after_trigger(trigger)
+                .unwrap_or_else(|| panic!("{name}: the grammar does not begin with its trigger"))
+        };
+        // Text, even text that looks like JSON or names a tool, is free until the trigger.
+        let text = "Let me look: {\"name\": \"weather\"} or `now()`? ";
+        let mut c = fresh();
+        assert!(!c.is_active());
+        assert!(writes(&tok, &mut c, text, vocab), "{name}");
+        assert!(writes(&tok, &mut c, call, vocab), "{name}: {call}");
+        assert!(c.is_active(), "{name}");
+        // Once opened, an unoffered tool cannot be called.
+        let unoffered = call.replacen("get_weather", "get_forecast", 1);
+        let mut c = fresh();
+        assert!(
+            !writes(&tok, &mut c, &unoffered, vocab),
+            "{name}: {unoffered}"
+        );
+        // With `parallel_tool_calls: false` the grammar ends after one call.
+        let mut single = tools.clone();
+        single.parallel = false;
+        let (spec, _) = single.lazy_grammar_after("").unwrap();
+        let mut c = grammars
+            .compile(&spec)
+            .unwrap()
+            .after_trigger(trigger)
+            .unwrap();
+        assert!(
+            !writes(&tok, &mut c, call, vocab),
+            "{name}: two calls, one allowed"
+        );
+    }
+    // A prompt that leaves thoughts open has no lazy grammar (a tag while thinking is no call).
+    let tools = Tools::new(
+        weather_tools(),
+        ToolChoice::Auto,
+        true,
+        format("hermes"),
+        |t| tok.token_id(t),
+    );
+    assert!(tools
+        .lazy_grammar_after("<|im_start|>assistant\n<think>\n")
+        .is_none());
+    let forced = Tools::new(
+        weather_tools(),
+        ToolChoice::Required,
+        true,
+        format("hermes"),
+        |t| tok.token_id(t),
+    );
+    assert!(forced.lazy_grammar_after("").is_none());
+    // A trigger the grammar does not begin with is refused.
+    let (spec, trigger) = tools.lazy_grammar_after("").unwrap();
+    let other = tok.token_id("<|endoftext|>").unwrap();
+    assert_ne!(other, trigger);
+    assert!(grammars
+        .compile(&spec)
+        .unwrap()
+        .after_trigger(other)
+        .is_none());
+}
+
+/// Claude Code's real tools (their schemas use `propertyNames`, which llguidance does not
+/// implement) compile, leniently, for forced and lazy calls alike — the forced choice was a 400.
+#[test]
+fn claude_code_s_own_tool_schemas_compile() {
+    let tok = synthetic_tokenizer();
+    let grammars = Grammars::new(tok.clone()).unwrap();
+    let body: Value = serde_json::from_str(include_str!(
+        "../../tests/data/agents/claude_code_messages.json"
+    ))
+    .unwrap();
+    let defs: Vec<Value> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}})
+        })
+        .collect();
+    assert!(defs.len() > 10);
+    assert!(body["tools"].to_string().contains("propertyNames"));
+    for choice in [ToolChoice::Required, ToolChoice::Auto] {
+        let tools = Tools::new(defs.clone(), choice.clone(), true, format("hermes"), |t| {
+            tok.token_id(t)
+        });
+        let spec = match choice {
+            ToolChoice::Auto => tools.lazy_grammar_after("").unwrap().0,
+            _ => tools.grammar().unwrap(),
+        };
+        let mut c = grammars
+            .compile(&spec)
+            .unwrap_or_else(|e| panic!("{choice:?}: {e}"));
+        let call = "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"/tmp/a.txt\"}}\n</tool_call>";
+        if choice == ToolChoice::Auto {
+            c = c
+                .after_trigger(tok.token_id("<tool_call>").unwrap())
+                .unwrap();
+            assert!(writes(
+                &tok,
+                &mut c,
+                &format!("Reading it. {call}"),
+                tok.vocab_size()
+            ));
+        } else {
+            assert!(writes(&tok, &mut c, call, tok.vocab_size()));
+        }
+    }
+}
+
 #[test]
 fn forced_calls_in_each_syntax_compile_accept_and_parse_back() {
     let tok = synthetic_tokenizer();
     let grammars = Grammars::new(tok.clone()).unwrap();
-    let cases = [
-        ("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"),
-        ("qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n</tool_call>"),
-        ("llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"now\", \"parameters\": {}}"),
-        ("mistral", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]now[ARGS]{}"),
-        ("mistral-nemo", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
-        ("glm", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>now\n</tool_call>"),
-        ("granite3", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"),
-        ("deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
-        ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
-        ("harmony", "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>"),
-        ("gemma4", "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|><|tool_call>call:now{}<tool_call|>"),
-        ("nemotron", "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]</TOOLCALL>"),
-        ("kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\", \"days\": 3}<|tool_call_end|><|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"),
-        ("lfm2", "<|tool_call_start|>[get_weather(city=\"Paris\", days=3), now()]<|tool_call_end|>"),
-    ];
+    let cases = CALL_CASES;
     for (name, text) in cases {
         let fmt = format(name);
         let tools = Tools::new(weather_tools(), ToolChoice::Required, true, fmt, |t| {
