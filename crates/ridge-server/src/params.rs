@@ -34,7 +34,7 @@ pub struct Spelling {
     /// The protocol's name: where the body holds it, and what its errors call it.
     pub wire: &'static str,
     /// Whether the body's value is read as is; `false` when the adapter translates it (its
-    /// tools, its output format) into [`Fields::translated`]'s map.
+    /// tools, its output format) into the map [`Fields::spelled`] takes.
     pub direct: bool,
 }
 
