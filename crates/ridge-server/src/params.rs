@@ -67,13 +67,25 @@ impl Spelling {
     }
 }
 
+/// Fields every protocol has under the same name: vLLM's constraint fields, which ridge
+/// accepts everywhere as an extension (read, and refused when combined, with a protocol's own
+/// constraint field).
+const EXTENSIONS: [Spelling; 5] = [
+    Spelling::same("guided_json"),
+    Spelling::same("guided_regex"),
+    Spelling::same("guided_choice"),
+    Spelling::same("guided_grammar"),
+    Spelling::same("structured_outputs"),
+];
+
 /// Typed access to the fields of a JSON object.
 ///
 /// The shared readers ask for fields by their Chat Completions names; a protocol that names
 /// them otherwise (Anthropic's `stop_sequences`, Responses' `max_output_tokens`) gives its
 /// spelling table, so its body is read where it stands and the errors name its own fields — no
 /// copy under other names, no renaming afterwards. A shared field missing from the table is
-/// one the protocol does not have (Messages has no `n`): it reads as absent.
+/// one the protocol does not have (Messages has no `n`): it reads as absent; vLLM's
+/// constraint fields ([`EXTENSIONS`]) every protocol has.
 pub struct Fields<'a> {
     body: &'a Map<String, Value>,
     spelling: Option<&'static [Spelling]>,
@@ -119,7 +131,7 @@ impl<'a> Fields<'a> {
     /// as the readers do.
     fn entry(&self, name: &str) -> Option<Option<&'static Spelling>> {
         self.spelling
-            .map(|table| table.iter().find(|s| s.shared == name))
+            .map(|table| table.iter().chain(&EXTENSIONS).find(|s| s.shared == name))
     }
 
     /// The protocol's name for the shared field `name` (itself where the protocol keeps it).

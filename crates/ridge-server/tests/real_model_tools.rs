@@ -54,6 +54,13 @@ fn answer(
 }
 
 /// The calls `text` holds, parsed by `parser`, and the rest.
+/// The request's tools, as the server reads `body`.
+fn read_tools(body: &Value, template: &ChatTemplate, tok: &Tokenizer) -> tools::Tools {
+    tools::read(&Fields::new(body.as_object().unwrap()), Some(template), tok)
+        .unwrap()
+        .unwrap()
+}
+
 fn split(mut parser: CallParser, text: &str) -> (Vec<(String, Value)>, String) {
     let mut pieces = parser.push(text);
     pieces.extend(parser.finish());
@@ -107,13 +114,7 @@ fn qwen2_5_coder_calls_parse_free_and_forced() {
     assert!(rest.trim().is_empty(), "{rest:?}");
 
     let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
-    let t = tools::read(
-        &Fields::new(body.as_object().unwrap()),
-        Some(&template),
-        &tok,
-    )
-    .unwrap()
-    .unwrap();
+    let t = read_tools(&body, &template, &tok);
     let grammars = Grammars::new(tok.clone()).unwrap();
     let constraint = grammars.compile(&t.grammar().unwrap()).unwrap();
     let text = answer(
@@ -161,13 +162,7 @@ fn gemma_4s_call_syntax_forced_on_a_real_vocabulary() {
         },
     }}]);
     let body = json!({"tools": defs, "tool_choice": "required", "parallel_tool_calls": false});
-    let t = tools::read(
-        &Fields::new(body.as_object().unwrap()),
-        Some(&template),
-        &tok,
-    )
-    .unwrap()
-    .unwrap();
+    let t = read_tools(&body, &template, &tok);
     let grammars = Grammars::new(tok.clone()).unwrap();
     for thinking in [false, true] {
         let mut vars = Map::new();

@@ -8,8 +8,7 @@
 //! assistant's `reasoning_content`). The shared readers read the body where it stands through
 //! its spelling table (`stop_sequences` is the shared `stop`; fields Messages lacks, such as
 //! `n`, read as absent; errors name Anthropic's fields), `temperature` in Anthropic's 0–1;
-//! `tools` with their
-//! `input_schema` become functions, `tool_choice` `any` / `tool` force a call through the same
+//! `tools` with their `input_schema` become functions, `tool_choice` `any` / `tool` force a call through the same
 //! grammar as OpenAI's `required` / named choice, `thinking` sets the template's
 //! `enable_thinking`. The answer is `content` blocks with `stop_reason` (`end_turn`,
 //! `max_tokens`, `stop_sequence` with the sequence that matched, `tool_use`) and `usage`;
@@ -220,7 +219,7 @@ fn output_config(f: &Fields) -> Result<(Option<Value>, Option<&'static str>), Ap
 
 /// The shared fields a Messages body has, as it names them; tools, the choice and the output
 /// format are translated ([`Validator::translated_tools`], [`output_config`]).
-const SPELLING: [Spelling; 15] = [
+const SPELLING: [Spelling; 10] = [
     Spelling::same("max_tokens"),
     Spelling::same("temperature"),
     Spelling::same("top_p"),
@@ -231,12 +230,6 @@ const SPELLING: [Spelling; 15] = [
     Spelling::translated("tool_choice", "tool_choice"),
     Spelling::translated("parallel_tool_calls", "tool_choice"),
     Spelling::translated("response_format", "output_config"),
-    // vLLM's constraint fields, an extension on every protocol.
-    Spelling::same("guided_json"),
-    Spelling::same("guided_regex"),
-    Spelling::same("guided_choice"),
-    Spelling::same("guided_grammar"),
-    Spelling::same("structured_outputs"),
 ];
 
 /// Anthropic tools (`name`, `description`, `input_schema`) as functions.

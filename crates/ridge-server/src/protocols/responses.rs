@@ -9,10 +9,10 @@
 //! `text.format` (`json_schema`, `json_object`), `max_output_tokens`, `temperature`, `top_p`
 //! and `reasoning.effort` map onto the shared fields: the shared readers read the body where
 //! it stands through its spelling table (`max_output_tokens` is the shared `max_tokens`; tools
-//! and `text.format` are translated first), and their errors name the Responses fields. The answer is a `response` object whose
-//! `output` holds `reasoning`, `message` and `function_call` items; a stream is the typed
-//! events (`response.created`, `response.in_progress`, `response.output_item.added`,
-//! `response.content_part.added`, `response.output_text.delta`, `response.reasoning_text.delta`,
+//! and `text.format` are translated first), and their errors name the Responses fields. The
+//! answer is a `response` object whose `output` holds `reasoning`, `message` and
+//! `function_call` items; a stream is the typed events (`response.created`,
+//! `response.in_progress`, `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, `response.reasoning_text.delta`,
 //! `response.function_call_arguments.delta`, their `.done` events,
 //! `response.output_item.done`, `response.completed` or `response.incomplete`), each with its
 //! `sequence_number`.
@@ -188,7 +188,7 @@ impl Validator<'_> {
 
 /// The shared fields a Responses body has, as it names them; tools, the choice and
 /// `text.format` are translated ([`ToolMap::translate`], [`response_format`]).
-const SPELLING: [Spelling; 13] = [
+const SPELLING: [Spelling; 8] = [
     Spelling::renamed("max_tokens", "max_output_tokens"),
     Spelling::same("temperature"),
     Spelling::same("top_p"),
@@ -197,12 +197,6 @@ const SPELLING: [Spelling; 13] = [
     Spelling::translated("tool_choice", "tool_choice"),
     Spelling::same("parallel_tool_calls"),
     Spelling::translated("response_format", "text.format"),
-    // vLLM's constraint fields, an extension on every protocol.
-    Spelling::same("guided_json"),
-    Spelling::same("guided_regex"),
-    Spelling::same("guided_choice"),
-    Spelling::same("guided_grammar"),
-    Spelling::same("structured_outputs"),
 ];
 
 /// `text.format` as a chat `response_format` (`None` for plain text).

@@ -821,25 +821,19 @@ fn under_auto_text_is_free_until_a_call_opens_and_the_call_is_then_a_valid_one()
             "{name}: two calls, one allowed"
         );
     }
+    let hermes = |choice| {
+        Tools::new(weather_tools(), choice, true, format("hermes"), |t| {
+            tok.token_id(t)
+        })
+    };
     // A prompt that leaves thoughts open has no lazy grammar (a tag while thinking is no call).
-    let tools = Tools::new(
-        weather_tools(),
-        ToolChoice::Auto,
-        true,
-        format("hermes"),
-        |t| tok.token_id(t),
-    );
+    let tools = hermes(ToolChoice::Auto);
     assert!(tools
         .lazy_grammar_after("<|im_start|>assistant\n<think>\n")
         .is_none());
-    let forced = Tools::new(
-        weather_tools(),
-        ToolChoice::Required,
-        true,
-        format("hermes"),
-        |t| tok.token_id(t),
-    );
-    assert!(forced.lazy_grammar_after("").is_none());
+    assert!(hermes(ToolChoice::Required)
+        .lazy_grammar_after("")
+        .is_none());
     // A trigger the grammar does not begin with is refused.
     let (spec, trigger) = tools.lazy_grammar_after("").unwrap();
     let other = tok.token_id("<|endoftext|>").unwrap();
