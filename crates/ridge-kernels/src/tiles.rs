@@ -17,8 +17,8 @@ use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::{
-    tile_bytes, MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE,
-    Q8_0_TILE, TILE_ROWS,
+    tile_bytes, IQ4_XS_TILE, MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE,
+    Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
 };
 use crate::pool::SharedMut;
 use crate::DType;
@@ -39,6 +39,8 @@ pub(crate) struct Q4K;
 pub(crate) struct Q6K;
 /// MXFP4 tiles.
 pub(crate) struct Mx4;
+/// IQ4_XS tiles.
+pub(crate) struct Iq4Xs;
 
 /// A tiled format's geometry, the same on every instruction set.
 pub(crate) trait TileFormat {
@@ -66,6 +68,7 @@ tile_format! {
     Q4K => Q4_K_TILE, 8;
     Q6K => Q6_K_TILE, 8;
     Mx4 => MXFP4_TILE, 1;
+    Iq4Xs => IQ4_XS_TILE, 8;
 }
 
 /// An instruction set's way of running tile kernels: its registers and its pass over the
@@ -150,7 +153,8 @@ pub(crate) fn has_kernel(dtype: DType, path: Path) -> bool {
                 | DType::Q8_0
                 | DType::Q4_K
                 | DType::Q6_K
-                | DType::MXFP4,
+                | DType::MXFP4
+                | DType::IQ4_XS,
             Path::Int8 | Path::Int16
         )
     )
@@ -165,7 +169,7 @@ pub(crate) struct PassActs<'x, const T: usize> {
     pub x8: [&'x [ActBlock]; T],
     /// 16-bit blocks split into bytes (formats whose 16-bit kernels take bytes).
     pub s16: [&'x [ActSplit16]; T],
-    /// 16-bit blocks (Q8_0, MXFP4).
+    /// 16-bit blocks (Q8_0, MXFP4, IQ4_XS).
     pub x16: [&'x [Act16Block]; T],
 }
 
@@ -206,6 +210,7 @@ where
     I: TileIsa,
     Q80: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Mx4: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
+    Iq4Xs: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q40: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q41: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q50: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
@@ -221,6 +226,8 @@ where
             DType::Q8_0 => I::run::<_, Q80, T>(src, a.x8),
             DType::MXFP4 if i16 => I::run::<_, Mx4, T>(src, a.x16),
             DType::MXFP4 => I::run::<_, Mx4, T>(src, a.x8),
+            DType::IQ4_XS if i16 => I::run::<_, Iq4Xs, T>(src, a.x16),
+            DType::IQ4_XS => I::run::<_, Iq4Xs, T>(src, a.x8),
             DType::Q5_0 if i16 => I::run::<_, Q50, T>(src, a.s16),
             DType::Q5_0 => I::run::<_, Q50, T>(src, a.x8),
             DType::Q5_1 if i16 => I::run::<_, Q51, T>(src, a.s16),

@@ -48,6 +48,16 @@ pub const Q6K_HIGH: usize = 1168;
 /// `4k + i`, high nibbles `16 + 4k + i`). The size of the eight blocks it replaces.
 pub const MXFP4_TILE: usize = 136;
 
+/// Bytes of one IQ4_XS tile: the eight rows' `d` (f16, at `2j`), their `scales_h` (u16, at
+/// `16 + 2j`) and `scales_l` (4 bytes, at `32 + 4j`) as stored, then for each sub-block `c`
+/// four nibble vectors at `64 + 128c + 32k` whose lane `j` is row `j`'s quant bytes
+/// `16c + 4k..16c + 4k + 4` (low nibbles element `4k + i` of the sub-block, high nibbles
+/// `16 + 4k + i`, as Q4_0's). The size of the eight super-blocks it replaces.
+pub const IQ4_XS_TILE: usize = 1088;
+
+/// Offset of an IQ4_XS tile's nibble vectors.
+pub const IQ4XS_QS: usize = 64;
+
 /// Bytes of one tile of `dtype` (0 for formats without tiles).
 pub(crate) fn tile_bytes(dtype: DType) -> usize {
     match dtype {
@@ -59,6 +69,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::Q4_K => Q4_K_TILE,
         DType::Q6_K => Q6_K_TILE,
         DType::MXFP4 => MXFP4_TILE,
+        DType::IQ4_XS => IQ4_XS_TILE,
         _ => 0,
     }
 }

@@ -20,7 +20,8 @@
 //! `16 + 4k + i`; Q8_0: eight vectors of signed bytes, element `4k + i`; Q5_0: its scales,
 //! then its fifth bits for the eight rows arranged like the nibbles (see
 //! `spread_high_bits`), then four nibble vectors as Q4_1's; MXFP4: the eight rows' e8m0 scale
-//! bytes, then four nibble vectors as Q4_0's). Tiles are stored
+//! bytes, then four nibble vectors as Q4_0's). Super-block formats tile a whole super-block of
+//! eight rows (Q4_K, Q6_K, IQ4_XS: see their `*_TILE` constants). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
@@ -35,8 +36,8 @@ pub mod layout;
 use buffer::TileBuf;
 
 pub use layout::{
-    MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW,
-    Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    IQ4XS_QS, IQ4_XS_TILE, MXFP4_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE,
+    Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
 };
 
 /// A tiled format's block layout.
@@ -55,6 +56,8 @@ enum Shape {
     Q6K,
     /// MXFP4 (see [`MXFP4_TILE`]).
     Mxfp4,
+    /// IQ4_XS (see [`IQ4_XS_TILE`]).
+    Iq4Xs,
 }
 
 impl Shape {
@@ -75,6 +78,7 @@ impl Shape {
             DType::Q4_K => Some(Shape::Q4K),
             DType::Q6_K => Some(Shape::Q6K),
             DType::MXFP4 => Some(Shape::Mxfp4),
+            DType::IQ4_XS => Some(Shape::Iq4Xs),
             _ => None,
         }
     }
@@ -86,6 +90,7 @@ impl Shape {
             Shape::Q4K => 144,
             Shape::Q6K => 210,
             Shape::Mxfp4 => 17,
+            Shape::Iq4Xs => 136,
         }
     }
 
@@ -95,6 +100,7 @@ impl Shape {
             Shape::Q4K => Q4_K_TILE,
             Shape::Q6K => Q6_K_TILE,
             Shape::Mxfp4 => MXFP4_TILE,
+            Shape::Iq4Xs => IQ4_XS_TILE,
         }
     }
 
@@ -115,6 +121,23 @@ impl Shape {
             mv(tile, blk, j, 0, 1);
             for k in 0..4 {
                 mv(tile, blk, 8 + 32 * k + 4 * j, 1 + 4 * k, 4);
+            }
+            return;
+        }
+        if let Shape::Iq4Xs = self {
+            mv(tile, blk, 2 * j, 0, 2);
+            mv(tile, blk, 16 + 2 * j, 2, 2);
+            mv(tile, blk, 32 + 4 * j, 4, 4);
+            for c in 0..8 {
+                for k in 0..4 {
+                    mv(
+                        tile,
+                        blk,
+                        IQ4XS_QS + 128 * c + 32 * k + 4 * j,
+                        8 + 16 * c + 4 * k,
+                        4,
+                    );
+                }
             }
             return;
         }

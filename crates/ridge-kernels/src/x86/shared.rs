@@ -5,7 +5,7 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -279,6 +279,64 @@ pub(crate) unsafe fn mx4_words(w: __m256i) -> (__m256i, __m256i) {
     (
         _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
         _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+    )
+}
+
+/// The 16 IQ4 levels as bytes in both 128-bit halves (for `vpshufb`), each plus `off`.
+#[inline(always)]
+pub(crate) unsafe fn iq4_table(off: i8) -> __m256i {
+    let k = crate::lowbit::IQ4_VALUES.map(|v| v.wrapping_add(off));
+    let t = _mm_setr_epi8(
+        k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11], k[12], k[13],
+        k[14], k[15],
+    );
+    _mm256_set_m128i(t, t)
+}
+
+/// Vector `k` of sub-block `c` of the IQ4_XS tile at `p` looked up in `table`: (elements
+/// `4k..4k+4`, elements `16+4k..16+4k+4`) of the sub-block for each row.
+#[inline(always)]
+pub(crate) unsafe fn iq4xs_values(
+    p: *const u8,
+    c: usize,
+    k: usize,
+    table: __m256i,
+) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles_at(p.add(IQ4XS_QS + 128 * c + 32 * k));
+    (
+        _mm256_shuffle_epi8(table, lo),
+        _mm256_shuffle_epi8(table, hi),
+    )
+}
+
+/// An IQ4_XS tile's scale fields for the eight rows, one row per 32-bit lane: `d` as f32,
+/// `scales_h`, `scales_l` (see [`iq4xs_scale`]).
+#[inline(always)]
+pub(crate) unsafe fn iq4xs_fields(p: *const u8) -> (__m256, __m256i, __m256i) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(16) as *const __m128i));
+    let l = _mm256_loadu_si256(p.add(32) as *const __m256i);
+    (d8, h, l)
+}
+
+/// The eight rows' scale of sub-block `c`, `d · (ls − 32)` (exact in f32: an f16 times a
+/// 6-bit integer), from [`iq4xs_fields`]; `ls` is bits `4c..4c+4` of `scales_l` and bits
+/// `2c..2c+2` of `scales_h` above them.
+#[inline(always)]
+pub(crate) unsafe fn iq4xs_scale(f: (__m256, __m256i, __m256i), c: usize) -> __m256 {
+    let (d8, h, l) = f;
+    let lo = _mm256_and_si256(
+        _mm256_srlv_epi32(l, _mm256_set1_epi32(4 * c as i32)),
+        _mm256_set1_epi32(0x0F),
+    );
+    let hi = _mm256_and_si256(
+        _mm256_srlv_epi32(h, _mm256_set1_epi32(2 * c as i32)),
+        _mm256_set1_epi32(3),
+    );
+    let ls = _mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi));
+    _mm256_mul_ps(
+        d8,
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))),
     )
 }
 

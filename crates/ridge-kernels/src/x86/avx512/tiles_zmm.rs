@@ -14,7 +14,7 @@
 use super::tiles::{Vnni, PREFETCH_BYTES};
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
-use crate::tiles::{Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::tiles::{Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::x86::shared::prefetch_l2;
 use std::arch::x86_64::*;
 
@@ -71,16 +71,16 @@ unsafe fn run<A, F: Tiles<Zmm, A>, const T: usize>(
     out
 }
 
-/// Q8_0 and MXFP4 with 16-bit activations have 256-bit kernels only (`vpdpwssd` on words
-/// leaves no lanes to spare): a pair pass runs each group's tile through them on the halves
+/// Q8_0 and MXFP4 with 16-bit activations, and IQ4_XS, have 256-bit kernels only (`vpdpwssd`
+/// on words leaves no lanes to spare; IQ4_XS's pairs are not written yet): a pair pass runs each group's tile through them on the halves
 /// of the 512-bit accumulators, so every lane sees the 256-bit kernel's operations (its bits).
 macro_rules! halves {
-    ($($f:ty),*) => {$(
-        impl Tiles<Zmm, Act16Block> for $f {
+    ($($f:ty: $a:ty),*) => {$(
+        impl Tiles<Zmm, $a> for $f {
             #[inline(always)]
             unsafe fn tile<const T: usize>(
                 (p, q): (*const u8, *const u8),
-                x: &[&[Act16Block]; T],
+                x: &[&[$a]; T],
                 i: usize,
                 acc: &mut [__m512; T],
             ) {
@@ -88,8 +88,8 @@ macro_rules! halves {
                 let mut hi: [__m256; T] = std::array::from_fn(|t| {
                     _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[t])))
                 });
-                <$f as Tiles<Vnni, Act16Block>>::tile(p, x, i, &mut lo);
-                <$f as Tiles<Vnni, Act16Block>>::tile(q, x, i, &mut hi);
+                <$f as Tiles<Vnni, $a>>::tile(p, x, i, &mut lo);
+                <$f as Tiles<Vnni, $a>>::tile(q, x, i, &mut hi);
                 for t in 0..T {
                     let v = _mm512_castps256_ps512(lo[t]);
                     acc[t] = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
@@ -102,7 +102,7 @@ macro_rules! halves {
     )*};
 }
 
-halves!(Q80, Mx4);
+halves!(Q80: Act16Block, Mx4: Act16Block, Iq4Xs: Act16Block, Iq4Xs: ActBlock);
 
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
 #[inline(always)]
