@@ -122,13 +122,14 @@ pub(crate) const AVX2: Kernels = {
         dot_bf16: dot::dot_bf16,
         attend_group: Some(attention::attend_group),
         prefetch_l2: crate::x86::shared::prefetch_l2,
-        stored_chunk: Some(rows::stored_chunk),
+        stored_chunk: Some(rows::stored_chunk::<false>),
         tiled_chunk: Some(tiles::tiled_chunk),
         tile_pairs_above: usize::MAX,
     }
 };
 
-/// AVX-512 F/BW/VL/VNNI: AVX2's table with the tile products and attention of `x86::avx512`.
+/// AVX-512 F/BW/VL/VNNI: AVX2's table with the tile products and attention of `x86::avx512`,
+/// and the row kernels fetching lattice grids by gathers.
 #[cfg(target_arch = "x86_64")]
 pub(crate) const AVX512: Kernels = {
     use crate::x86::avx512;
@@ -136,6 +137,8 @@ pub(crate) const AVX512: Kernels = {
         attend_group: Some(avx512::attention::attend_group_zmm),
         tiled_chunk: Some(avx512::tiled_chunk),
         tile_pairs_above: avx512::tiles::MAX_TOKENS,
+        // The lattice formats' grid entries by gathers (`x86::avx2::lowbit::gathered32`).
+        stored_chunk: Some(crate::x86::avx2::rows::stored_chunk::<true>),
         ..AVX2
     }
 };

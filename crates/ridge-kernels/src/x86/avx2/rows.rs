@@ -13,13 +13,14 @@ use crate::DType;
 
 /// Tokens `0..n` against rows `r0..r1` of a quantized matrix in the stored layout, into `y`
 /// (row-major, `rows` floats per token); returns false, doing nothing, for a format without
-/// AVX2 row kernels (floats, Q5_1), which the caller computes row by row.
+/// AVX2 row kernels (floats, Q5_1), which the caller computes row by row. `G`: the lattice
+/// formats fetch their grid entries by gathers (`lowbit::lattice_rows`; the same values).
 ///
 /// # Safety
 /// AVX2/FMA/F16C are available; `a` holds `n` activation rows in `w`'s path; `r1 <= w.rows
 /// <= rows`; `y` points at `n · rows` floats whose columns `r0..r1` no other thread writes
 /// meanwhile.
-pub(crate) unsafe fn stored_chunk(
+pub(crate) unsafe fn stored_chunk<const G: bool>(
     w: &WeightMatrix<'_>,
     a: &CallActs<'_>,
     n: usize,
@@ -43,15 +44,15 @@ pub(crate) unsafe fn stored_chunk(
     while t + 4 <= n {
         // SAFETY: AVX2 is available and the format is quantized; t + 4 <= n; rows r0..r1
         // lie inside w and belong to this caller (function contract).
-        tokens_t::<4, 2>(w, a, t, r0, r1, yp, rows);
+        tokens_t::<G, 4, 2>(w, a, t, r0, r1, yp, rows);
         t += 4;
     }
     // The rest in one pass too (a verification step of 3, 6 or 7 tokens is common).
     match n - t {
         // SAFETY (each arm): as above with t + 3, t + 2 or t + 1 == n.
-        3 => tokens_t::<3, 2>(w, a, t, r0, r1, yp, rows),
-        2 => tokens_t::<2, 4>(w, a, t, r0, r1, yp, rows),
-        1 => tokens_t::<1, 4>(w, a, t, r0, r1, yp, rows),
+        3 => tokens_t::<G, 3, 2>(w, a, t, r0, r1, yp, rows),
+        2 => tokens_t::<G, 2, 4>(w, a, t, r0, r1, yp, rows),
+        1 => tokens_t::<G, 1, 4>(w, a, t, r0, r1, yp, rows),
         _ => {}
     }
     true
@@ -73,7 +74,7 @@ fn has_rows(dtype: DType) -> bool {
 /// The CPU supports AVX2/FMA/F16C; the format is quantized and `path` is what [`Path::of`]
 /// gives for it; `base` points at `R` rows of `stride` bytes, each matching every activation
 /// row's length in that path's form.
-unsafe fn rows_t<const R: usize, const T: usize>(
+unsafe fn rows_t<const G: bool, const R: usize, const T: usize>(
     dtype: DType,
     path: Path,
     base: *const u8,
@@ -101,7 +102,9 @@ unsafe fn rows_t<const R: usize, const T: usize>(
         (DType::Q2_K, Path::Int8) => lowbit::q2k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::Q3_K, Path::Int8) => lowbit::q3k_rows::<R, T>(base, stride, xq, &mut o),
         (DType::IQ4_XS, Path::Int8) => lowbit::iq4xs_rows::<R, T>(base, stride, xq, &mut o),
-        (lattice!(), Path::Int8) => lowbit::lattice_rows::<R, T>(dtype, base, stride, xq, &mut o),
+        (lattice!(), Path::Int8) => {
+            lowbit::lattice_rows::<G, R, T>(dtype, base, stride, xq, &mut o)
+        }
         (DType::Q2_K | DType::Q3_K | DType::IQ4_XS | lattice!(), Path::Int16) => {
             lowbit::decoded_rows16::<R, T>(dtype, base, stride, x16, &mut o)
         }
@@ -197,7 +200,7 @@ unsafe fn rows_t<const R: usize, const T: usize>(
 /// An AVX2 Isa was detected; `w` is quantized and `a.path` is its path; `t + T <= n`, `r1 <=
 /// w.rows`; `a` holds `n` activation rows; `y` points at `n · w.rows` floats that no other task
 /// writes in rows `r0..r1`.
-unsafe fn tokens_t<const T: usize, const R: usize>(
+unsafe fn tokens_t<const G: bool, const T: usize, const R: usize>(
     w: &WeightMatrix<'_>,
     a: &CallActs<'_>,
     t: usize,
@@ -212,7 +215,7 @@ unsafe fn tokens_t<const T: usize, const R: usize>(
     while r < r1 {
         let base = w.row(r).as_ptr();
         if r + R <= r1 {
-            let o = rows_t::<R, T>(w.dtype, a.path, base, stride, at);
+            let o = rows_t::<G, R, T>(w.dtype, a.path, base, stride, at);
             for (j, oj) in o.iter().enumerate() {
                 for (i, &v) in oj.iter().enumerate() {
                     *y.ptr().add((t + j) * rows + r + i) = v;
@@ -220,7 +223,7 @@ unsafe fn tokens_t<const T: usize, const R: usize>(
             }
             r += R;
         } else {
-            let o = rows_t::<1, T>(w.dtype, a.path, base, stride, at);
+            let o = rows_t::<G, 1, T>(w.dtype, a.path, base, stride, at);
             for (j, oj) in o.iter().enumerate() {
                 *y.ptr().add((t + j) * rows + r) = oj[0];
             }
