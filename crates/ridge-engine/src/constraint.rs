@@ -180,7 +180,21 @@ pub struct Constraint {
     mask: Option<SimpleVob>,
     eog: Arc<[u32]>,
     /// A lazy grammar's trigger, until the output writes it: till then nothing is masked.
-    waiting_for: Option<u32>,
+    waiting_for: Option<Trigger>,
+}
+
+/// What a lazy grammar waits for: its trigger token, or the same text spelled by ordinary
+/// tokens (a small model that has seen `<tool_call>` written out in a prompt may write it out
+/// too, and a call that opens so must not escape the grammar).
+#[derive(Clone, Debug)]
+struct Trigger {
+    /// The trigger token (`u32::MAX` once a spelled trigger could not be followed: the output
+    /// then stays free).
+    token: u32,
+    /// Its text (empty when it has none, or after giving up).
+    text: Vec<u8>,
+    /// The output's last bytes, fewer than `text.len()` kept between tokens.
+    tail: Vec<u8>,
 }
 
 impl Clone for Constraint {
@@ -190,7 +204,7 @@ impl Clone for Constraint {
             matcher: self.matcher.deep_clone(),
             mask: self.mask.clone(),
             eog: self.eog.clone(),
-            waiting_for: self.waiting_for,
+            waiting_for: self.waiting_for.clone(),
         }
     }
 }
@@ -218,14 +232,76 @@ impl Constraint {
         if self.matcher.is_error() {
             return None;
         }
+        let text = match self.matcher.tok_env() {
+            Ok(env) => {
+                let bytes = env.tok_trie().token(trigger);
+                bytes
+                    .strip_prefix(&[TokTrie::SPECIAL_TOKEN_MARKER])
+                    .unwrap_or(bytes)
+                    .to_vec()
+            }
+            Err(_) => Vec::new(),
+        };
         self.mask = None;
-        self.waiting_for = Some(trigger);
+        self.waiting_for = Some(Trigger {
+            token: trigger,
+            text,
+            tail: Vec::new(),
+        });
         Some(self)
     }
 
     /// False while a lazy grammar waits for its trigger (nothing is masked yet).
     pub fn is_active(&self) -> bool {
         self.waiting_for.is_none()
+    }
+
+    /// While waiting: whether `token` opens the grammar — the trigger token itself, or the
+    /// last piece of the trigger's text spelled by ordinary tokens, in which case the bytes the
+    /// piece carries past the text are fed to the grammar (re-tokenized); a grammar that
+    /// refuses them is given up, leaving the output free.
+    fn opens(&mut self, token: u32) -> bool {
+        let Some(w) = self.waiting_for.as_mut() else {
+            return false;
+        };
+        if token == w.token {
+            return true;
+        }
+        if w.text.is_empty() {
+            return false;
+        }
+        let Ok(env) = self.matcher.tok_env() else {
+            return false;
+        };
+        let piece = env.tok_trie().token(token);
+        if piece.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
+            w.tail.clear();
+            return false;
+        }
+        let before = w.tail.len();
+        w.tail.extend_from_slice(piece);
+        // The first place the text ends inside this piece.
+        let found = (0..w.tail.len().saturating_sub(w.text.len() - 1))
+            .find(|&i| i + w.text.len() > before && w.tail[i..].starts_with(&w.text));
+        let Some(at) = found else {
+            let keep = w.tail.len().min(w.text.len() - 1);
+            w.tail.drain(..w.tail.len() - keep);
+            return false;
+        };
+        let rest = w.tail[at + w.text.len()..].to_vec();
+        if !rest.is_empty() {
+            let tokens = env.tokenize_bytes(&rest);
+            let fed = self.matcher.try_consume_tokens(&tokens).unwrap_or(0);
+            if fed < tokens.len() || self.matcher.is_error() {
+                *w = Trigger {
+                    token: u32::MAX,
+                    text: Vec::new(),
+                    tail: Vec::new(),
+                };
+                return false;
+            }
+        }
+        true
     }
 
     /// Computes the mask for the next token, if not done yet (the expensive part; the engine
@@ -266,9 +342,9 @@ impl Constraint {
     /// Advances past `token` (end-of-generation tokens end the output and are not fed).
     pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {
         self.mask = None;
-        if let Some(trigger) = self.waiting_for {
+        if self.waiting_for.is_some() {
             // The matcher consumed the trigger in `after_trigger`.
-            if token == trigger {
+            if self.opens(token) {
                 self.waiting_for = None;
             }
             return Ok(());

@@ -666,6 +666,12 @@ fn synthetic_tokenizer() -> Arc<Tokenizer> {
     }
     let mut types = vec![1i32; 256];
     types.resize(tokens.len(), 3);
+    // Two ordinary tokens that end a tag written out and carry a byte past it (no merges
+    // make them: tests feed them by id).
+    for t in [">Ċ", ">x"] {
+        tokens.push(t.into());
+        types.push(1);
+    }
     let mut w = GgufWriter::new();
     w.meta(
         "general.architecture",
@@ -753,8 +759,13 @@ const CALL_CASES: [(&str, &str); 14] = [
 /// Whether `c` lets the model write `text`: each token allowed by the mask when it is
 /// written, and the whole accepted.
 fn writes(tok: &Tokenizer, c: &mut Constraint, text: &str, vocab: usize) -> bool {
+    writes_ids(c, &tok.encode(text, false, true).unwrap(), vocab)
+}
+
+/// Whether the grammar lets these tokens be written, one by one, and accepts the result.
+fn writes_ids(c: &mut Constraint, ids: &[u32], vocab: usize) -> bool {
     let mut logits = vec![0.0f32; vocab];
-    for t in tok.encode(text, false, true).unwrap() {
+    for &t in ids {
         logits.iter_mut().for_each(|l| *l = 0.0);
         if c.apply(&mut logits).is_err() || logits[t as usize] == f32::NEG_INFINITY {
             return false;
@@ -807,6 +818,29 @@ fn under_auto_text_is_free_until_a_call_opens_and_the_call_is_then_a_valid_one()
             !writes(&tok, &mut c, &unoffered, vocab),
             "{name}: {unoffered}"
         );
+        // The trigger spelled by ordinary tokens opens the grammar as the token does (a
+        // small model that saw the tag written out may write it out): the call is then held
+        // to the grammar too.
+        let tag = tok.token_str(trigger).unwrap().to_string();
+        let rest = call
+            .strip_prefix(tag.as_str())
+            .unwrap_or_else(|| panic!("{name}: {call}"));
+        let spelled = |body: &str| {
+            let mut ids = tok.encode(text, false, true).unwrap();
+            ids.extend(tok.encode(&tag, false, false).unwrap());
+            ids.extend(tok.encode(body, false, true).unwrap());
+            ids
+        };
+        assert!(tok.encode(&tag, false, false).unwrap().len() > 1, "{name}");
+        let mut c = fresh();
+        assert!(writes_ids(&mut c, &spelled(rest), vocab), "{name}: spelled");
+        assert!(c.is_active(), "{name}: spelled");
+        let mut c = fresh();
+        let unoffered_rest = rest.replacen("get_weather", "get_forecast", 1);
+        assert!(
+            !writes_ids(&mut c, &spelled(&unoffered_rest), vocab),
+            "{name}: spelled {unoffered_rest}"
+        );
         // With `parallel_tool_calls: false` the grammar ends after one call.
         let mut single = tools.clone();
         single.parallel = false;
@@ -826,8 +860,32 @@ fn under_auto_text_is_free_until_a_call_opens_and_the_call_is_then_a_valid_one()
             tok.token_id(t)
         })
     };
-    // A prompt that leaves thoughts open has no lazy grammar (a tag while thinking is no call).
+    // A tag written out whose last token carries more: the rest is fed to the grammar (a
+    // newline is where a call's JSON may begin) or, where the grammar refuses it, the lazy
+    // grammar is given up and the output stays free.
     let tools = hermes(ToolChoice::Auto);
+    let (spec, trigger) = tools.lazy_grammar_after("").unwrap();
+    let ids = |tail: &str, body: &str| {
+        let mut v = tok.encode("<tool_call", false, false).unwrap();
+        v.push(tok.token_id(tail).unwrap());
+        v.extend(tok.encode(body, false, true).unwrap());
+        v
+    };
+    let lazy = || {
+        grammars
+            .compile(&spec)
+            .unwrap()
+            .after_trigger(trigger)
+            .unwrap()
+    };
+    let good = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let bad = good.replace("get_weather", "get_forecast");
+    let mut c = lazy();
+    assert!(writes_ids(&mut c, &ids(">Ċ", good), vocab) && c.is_active());
+    assert!(!writes_ids(&mut lazy(), &ids(">Ċ", &bad), vocab));
+    let mut c = lazy();
+    assert!(writes_ids(&mut c, &ids(">x", &bad), vocab) && !c.is_active());
+    // A prompt that leaves thoughts open has no lazy grammar (a tag while thinking is no call).
     assert!(tools
         .lazy_grammar_after("<|im_start|>assistant\n<think>\n")
         .is_none());
