@@ -41,6 +41,8 @@ pub(crate) struct Q6K;
 pub(crate) struct Mx4;
 /// IQ4_XS tiles.
 pub(crate) struct Iq4Xs;
+/// IQ4_NL tiles (Q4_0's layout).
+pub(crate) struct Iq4Nl;
 
 /// A tiled format's geometry, the same on every instruction set.
 pub(crate) trait TileFormat {
@@ -69,6 +71,7 @@ tile_format! {
     Q6K => Q6_K_TILE, 8;
     Mx4 => MXFP4_TILE, 1;
     Iq4Xs => IQ4_XS_TILE, 8;
+    Iq4Nl => Q4_0_TILE, 1;
 }
 
 /// An instruction set's way of running tile kernels: its registers and its pass over the
@@ -154,6 +157,7 @@ pub(crate) fn has_kernel(dtype: DType, path: Path) -> bool {
                 | DType::Q4_K
                 | DType::Q6_K
                 | DType::MXFP4
+                | DType::IQ4_NL
                 | DType::IQ4_XS,
             Path::Int8 | Path::Int16
         )
@@ -169,7 +173,7 @@ pub(crate) struct PassActs<'x, const T: usize> {
     pub x8: [&'x [ActBlock]; T],
     /// 16-bit blocks split into bytes (formats whose 16-bit kernels take bytes).
     pub s16: [&'x [ActSplit16]; T],
-    /// 16-bit blocks (Q8_0, MXFP4, IQ4_XS).
+    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS).
     pub x16: [&'x [Act16Block]; T],
 }
 
@@ -211,6 +215,7 @@ where
     Q80: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Mx4: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq4Xs: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
+    Iq4Nl: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q40: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q41: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q50: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
@@ -228,6 +233,8 @@ where
             DType::MXFP4 => I::run::<_, Mx4, T>(src, a.x8),
             DType::IQ4_XS if i16 => I::run::<_, Iq4Xs, T>(src, a.x16),
             DType::IQ4_XS => I::run::<_, Iq4Xs, T>(src, a.x8),
+            DType::IQ4_NL if i16 => I::run::<_, Iq4Nl, T>(src, a.x16),
+            DType::IQ4_NL => I::run::<_, Iq4Nl, T>(src, a.x8),
             DType::Q5_0 if i16 => I::run::<_, Q50, T>(src, a.s16),
             DType::Q5_0 => I::run::<_, Q50, T>(src, a.x8),
             DType::Q5_1 if i16 => I::run::<_, Q51, T>(src, a.s16),

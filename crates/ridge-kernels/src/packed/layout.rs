@@ -70,6 +70,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::Q6_K => Q6_K_TILE,
         DType::MXFP4 => MXFP4_TILE,
         DType::IQ4_XS => IQ4_XS_TILE,
+        DType::IQ4_NL => Q4_0_TILE,
         _ => 0,
     }
 }

@@ -70,7 +70,8 @@ impl Shape {
             })
         };
         match dtype {
-            DType::Q4_0 => simple(1, false, 18),
+            // IQ4_NL's block is Q4_0's (an f16 scale, 16 nibble bytes); only its codes differ.
+            DType::Q4_0 | DType::IQ4_NL => simple(1, false, 18),
             DType::Q4_1 => simple(2, false, 20),
             DType::Q8_0 => simple(1, false, 34),
             DType::Q5_0 => simple(1, true, 22),

@@ -5,7 +5,7 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -293,16 +293,11 @@ pub(crate) unsafe fn iq4_table(off: i8) -> __m256i {
     _mm256_set_m128i(t, t)
 }
 
-/// Vector `k` of sub-block `c` of the IQ4_XS tile at `p` looked up in `table`: (elements
-/// `4k..4k+4`, elements `16+4k..16+4k+4`) of the sub-block for each row.
+/// The nibble vector at `v` (as Q4_0's tiles: elements `4k..4k+4` in the low nibbles,
+/// `16+4k..16+4k+4` in the high ones, for each row) looked up in `table`.
 #[inline(always)]
-pub(crate) unsafe fn iq4xs_values(
-    p: *const u8,
-    c: usize,
-    k: usize,
-    table: __m256i,
-) -> (__m256i, __m256i) {
-    let (lo, hi) = nibbles_at(p.add(IQ4XS_QS + 128 * c + 32 * k));
+pub(crate) unsafe fn lut_values(v: *const u8, table: __m256i) -> (__m256i, __m256i) {
+    let (lo, hi) = nibbles_at(v);
     (
         _mm256_shuffle_epi8(table, lo),
         _mm256_shuffle_epi8(table, hi),

@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4 and IQ4_XS weights (see `crate::packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS weights (see `crate::packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -14,10 +14,10 @@
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::CallActs;
 use crate::matrix::WeightMatrix;
-use crate::packed::layout::TILE_ROWS;
+use crate::packed::layout::{IQ4XS_QS, TILE_ROWS};
 use crate::pool::SharedMut;
 use crate::tiles::{
-    groups, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -611,80 +611,113 @@ impl Tiles<Avx2, Act16Block> for Mx4 {
     }
 }
 
-/// Eight tiled IQ4_XS rows against `T` rows of 8-bit activation blocks, sub-block by
-/// sub-block: the codes looked up as signed levels (|v| ≤ 127) once for all tokens, their
-/// signs moved onto the activations as for MXFP4; a `pmaddubsw` pair may reach 2 · 127 · 127 =
-/// 32 258, so each is widened at once. The exact integer sum of a sub-block meets the rows'
-/// `d · (ls − 32)` times the activation scale.
-impl Tiles<Avx2, ActBlock> for Iq4Xs {
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        sb: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let table = iq4_table(0);
-        let fields = iq4xs_fields(p);
-        let ones = _mm256_set1_epi16(1);
-        for c in 0..8 {
-            let mut s = [_mm256_setzero_si256(); T];
-            for k in 0..4 {
-                let (wl, wh) = iq4xs_values(p, c, k, table);
-                let (al, ah) = (_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(wh, wh));
-                for t in 0..T {
-                    let a = x[t].get_unchecked(8 * sb + c).qs.as_ptr() as *const u8;
-                    let pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(a.add(4 * k)), wl));
-                    let ph =
-                        _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(a.add(16 + 4 * k)), wh));
-                    let pw =
-                        _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
-                    s[t] = _mm256_add_epi32(s[t], pw);
-                }
+/// The exact integer sums of one block of 32 IQ4 codes for eight rows (the four nibble vectors
+/// at `v`, as Q4_0's) against activation block `blk` of each token: the codes looked up as
+/// signed levels (|v| ≤ 127) once for all tokens, their signs moved onto the activations as
+/// for MXFP4; a `pmaddubsw` pair may reach 2 · 127 · 127 = 32 258, so each is widened at once.
+#[inline(always)]
+unsafe fn iq4_sums<const T: usize>(v: *const u8, x: &[&[ActBlock]; T], blk: usize) -> [__m256i; T] {
+    let table = iq4_table(0);
+    let ones = _mm256_set1_epi16(1);
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = lut_values(v.add(32 * k), table);
+        let (al, ah) = (_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(wh, wh));
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            let pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast4(a.add(4 * k)), wl));
+            let ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast4(a.add(16 + 4 * k)), wh));
+            let pw = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
+            s[t] = _mm256_add_epi32(s[t], pw);
+        }
+    }
+    s
+}
+
+/// [`iq4_sums`] against 16-bit activation blocks, as MXFP4's: the levels widened to 16 bits
+/// once for all tokens, `pmaddwd` against four activation quants (a lane sums at most 16
+/// products of 127 · 32 767: no overflow).
+#[inline(always)]
+unsafe fn iq4_sums16<const T: usize>(
+    v: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let table = iq4_table(0);
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = lut_values(v.add(32 * k), table);
+        for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
+            let (w0, w1) = mx4_words(w);
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(e));
+                lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+                hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
             }
+        }
+    }
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// Eight tiled IQ4_XS rows, sub-block by sub-block: each sub-block's exact sums ([`iq4_sums`])
+/// meet the rows' `d · (ls − 32)` times the activation scale.
+impl<A: Iq4Sums> Tiles<Avx2, A> for Iq4Xs {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        let fields = iq4xs_fields(p);
+        for c in 0..8 {
+            let s = A::sums(p.add(IQ4XS_QS + 128 * c), x, 8 * sb + c);
             let sc = iq4xs_scale(fields, c);
             for t in 0..T {
-                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).d);
+                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).scale());
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
             }
         }
     }
 }
 
-/// Eight tiled IQ4_XS rows against `T` rows of 16-bit activation blocks, as MXFP4's: the levels
-/// widened to 16 bits once for all tokens, `pmaddwd` against four activation quants (a lane
-/// sums at most 16 products of 127 · 32 767: no overflow).
-impl Tiles<Avx2, Act16Block> for Iq4Xs {
+/// Eight tiled IQ4_NL rows (Q4_0's tile: the rows' f16 scales, then four nibble vectors):
+/// [`iq4_sums`] times `d · da`.
+impl<A: Iq4Sums> Tiles<Avx2, A> for Iq4Nl {
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[Act16Block]; T],
-        sb: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let table = iq4_table(0);
-        let fields = iq4xs_fields(p);
-        for c in 0..8 {
-            let mut lo = [_mm256_setzero_si256(); T];
-            let mut hi = [_mm256_setzero_si256(); T];
-            for k in 0..4 {
-                let (wl, wh) = iq4xs_values(p, c, k, table);
-                for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
-                    let (w0, w1) = mx4_words(w);
-                    for t in 0..T {
-                        let a = bcast4w(x[t].get_unchecked(8 * sb + c).qs.as_ptr().add(e));
-                        lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
-                        hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
-                    }
-                }
-            }
-            let sc = iq4xs_scale(fields, c);
-            for t in 0..T {
-                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).d);
-                let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
-                acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(sc, da), acc[t]);
-            }
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::sums(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
         }
+    }
+}
+
+/// The IQ4 sums of an activation block type (8- or 16-bit).
+trait Iq4Sums: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// See [`iq4_sums`].
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T];
+}
+
+impl Iq4Sums for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T] {
+        iq4_sums(v, x, blk)
+    }
+}
+
+impl Iq4Sums for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T] {
+        iq4_sums16(v, x, blk)
     }
 }
 

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4 and IQ4_XS weights: the tile layout,
+//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS weights: the tile layout,
 //! prefetch and scale arithmetic of `crate::x86::avx2::tiles`, with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
@@ -15,7 +15,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::tiles::{Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::packed::layout::IQ4XS_QS;
+use crate::tiles::{Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
@@ -513,72 +514,109 @@ impl Tiles<Vnni, Act16Block> for Mx4 {
     }
 }
 
-/// IQ4_XS, sub-block by sub-block: the codes looked up as unsigned `v + 128` (MXFP4's offset)
-/// and the offset taken back through the activation block's quant sum — the AVX2 kernel's exact
-/// sum, met by the same scale steps.
-impl Tiles<Vnni, ActBlock> for Iq4Xs {
+/// The exact integer sums of one block of 32 IQ4 codes for eight rows (the four nibble vectors
+/// at `v`) against activation block `blk` of each token: the codes looked up as unsigned
+/// `v + 128` (MXFP4's offset) and the offset taken back through the block's quant sum — the
+/// AVX2 kernel's sums.
+#[inline(always)]
+unsafe fn iq4_sums<const T: usize>(v: *const u8, x: &[&[ActBlock]; T], blk: usize) -> [__m256i; T] {
+    let table = iq4_table(-128);
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = lut_values(v.add(32 * k), table);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], wl, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], wh, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| {
+        let isum = x[t].get_unchecked(blk).isum;
+        _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * isum))
+    })
+}
+
+/// [`iq4_sums`] against 16-bit activation blocks: the levels widened as on AVX2, `vpdpwssd`
+/// for `pmaddwd` + add.
+#[inline(always)]
+unsafe fn iq4_sums16<const T: usize>(
+    v: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let table = iq4_table(0);
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in 0..4 {
+        let (wl, wh) = lut_values(v.add(32 * k), table);
+        for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
+            let (w0, w1) = mx4_words(w);
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(e));
+                lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
+                hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
+            }
+        }
+    }
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// The IQ4 sums of an activation block type (8- or 16-bit).
+trait Iq4Sums: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// See [`iq4_sums`].
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T];
+}
+
+impl Iq4Sums for ActBlock {
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[ActBlock]; T],
-        sb: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let table = iq4_table(-128);
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T] {
+        iq4_sums(v, x, blk)
+    }
+}
+
+impl Iq4Sums for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T] {
+        iq4_sums16(v, x, blk)
+    }
+}
+
+/// IQ4_XS, sub-block by sub-block: each sub-block's exact sums meet the rows'
+/// `d · (ls − 32)` times the activation scale, as on AVX2.
+impl<A: Iq4Sums> Tiles<Vnni, A> for Iq4Xs {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         let fields = iq4xs_fields(p);
         for c in 0..8 {
-            let mut s = [_mm256_setzero_si256(); T];
-            for k in 0..4 {
-                let (wl, wh) = iq4xs_values(p, c, k, table);
-                for t in 0..T {
-                    let a = x[t].get_unchecked(8 * sb + c).qs.as_ptr() as *const u8;
-                    s[t] = dp(s[t], wl, bcast4(a.add(4 * k)));
-                    s[t] = dp(s[t], wh, bcast4(a.add(16 + 4 * k)));
-                }
-            }
+            let s = A::sums(p.add(IQ4XS_QS + 128 * c), x, 8 * sb + c);
             let sc = iq4xs_scale(fields, c);
             for t in 0..T {
-                let a = x[t].get_unchecked(8 * sb + c);
-                let isum = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * a.isum));
-                let da = _mm256_set1_ps(a.d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(sc, da), acc[t]);
+                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).scale());
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
             }
         }
     }
 }
 
-/// IQ4_XS with 16-bit activations: the levels widened as on AVX2, `vpdpwssd` for `pmaddwd` +
-/// add.
-impl Tiles<Vnni, Act16Block> for Iq4Xs {
+/// IQ4_NL (Q4_0's tile): the exact sums times `d · da`, as on AVX2.
+impl<A: Iq4Sums> Tiles<Vnni, A> for Iq4Nl {
     #[inline(always)]
-    unsafe fn tile<const T: usize>(
-        p: *const u8,
-        x: &[&[Act16Block]; T],
-        sb: usize,
-        acc: &mut [__m256; T],
-    ) {
-        let table = iq4_table(0);
-        let fields = iq4xs_fields(p);
-        for c in 0..8 {
-            let mut lo = [_mm256_setzero_si256(); T];
-            let mut hi = [_mm256_setzero_si256(); T];
-            for k in 0..4 {
-                let (wl, wh) = iq4xs_values(p, c, k, table);
-                for (w, e) in [(wl, 4 * k), (wh, 16 + 4 * k)] {
-                    let (w0, w1) = mx4_words(w);
-                    for t in 0..T {
-                        let a = bcast4w(x[t].get_unchecked(8 * sb + c).qs.as_ptr().add(e));
-                        lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
-                        hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
-                    }
-                }
-            }
-            let sc = iq4xs_scale(fields, c);
-            for t in 0..T {
-                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).d);
-                let isum = _mm256_cvtepi32_ps(q8_rows(lo[t], hi[t]));
-                acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(sc, da), acc[t]);
-            }
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        let s = A::sums(p.add(16), x, i);
+        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
         }
     }
 }

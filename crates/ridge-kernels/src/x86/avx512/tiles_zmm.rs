@@ -14,7 +14,7 @@
 use super::tiles::{Vnni, PREFETCH_BYTES};
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
-use crate::tiles::{Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::tiles::{Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::x86::shared::prefetch_l2;
 use std::arch::x86_64::*;
 
@@ -71,8 +71,8 @@ unsafe fn run<A, F: Tiles<Zmm, A>, const T: usize>(
     out
 }
 
-/// Q8_0 and MXFP4 with 16-bit activations, and IQ4_XS, have 256-bit kernels only (`vpdpwssd`
-/// on words leaves no lanes to spare; IQ4_XS's pairs are not written yet): a pair pass runs each group's tile through them on the halves
+/// Q8_0 and MXFP4 with 16-bit activations, and the IQ4 formats, have 256-bit kernels only (`vpdpwssd`
+/// on words leaves no lanes to spare; IQ4's pairs are not written yet): a pair pass runs each group's tile through them on the halves
 /// of the 512-bit accumulators, so every lane sees the 256-bit kernel's operations (its bits).
 macro_rules! halves {
     ($($f:ty: $a:ty),*) => {$(
@@ -102,7 +102,14 @@ macro_rules! halves {
     )*};
 }
 
-halves!(Q80: Act16Block, Mx4: Act16Block, Iq4Xs: Act16Block, Iq4Xs: ActBlock);
+halves!(
+    Q80: Act16Block,
+    Mx4: Act16Block,
+    Iq4Xs: Act16Block,
+    Iq4Xs: ActBlock,
+    Iq4Nl: Act16Block,
+    Iq4Nl: ActBlock
+);
 
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
 #[inline(always)]
