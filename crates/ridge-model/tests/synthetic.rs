@@ -397,6 +397,15 @@ fn batching_and_chunking_do_not_change_results() {
         rope_freqs: true,
         ..Default::default()
     });
+    // IQ4_XS and IQ4_NL layers in tiles (their 8- and 16-bit kernels).
+    for dtype in [DType::IQ4_XS, DType::IQ4_NL] {
+        batching_and_chunking(&SyntheticSpec {
+            dtype,
+            d_model: 256,
+            ffn_dim: 512,
+            ..Default::default()
+        });
+    }
 }
 
 fn batching_and_chunking(spec: &SyntheticSpec) {
