@@ -1366,3 +1366,43 @@ fn pieces_across_the_pool_give_one_calls_bits() {
         );
     }
 }
+
+/// The low-bit formats in their stored rows (the lattice and ternary ones, Q2_K, Q3_K) give each
+/// token the same bits alone or among many (a prefill chunk decodes a lattice row once for all
+/// its tokens, a decode step per token), on every path, and stay near the f64 reference.
+#[test]
+fn stored_low_bit_rows_are_batch_invariant() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let (rows, cols, n) = (11, 512, 19);
+    let low_bit = ALL
+        .into_iter()
+        .filter(|&d| is_lattice(d) || matches!(d, DType::Q2_K | DType::Q3_K));
+    for dtype in low_bit {
+        let w = random_rows(&mut rng, dtype, rows, cols);
+        let wm = WeightMatrix::new(dtype, rows, cols, &w).unwrap();
+        let x = randv(&mut rng, n * cols);
+        for isa in isas() {
+            let mut all = vec![0f32; n * rows];
+            let mut s = MatmulScratch::default();
+            matmul(isa, ActPrecision::Int8, &wm, &x, n, &mut all, &mut s);
+            let want = reference(dtype, ActPrecision::Int8, false, &w, rows, cols, &x, n);
+            for (i, (&a, &b)) in all.iter().zip(&want).enumerate() {
+                let tol = 1e-4 * (1.0 + b.abs()) * (cols as f64).sqrt();
+                assert!(
+                    (a as f64 - b).abs() < tol,
+                    "{dtype:?} {isa:?} elem {i}: {a} vs {b}"
+                );
+            }
+            for t in [0, 5, n - 1] {
+                let mut one = vec![0f32; rows];
+                let xt = &x[t * cols..(t + 1) * cols];
+                matmul(isa, ActPrecision::Int8, &wm, xt, 1, &mut one, &mut s);
+                assert_eq!(
+                    &all[t * rows..(t + 1) * rows],
+                    &one[..],
+                    "{dtype:?} {isa:?}: token {t} alone"
+                );
+            }
+        }
+    }
+}

@@ -38,6 +38,12 @@ pub(crate) unsafe fn stored_chunk<const G: bool>(
         lowbit::dequantized_rows_f32(w, a.f, n, r0, r1, yp, rows);
         return true;
     }
+    if a.path == Path::Int8 && n >= 8 && crate::iquant::is_lattice(w.dtype) {
+        // SAFETY: AVX2 is available, the format is a lattice one in rows, the path 8-bit
+        // (checked); the rest is this function's own contract.
+        lowbit::lattice_chunk::<G>(w, a, n, r0, r1, yp, rows);
+        return true;
+    }
     let mut t = 0;
     // Groups of activation rows share each unpacked weight block: 4 at a time (2 weight
     // rows per call keeps the accumulators in registers), then the last 1, 2 or 3.
