@@ -83,7 +83,8 @@ pub(crate) unsafe fn tiled_tokens(
 /// ms, 6 tokens 63 → 55 ms, and a lone 8-token pass — a verification of seven guesses —
 /// 71–72.5 → 67.1–67.3 ms on the Zen 4, where a streamed 8960×1536 Q6_K product of 8 tokens
 /// runs at 166 GMAC/s in 256-bit passes and 140 in pairs). Q8_0 and MXFP4 with 16-bit
-/// activations, and the IQ4 formats, have 256-bit kernels only, so they stay on [`Vnni`].
+/// activations (and the IQ4 formats with them) have 256-bit kernels only, so they stay on
+/// [`Vnni`].
 ///
 /// # Safety
 /// As [`tiled_chunk`], with `t + T <= n`.
@@ -99,8 +100,11 @@ unsafe fn tokens<const T: usize>(
 ) {
     let acts = PassActs::<T>::of(a, t);
     let i16 = a.path == Path::Int16;
-    let halves_only =
-        w.dtype == DType::IQ4_XS || i16 && matches!(w.dtype, DType::Q8_0 | DType::MXFP4);
+    let halves_only = i16
+        && matches!(
+            w.dtype,
+            DType::Q8_0 | DType::MXFP4 | DType::IQ4_XS | DType::IQ4_NL
+        );
     let pairs = t > 0 && T >= 8 && !halves_only;
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     if pairs {

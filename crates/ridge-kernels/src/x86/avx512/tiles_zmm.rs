@@ -13,7 +13,7 @@
 
 use super::tiles::{Vnni, PREFETCH_BYTES};
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
 use crate::tiles::{Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::x86::shared::prefetch_l2;
 use std::arch::x86_64::*;
@@ -71,9 +71,10 @@ unsafe fn run<A, F: Tiles<Zmm, A>, const T: usize>(
     out
 }
 
-/// Q8_0 and MXFP4 with 16-bit activations, and the IQ4 formats, have 256-bit kernels only (`vpdpwssd`
-/// on words leaves no lanes to spare; IQ4's pairs are not written yet): a pair pass runs each group's tile through them on the halves
-/// of the 512-bit accumulators, so every lane sees the 256-bit kernel's operations (its bits).
+/// Q8_0, MXFP4 and the IQ4 formats with 16-bit activations have 256-bit kernels only
+/// (`vpdpwssd` on words leaves no lanes to spare): a pair pass runs each group's tile through
+/// them on the halves of the 512-bit accumulators, so every lane sees the 256-bit kernel's
+/// operations (its bits).
 macro_rules! halves {
     ($($f:ty: $a:ty),*) => {$(
         impl Tiles<Zmm, $a> for $f {
@@ -106,9 +107,7 @@ halves!(
     Q80: Act16Block,
     Mx4: Act16Block,
     Iq4Xs: Act16Block,
-    Iq4Xs: ActBlock,
-    Iq4Nl: Act16Block,
-    Iq4Nl: ActBlock
+    Iq4Nl: Act16Block
 );
 
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
@@ -695,6 +694,97 @@ impl Tiles<Zmm, ActBlock> for Mx4 {
             let isum = _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * a.isum));
             let da = _mm512_set1_ps(a.d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, da), acc[t]);
+        }
+    }
+}
+
+/// One block of 32 IQ4 codes of both tiles (the nibble vectors at offset `o`) against
+/// activation block `blk`: `x86::avx512::tiles`' exact sums, sixteen rows at once.
+#[inline(always)]
+unsafe fn iq4_sums2<const T: usize>(
+    (p, q): (*const u8, *const u8),
+    o: usize,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m512i; T] {
+    let k16 = crate::lowbit::IQ4_VALUES.map(|v| v.wrapping_add(-128));
+    let t128 = _mm_setr_epi8(
+        k16[0], k16[1], k16[2], k16[3], k16[4], k16[5], k16[6], k16[7], k16[8], k16[9], k16[10],
+        k16[11], k16[12], k16[13], k16[14], k16[15],
+    );
+    let table = _mm512_broadcast_i32x4(t128);
+    let mut s = [_mm512_setzero_si512(); T];
+    for k in 0..4 {
+        let (lo, hi) = nibbles_at(p, q, o + 32 * k);
+        let (wl, wh) = (
+            _mm512_shuffle_epi8(table, lo),
+            _mm512_shuffle_epi8(table, hi),
+        );
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], wl, bcast4(a.add(4 * k)));
+            s[t] = dp(s[t], wh, bcast4(a.add(16 + 4 * k)));
+        }
+    }
+    std::array::from_fn(|t| {
+        let isum = x[t].get_unchecked(blk).isum;
+        _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * isum))
+    })
+}
+
+/// IQ4_XS as in `x86::avx512::tiles`, both tiles' rows per vector: the sub-block scales
+/// `d · (ls − 32)` of sixteen rows (as `x86::shared::iq4xs_scale`), then the same steps.
+impl Tiles<Zmm, ActBlock> for Iq4Xs {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        (p, q): (*const u8, *const u8),
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        let h = _mm512_cvtepu16_epi32(_mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadu_si128(p.add(16) as *const __m128i)),
+            _mm_loadu_si128(q.add(16) as *const __m128i),
+        ));
+        let l = ld2(p, q, 32);
+        for c in 0..8 {
+            let s = iq4_sums2((p, q), IQ4XS_QS + 128 * c, x, 8 * sb + c);
+            let lo = _mm512_and_si512(
+                _mm512_srlv_epi32(l, _mm512_set1_epi32(4 * c as i32)),
+                _mm512_set1_epi32(0x0F),
+            );
+            let hi = _mm512_and_si512(
+                _mm512_srlv_epi32(h, _mm512_set1_epi32(2 * c as i32)),
+                _mm512_set1_epi32(3),
+            );
+            let ls = _mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi));
+            let sc = _mm512_mul_ps(
+                d,
+                _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))),
+            );
+            for t in 0..T {
+                let da = _mm512_set1_ps(x[t].get_unchecked(8 * sb + c).d);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sc, da), acc[t]);
+            }
+        }
+    }
+}
+
+/// IQ4_NL (Q4_0's tiles) as in `x86::avx512::tiles`, both tiles' rows per vector.
+impl Tiles<Zmm, ActBlock> for Iq4Nl {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        (p, q): (*const u8, *const u8),
+        x: &[&[ActBlock]; T],
+        i: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let s = iq4_sums2((p, q), 16, x, i);
+        let d = f16x2(p, q, 0);
+        for t in 0..T {
+            let da = _mm512_set1_ps(x[t].get_unchecked(i).d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, da), acc[t]);
         }
     }
 }
