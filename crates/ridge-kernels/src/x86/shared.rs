@@ -5,7 +5,7 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -333,6 +333,58 @@ pub(crate) unsafe fn iq4xs_scale(f: (__m256, __m256i, __m256i), c: usize) -> __m
         d8,
         _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))),
     )
+}
+
+/// An activation block type's IQ4 sums on instruction set `I` (8- or 16-bit blocks): the exact
+/// integer sums of one block of 32 codes for eight rows (the four nibble vectors at `v`)
+/// against block `blk` of each token. Each ISA's folder implements it; the tile bodies below
+/// ([`iq4xs_tile`], [`iq4nl_tile`]) are the same on every ISA.
+pub(crate) trait Iq4Sums<I>: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The sums (see the trait).
+    ///
+    /// # Safety
+    /// `I`'s features are available; `v` points at four 32-byte nibble vectors; every `x[t]`
+    /// holds block `blk`.
+    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T];
+}
+
+/// Eight tiled IQ4_XS rows (the super-block tile at `p`), sub-block by sub-block: each
+/// sub-block's exact sums meet the rows' `d · (ls − 32)` times the activation scale.
+#[inline(always)]
+pub(crate) unsafe fn iq4xs_tile<I, A: Iq4Sums<I>, const T: usize>(
+    p: *const u8,
+    x: &[&[A]; T],
+    sb: usize,
+    acc: &mut [__m256; T],
+) {
+    let fields = iq4xs_fields(p);
+    for c in 0..8 {
+        let s = A::sums(p.add(IQ4XS_QS + 128 * c), x, 8 * sb + c);
+        let sc = iq4xs_scale(fields, c);
+        for t in 0..T {
+            let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).scale());
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
+        }
+    }
+}
+
+/// Eight tiled IQ4_NL rows (Q4_0's tile: the rows' f16 scales, then four nibble vectors): the
+/// exact sums times `d · da`.
+#[inline(always)]
+pub(crate) unsafe fn iq4nl_tile<I, A: Iq4Sums<I>, const T: usize>(
+    p: *const u8,
+    x: &[&[A]; T],
+    i: usize,
+    acc: &mut [__m256; T],
+) {
+    let s = A::sums(p.add(16), x, i);
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    for t in 0..T {
+        let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
+    }
 }
 
 /// Defines a 256-bit tile instruction set `$isa` (one row group per pass, `__m256`

@@ -14,7 +14,7 @@
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::CallActs;
 use crate::matrix::WeightMatrix;
-use crate::packed::layout::{IQ4XS_QS, TILE_ROWS};
+use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
 use crate::tiles::{
     groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
@@ -660,46 +660,7 @@ unsafe fn iq4_sums16<const T: usize>(
     std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
 }
 
-/// Eight tiled IQ4_XS rows, sub-block by sub-block: each sub-block's exact sums ([`iq4_sums`])
-/// meet the rows' `d · (ls − 32)` times the activation scale.
-impl<A: Iq4Sums> Tiles<Avx2, A> for Iq4Xs {
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
-        let fields = iq4xs_fields(p);
-        for c in 0..8 {
-            let s = A::sums(p.add(IQ4XS_QS + 128 * c), x, 8 * sb + c);
-            let sc = iq4xs_scale(fields, c);
-            for t in 0..T {
-                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).scale());
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
-            }
-        }
-    }
-}
-
-/// Eight tiled IQ4_NL rows (Q4_0's tile: the rows' f16 scales, then four nibble vectors):
-/// [`iq4_sums`] times `d · da`.
-impl<A: Iq4Sums> Tiles<Avx2, A> for Iq4Nl {
-    #[inline(always)]
-    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::sums(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
-        }
-    }
-}
-
-/// The IQ4 sums of an activation block type (8- or 16-bit).
-trait Iq4Sums: Sized {
-    /// The block's scale.
-    fn scale(&self) -> f32;
-    /// See [`iq4_sums`].
-    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T];
-}
-
-impl Iq4Sums for ActBlock {
+impl Iq4Sums<Avx2> for ActBlock {
     #[inline(always)]
     fn scale(&self) -> f32 {
         self.d
@@ -710,7 +671,7 @@ impl Iq4Sums for ActBlock {
     }
 }
 
-impl Iq4Sums for Act16Block {
+impl Iq4Sums<Avx2> for Act16Block {
     #[inline(always)]
     fn scale(&self) -> f32 {
         self.d
@@ -718,6 +679,22 @@ impl Iq4Sums for Act16Block {
     #[inline(always)]
     unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T] {
         iq4_sums16(v, x, blk)
+    }
+}
+
+/// Eight tiled IQ4_XS rows: `x86::shared::iq4xs_tile` over [`iq4_sums`].
+impl<A: Iq4Sums<Avx2>> Tiles<Avx2, A> for Iq4Xs {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        iq4xs_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// Eight tiled IQ4_NL rows: `x86::shared::iq4nl_tile` over [`iq4_sums`].
+impl<A: Iq4Sums<Avx2>> Tiles<Avx2, A> for Iq4Nl {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
+        iq4nl_tile::<Avx2, A, T>(p, x, i, acc)
     }
 }
 

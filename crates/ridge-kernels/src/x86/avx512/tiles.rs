@@ -15,7 +15,6 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::packed::layout::IQ4XS_QS;
 use crate::tiles::{Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -561,15 +560,7 @@ unsafe fn iq4_sums16<const T: usize>(
     std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
 }
 
-/// The IQ4 sums of an activation block type (8- or 16-bit).
-trait Iq4Sums: Sized {
-    /// The block's scale.
-    fn scale(&self) -> f32;
-    /// See [`iq4_sums`].
-    unsafe fn sums<const T: usize>(v: *const u8, x: &[&[Self]; T], blk: usize) -> [__m256i; T];
-}
-
-impl Iq4Sums for ActBlock {
+impl Iq4Sums<Vnni> for ActBlock {
     #[inline(always)]
     fn scale(&self) -> f32 {
         self.d
@@ -580,7 +571,7 @@ impl Iq4Sums for ActBlock {
     }
 }
 
-impl Iq4Sums for Act16Block {
+impl Iq4Sums<Vnni> for Act16Block {
     #[inline(always)]
     fn scale(&self) -> f32 {
         self.d
@@ -591,32 +582,18 @@ impl Iq4Sums for Act16Block {
     }
 }
 
-/// IQ4_XS, sub-block by sub-block: each sub-block's exact sums meet the rows'
-/// `d · (ls − 32)` times the activation scale, as on AVX2.
-impl<A: Iq4Sums> Tiles<Vnni, A> for Iq4Xs {
+/// IQ4_XS: `x86::shared::iq4xs_tile` over this file's exact sums (the AVX2 path's bits).
+impl<A: Iq4Sums<Vnni>> Tiles<Vnni, A> for Iq4Xs {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
-        let fields = iq4xs_fields(p);
-        for c in 0..8 {
-            let s = A::sums(p.add(IQ4XS_QS + 128 * c), x, 8 * sb + c);
-            let sc = iq4xs_scale(fields, c);
-            for t in 0..T {
-                let da = _mm256_set1_ps(x[t].get_unchecked(8 * sb + c).scale());
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
-            }
-        }
+        iq4xs_tile::<Vnni, A, T>(p, x, sb, acc)
     }
 }
 
-/// IQ4_NL (Q4_0's tile): the exact sums times `d · da`, as on AVX2.
-impl<A: Iq4Sums> Tiles<Vnni, A> for Iq4Nl {
+/// IQ4_NL: `x86::shared::iq4nl_tile` over this file's exact sums (the AVX2 path's bits).
+impl<A: Iq4Sums<Vnni>> Tiles<Vnni, A> for Iq4Nl {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], i: usize, acc: &mut [__m256; T]) {
-        let s = A::sums(p.add(16), x, i);
-        let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        for t in 0..T {
-            let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
-        }
+        iq4nl_tile::<Vnni, A, T>(p, x, i, acc)
     }
 }
