@@ -71,7 +71,10 @@ fn openai_shapes_streaming_and_tools() {
     assert_eq!(t["predicted_n"], 8);
     // The test server is given its bandwidth: the floor says so rather than naming a level.
     assert_eq!(t["roofline_memory_level"], "given", "{t}");
-    assert_eq!(t["roofline_bandwidth_gbs"], 20.0, "{t}");
+    // 20 GB/s, or what a request proved when one beat that floor (never a lower figure).
+    assert!(t["roofline_bandwidth_gbs"].as_f64().unwrap() >= 20.0, "{t}");
+    assert!(t["roofline_efficiency"].as_f64().unwrap() <= 1.0, "{t}");
+    assert!(t["roofline_floor_remeasured"].is_boolean(), "{t}");
     assert!(
         t["dram_bandwidth_gbs"].is_null() && t["llc_bandwidth_gbs"].is_null(),
         "{t}"
@@ -205,6 +208,45 @@ fn openai_shapes_streaming_and_tools() {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
     assert!(s.metric("ridge:generation_tokens_total") >= 8.0 + 32.0 + 16.0);
+}
+
+#[test]
+fn a_floor_that_a_request_beats_is_re_measured_never_above_100_percent() {
+    // A bandwidth far below any machine's (as a first probe slowed by other processes reads):
+    // every step beats the floor it gives.
+    let s = Server::start(&["--bandwidth-gbs", "0.000001"]);
+    let (st, r) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(st, 200, "{r}");
+    let t = &r["timings"];
+    assert_eq!(t["roofline_floor_remeasured"], true, "{t}");
+    assert_eq!(t["roofline_efficiency"], 1.0, "{t}");
+    assert_eq!(t["roofline_tpot_ms"], t["tpot_ms"], "{t}");
+    // The floor now divides by what the request proved: its bytes per step over its TPOT.
+    let proved = t["roofline_bandwidth_gbs"].as_f64().unwrap();
+    assert!(proved > 0.01, "{t}");
+    let (st, state) = s.get("/state");
+    assert_eq!(st, 200);
+    let state: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["floor_remeasures"], 1, "{state}");
+    assert_eq!(state["bandwidth_initial_gbs"], 0.000001, "{state}");
+    assert!(
+        state["bandwidth_gbs"].as_f64().unwrap() >= proved,
+        "{state}"
+    );
+    assert!(s.metric("ridge:roofline_efficiency") <= 1.0);
+    // The next request is judged against the raised floor: at most 100% again.
+    let (st, r) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Water boils at", "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(st, 200, "{r}");
+    assert!(
+        r["timings"]["roofline_efficiency"].as_f64().unwrap() <= 1.0,
+        "{r}"
+    );
 }
 
 #[test]

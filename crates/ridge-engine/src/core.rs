@@ -55,6 +55,7 @@ use ridge_tokenizer::{IncrementalDecoder, Tokenizer};
 
 use crate::constraint::{sample_constrained, Constraint, GrammarError};
 use crate::embed::{check_embedding, EmbedState, EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
+use crate::floor::{FloorGauge, FloorProbe};
 use crate::request::{
     ChoiceTimings, Event, EventSink, FinishEvent, Request, RequestId, TokenEvent, Usage,
 };
@@ -87,6 +88,9 @@ pub struct EngineConfig {
     pub dram_bandwidth_gbs: Option<f64>,
     /// Last-level cache read bandwidth as probed, GB/s, reported beside the floor.
     pub llc_bandwidth_gbs: Option<f64>,
+    /// Measures the bandwidth again when a request beats its floor (see `floor.rs`); `None`
+    /// keeps the figure, raised only to what requests prove.
+    pub floor_probe: Option<FloorProbe>,
     /// Element type of the KV cache.
     pub kv_dtype: KvDtype,
     /// A hybrid model's memory for recurrent-state checkpoints (what prefix caching reuses on
@@ -112,6 +116,7 @@ impl Default for EngineConfig {
             memory_level: "DRAM",
             dram_bandwidth_gbs: None,
             llc_bandwidth_gbs: None,
+            floor_probe: None,
             kv_dtype: KvDtype::F16,
             state_checkpoint_bytes: ridge_model::DEFAULT_CHECKPOINT_BYTES,
             state_pool_bytes: 4 << 30,
@@ -250,7 +255,7 @@ impl EngineCore {
             // A hybrid's recurrent layers read and write their whole state every step.
             state_bytes: 2.0 * mcfg.recurrent.as_ref().map_or(0, |r| r.state_bytes()) as f64,
             window: mcfg.sliding_window.map_or(f64::INFINITY, |w| w as f64),
-            bandwidth: bw * 1e9,
+            gauge: FloorGauge::new(bw, cfg.floor_probe.clone()),
         });
         let pooling = model.pooling().unwrap_or(ridge_model::Pooling::None);
         Ok(EngineCore {
@@ -315,6 +320,11 @@ impl EngineCore {
     /// Overrides the pooling the model file declares (`ridge serve --pooling`).
     pub fn set_pooling(&mut self, pooling: ridge_model::Pooling) {
         self.pooling = pooling;
+    }
+
+    /// The live floor bandwidth (`None` when the engine knows no bandwidth).
+    pub fn floor(&self) -> Option<&Arc<FloorGauge>> {
+        self.roof.as_ref().map(|r| &r.gauge)
     }
 
     /// The live statistics.
@@ -737,7 +747,7 @@ impl EngineCore {
                                 s,
                                 kv,
                                 stats,
-                                *roof,
+                                roof.as_ref(),
                                 FinishReason::Stop,
                                 String::new(),
                                 None,
@@ -749,7 +759,7 @@ impl EngineCore {
                         let rows = s.draft.len() + 1;
                         let l = &logits[row * vocab..(row + rows) * vocab];
                         row += rows;
-                        verify(s, l, vocab, tokenizer, eog, stats, model, kv, *roof);
+                        verify(s, l, vocab, tokenizer, eog, stats, model, kv, roof.as_ref());
                         continue;
                     }
                     s.computed += p.n;
@@ -761,7 +771,7 @@ impl EngineCore {
                                 if let Some((reason, text)) =
                                     emit_token(s, tok, l, tokenizer, eog, stats)
                                 {
-                                    finish_seq(s, kv, stats, *roof, reason, text, None);
+                                    finish_seq(s, kv, stats, roof.as_ref(), reason, text, None);
                                 }
                             }
                             Err(e) => {
@@ -770,7 +780,7 @@ impl EngineCore {
                                     s,
                                     kv,
                                     stats,
-                                    *roof,
+                                    roof.as_ref(),
                                     FinishReason::Aborted,
                                     String::new(),
                                     msg,
@@ -796,7 +806,7 @@ impl EngineCore {
                         s,
                         kv,
                         stats,
-                        *roof,
+                        roof.as_ref(),
                         FinishReason::Aborted,
                         String::new(),
                         Some(msg.clone()),
@@ -1087,7 +1097,7 @@ impl EngineCore {
             s,
             &mut self.kv,
             &self.stats,
-            self.roof,
+            self.roof.as_ref(),
             reason,
             String::new(),
             error,
@@ -1112,9 +1122,9 @@ impl EngineCore {
 }
 
 /// Bytes per token of weights and of KV (per context token; sliding-window layers read at most
-/// `window` positions), and bandwidth in bytes/s: the inputs of a request's batch-1 roofline
+/// `window` positions), and the live bandwidth: the inputs of a request's batch-1 roofline
 /// floor.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Roof {
     weight_bytes: f64,
     /// KV bytes per position of the layers that read every position.
@@ -1125,7 +1135,8 @@ struct Roof {
     /// Recurrent-state bytes a decode step reads and writes per sequence (constant in
     /// context; 0 without recurrent layers).
     state_bytes: f64,
-    bandwidth: f64,
+    /// The bandwidth the floor divides by, raised when a request beats it.
+    gauge: Arc<FloorGauge>,
 }
 
 /// Samples `s`'s next token from its logits row `l` (verifying `draft` when given), through its
@@ -1219,7 +1230,7 @@ fn verify(
     stats: &EngineStats,
     model: &Model,
     kv: &mut KvCache,
-    roof: Option<Roof>,
+    roof: Option<&Roof>,
 ) {
     let draft = std::mem::take(&mut s.draft);
     let base = s.computed;
@@ -1286,7 +1297,7 @@ fn finish_seq(
     s: &mut Seq,
     kv: &mut KvCache,
     stats: &EngineStats,
-    roof: Option<Roof>,
+    roof: Option<&Roof>,
     reason: FinishReason,
     text: String,
     error: Option<String>,
@@ -1329,7 +1340,15 @@ fn finish_seq(
             + r.state_bytes
             + r.kv_bytes_per_token * ctx
             + r.windowed_kv_bytes_per_token * ctx.min(r.window);
-        s.timings.roofline_tpot_ms = Some(bytes / r.bandwidth * 1e3);
+        let floor = bytes / (r.gauge.gbs() * 1e9) * 1e3;
+        // A request that beat its floor proved the bandwidth was higher: the floor is
+        // re-measured (`floor.rs`), never reported as more than 100%.
+        let corrected = s
+            .timings
+            .tpot_ms()
+            .and_then(|t| r.gauge.observe(bytes, floor, t));
+        s.timings.floor_remeasured = corrected.is_some();
+        s.timings.roofline_tpot_ms = Some(corrected.unwrap_or(floor));
     }
     let _ = (s.req.sink)(Event::Finish(FinishEvent {
         index: s.index,

@@ -63,6 +63,10 @@ pub struct EngineInfo {
     /// The reranker's classifier head, for a file that declares rank pooling (what rank
     /// requests need; its template forms their prompts).
     pub rank_head: Option<Arc<ridge_model::RankHead>>,
+    /// The live floor bandwidth (raised when a request beats its floor; `None` when the
+    /// engine knows no bandwidth): what status reports should show, not `config`'s start-up
+    /// figure.
+    pub floor: Option<Arc<crate::FloorGauge>>,
 }
 
 /// A running engine. Dropping it aborts what is left and joins the thread.
@@ -101,6 +105,7 @@ impl Engine {
             pooling: core.pooling(),
             declared_pooling: core.model().pooling().unwrap_or(ridge_model::Pooling::None),
             rank_head: core.model().rank_head().cloned(),
+            floor: core.floor().cloned(),
             config: cfg,
         };
         let stats = core.stats().clone();

@@ -19,6 +19,7 @@ mod constraint;
 mod core;
 mod embed;
 mod engine;
+mod floor;
 mod generate;
 mod perplexity;
 mod request;
@@ -34,6 +35,7 @@ pub use crate::core::{check_request, EngineConfig, EngineCore, KvEventSink};
 pub use constraint::{Constraint, GrammarError, GrammarSpec, Grammars, COMPILE_LIMITS};
 pub use embed::{rerank_prompt, EmbeddingEvent, EmbeddingRequest, EmbeddingSink};
 pub use engine::{Engine, EngineInfo};
+pub use floor::{FloorGauge, FloorProbe, REPROBE_INTERVAL};
 pub use generate::{generate, generate_in, FinishReason, GenerateParams, Generation};
 pub use perplexity::{perplexity, perplexity_kv, PerplexityResult};
 pub use request::{

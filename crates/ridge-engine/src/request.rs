@@ -87,6 +87,10 @@ pub struct ChoiceTimings {
     /// Batch-1 roofline floor per output token for this request's mean context, ms (when the
     /// engine knows the machine's bandwidth).
     pub roofline_tpot_ms: Option<f64>,
+    /// The request beat the floor its bandwidth gave, so the floor was re-measured:
+    /// `roofline_tpot_ms` is what the request proved (its TPOT) and the bandwidth was raised
+    /// for later requests.
+    pub floor_remeasured: bool,
     /// Speculative tokens drafted for this choice.
     pub draft_tokens: usize,
     /// Drafted tokens the target accepted.
@@ -102,6 +106,7 @@ impl ChoiceTimings {
             last_token: None,
             tokens: 0,
             roofline_tpot_ms: None,
+            floor_remeasured: false,
             draft_tokens: 0,
             accepted_tokens: 0,
         }
@@ -138,10 +143,11 @@ impl ChoiceTimings {
         }
     }
 
-    /// Roofline floor / measured TPOT (1 = at the hardware's limit).
+    /// Roofline floor / measured TPOT (1 = at the hardware's limit; never more: a request that
+    /// beats its floor re-measures it, see [`ChoiceTimings::floor_remeasured`]).
     pub fn roofline_efficiency(&self) -> Option<f64> {
         match (self.roofline_tpot_ms, self.tpot_ms()) {
-            (Some(f), Some(t)) if t > 0.0 => Some(f / t),
+            (Some(f), Some(t)) if t > 0.0 => Some((f / t).min(1.0)),
             _ => None,
         }
     }

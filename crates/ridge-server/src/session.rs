@@ -390,7 +390,14 @@ impl Session {
             (Some(ms), n) if ms > 0.0 && n > 1 => Some((n - 1) as f64 * 1e3 / ms),
             _ => None,
         };
-        let config = &self.state.engine.info().config;
+        let info = self.state.engine.info();
+        let config = &info.config;
+        // The floor's bandwidth now: raised past the start-up probe when a request beat it.
+        let bandwidth = info
+            .floor
+            .as_ref()
+            .map(|f| f.gbs())
+            .or(config.bandwidth_gbs);
         json!({
             "prompt_n": c.usage.prompt_tokens,
             "cached_n": c.usage.cached_tokens,
@@ -404,7 +411,8 @@ impl Session {
             "roofline_tpot_ms": t.roofline_tpot_ms,
             "roofline_efficiency": t.roofline_efficiency(),
             "roofline_memory_level": config.memory_level,
-            "roofline_bandwidth_gbs": config.bandwidth_gbs,
+            "roofline_bandwidth_gbs": bandwidth,
+            "roofline_floor_remeasured": t.floor_remeasured,
             "dram_bandwidth_gbs": config.dram_bandwidth_gbs,
             "llc_bandwidth_gbs": config.llc_bandwidth_gbs,
             "draft_n": t.draft_tokens,

@@ -117,10 +117,13 @@ pub fn main(a: Args) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(100));
         burst().map_or(a, |b| a.best(b))
     });
+    // The bandwidth floors divide by: the probe's, raised when a decode step beats its floor
+    // (`remeasure` below).
+    let floor_bw = std::cell::Cell::new(bw);
     // Per result: (prefill floor ms, its bound, decode step compute floor ms).
     let floors = |r: &BenchResult| -> Option<(f64, &'static str, f64)> {
         let (roof, spec) = (roof?, spec.as_ref()?);
-        let mem = ridge_roofline::floor_ms(inputs.weight_bytes, bw);
+        let mem = ridge_roofline::floor_ms(inputs.weight_bytes, floor_bw.get());
         let comp = roof.prefill_ms(spec, r.batch, r.prompt_tokens);
         Some((
             mem.max(comp),
@@ -168,7 +171,43 @@ pub fn main(a: Args) -> Result<()> {
             "bound"
         );
     }
+    // A floor a step beats is a wrong floor (the probe ran while other processes loaded the
+    // cores), not a fast step: the bandwidth is raised to what the step proved, the probe runs
+    // again (best of bursts, the faster reading kept), and the result is reported against the
+    // corrected floor — never above 100%.
+    let remeasure = |r: &BenchResult| -> (BenchResult, bool) {
+        let mut r = r.clone();
+        r.roofline_tpot_ms = ridge_roofline::floor_ms(r.step_bytes as usize, floor_bw.get());
+        let beaten = r.tpot_ms > 0.0 && r.tpot_ms < r.roofline_tpot_ms;
+        if beaten {
+            let proved = r.step_bytes / (r.tpot_ms * 1e-3) / 1e9;
+            let again = if probed {
+                floor.remeasured(working_set, threads).gbs
+            } else {
+                0.0
+            };
+            floor_bw.set(floor_bw.get().max(proved).max(again));
+            r.roofline_tpot_ms = ridge_roofline::floor_ms(r.step_bytes as usize, floor_bw.get());
+        }
+        r.roofline_efficiency = if r.tpot_ms > 0.0 {
+            (r.roofline_tpot_ms / r.tpot_ms).min(1.0)
+        } else {
+            0.0
+        };
+        (r, beaten)
+    };
     let print_result = |r: &BenchResult| {
+        let (r, remeasured) = remeasure(r);
+        let r = &r;
+        if remeasured && !a.json {
+            println!(
+                "floor re-measured: a batch-{} step read {:.1} MB in {:.3} ms, beating the {level} floor; the floor now uses {:.1} GB/s",
+                r.batch,
+                r.step_bytes / 1e6,
+                r.tpot_ms,
+                floor_bw.get()
+            );
+        }
         let fl = floors(r);
         // A decode step's floor: the larger of its memory and compute floors.
         let step_floor = fl.map_or(r.roofline_tpot_ms, |f| r.roofline_tpot_ms.max(f.2));
@@ -185,6 +224,7 @@ pub fn main(a: Args) -> Result<()> {
                     "tpot_ms": r.tpot_ms,
                     "roofline_tpot_ms": r.roofline_tpot_ms,
                     "roofline_efficiency": r.roofline_efficiency,
+                    "floor_remeasured": remeasured,
                     "reps": r.reps,
                     "prefill_ms": r.prefill_ms,
                     "decode_ms": r.decode_ms,
@@ -195,7 +235,7 @@ pub fn main(a: Args) -> Result<()> {
                     "window_kv_bytes_per_token": inputs.window.map(|w| w.bytes_per_token),
                     "window_positions": inputs.window.map(|w| w.positions),
                     "read_bandwidth_gbs": bw,
-                    "floor_bandwidth_gbs": bw,
+                    "floor_bandwidth_gbs": floor_bw.get(),
                     "dram_bandwidth_gbs": floor.dram_gbs,
                     "llc_bandwidth_gbs": floor.llc.map(|c| c.read_bandwidth_gbs),
                     "llc_bytes": floor.llc.map(|c| c.bytes),
@@ -209,10 +249,10 @@ pub fn main(a: Args) -> Result<()> {
                     "f32_peak_gmacs": roof.map(|c| c.f32_gmacs),
                     "prefill_floor_ms": fl.map(|f| f.0),
                     "prefill_bound": fl.map(|f| f.1),
-                    "prefill_efficiency": fl.map(|f| f.0 / r.prefill_ms.max(1e-9)),
+                    "prefill_efficiency": fl.map(|f| (f.0 / r.prefill_ms.max(1e-9)).min(1.0)),
                     "compute_floor_ms": fl.map(|f| f.2),
                     "step_floor_ms": step_floor,
-                    "step_efficiency": step_floor / r.tpot_ms.max(1e-9),
+                    "step_efficiency": (step_floor / r.tpot_ms.max(1e-9)).min(1.0),
                     "decode_bound": fl.map(|f| compute_floor::bound(r.roofline_tpot_ms, f.2)),
                 })
             );
@@ -226,13 +266,13 @@ pub fn main(a: Args) -> Result<()> {
                 r.ttft_ms,
                 fl.map_or("-".to_string(), |f| format!(
                     "{:.0}% {}",
-                    100.0 * f.0 / r.prefill_ms.max(1e-9),
+                    (100.0 * f.0 / r.prefill_ms.max(1e-9)).min(100.0),
                     f.1
                 )),
                 r.decode_tok_s,
                 r.tpot_ms,
                 step_floor,
-                100.0 * step_floor / r.tpot_ms.max(1e-9),
+                (100.0 * step_floor / r.tpot_ms.max(1e-9)).min(100.0),
                 fl.map_or("memory", |f| compute_floor::bound(r.roofline_tpot_ms, f.2))
             );
         }

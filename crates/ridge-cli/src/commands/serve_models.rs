@@ -211,6 +211,14 @@ impl CliLoader {
                 memory_level: floor.level,
                 dram_bandwidth_gbs: floor.dram_gbs,
                 llc_bandwidth_gbs: floor.llc.map(|c| c.read_bandwidth_gbs),
+                // A request that beats the floor has it probed again (best of bursts, the
+                // faster reading kept); a given bandwidth is never probed.
+                floor_probe: (floor.level != "given").then(|| {
+                    let threads = ridge_kernels::pool::threads();
+                    ridge_engine::FloorProbe(Arc::new(move || {
+                        Some(floor.remeasured(weights, threads).gbs)
+                    }))
+                }),
                 kv_dtype: s.kv_dtype,
                 state_checkpoint_bytes: s.state_cache_mem << 20,
                 disk_prefix_cache,

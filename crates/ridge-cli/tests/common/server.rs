@@ -24,7 +24,8 @@ impl Server {
         Self::start_args(&args)
     }
 
-    /// Starts `ridge serve` with exactly `args` (plus a free port and a fixed bandwidth);
+    /// Starts `ridge serve` with exactly `args` (plus a free port and, unless `args` names
+    /// one, a fixed bandwidth);
     /// waits until it listens.
     pub fn start_args(args: &[&str]) -> Server {
         Self::start_env(args, &[])
@@ -38,7 +39,11 @@ impl Server {
         }
         let mut child = cmd
             .args(["serve", "--port", "0"])
-            .args(["--bandwidth-gbs", "20"])
+            .args(if args.contains(&"--bandwidth-gbs") {
+                &[][..]
+            } else {
+                &["--bandwidth-gbs", "20"][..]
+            })
             .args(args)
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
