@@ -58,6 +58,24 @@ pub const IQ4_XS_TILE: usize = 1088;
 /// Offset of an IQ4_XS tile's nibble vectors.
 pub const IQ4XS_QS: usize = 64;
 
+/// Bytes of one Q3_K tile, the stored bytes of eight rows' super-blocks rearranged: the rows'
+/// `d` (f16, at `2j`); three vectors of their scale bytes at [`Q3K_SC`] (vector `v`, lane `j`:
+/// row `j`'s `scales[4v..4v + 4]`); eight vectors of their `hmask` at [`Q3K_HM`] (vector `k`,
+/// lane `j`: row `j`'s `hmask[4k..4k + 4]`); sixteen vectors of their `qs` at [`Q3K_QS`]
+/// (vector `8h + k`, lane `j`: row `j`'s `qs[32h + 4k..32h + 4k + 4]`). Element `32c + 4k + i`
+/// of row `j` is then byte `4j + i` of hmask vector `k` (bit `c`) and of qs vector
+/// `8·(c / 4) + k` (bits `2·(c % 4)..`). The size of the eight super-blocks it replaces.
+pub const Q3_K_TILE: usize = 880;
+
+/// Offset of a Q3_K tile's scale vectors.
+pub const Q3K_SC: usize = 16;
+
+/// Offset of a Q3_K tile's hmask vectors.
+pub const Q3K_HM: usize = 112;
+
+/// Offset of a Q3_K tile's qs vectors.
+pub const Q3K_QS: usize = 368;
+
 /// Bytes of one tile of `dtype` (0 for formats without tiles).
 pub(crate) fn tile_bytes(dtype: DType) -> usize {
     match dtype {
@@ -71,6 +89,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::MXFP4 => MXFP4_TILE,
         DType::IQ4_XS => IQ4_XS_TILE,
         DType::IQ4_NL => Q4_0_TILE,
+        DType::Q3_K => Q3_K_TILE,
         _ => 0,
     }
 }

@@ -5,7 +5,7 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -385,6 +385,113 @@ pub(crate) unsafe fn iq4nl_tile<I, A: Iq4Sums<I>, const T: usize>(
         let da = _mm256_set1_ps(x[t].get_unchecked(i).scale());
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(d8, da), acc[t]);
     }
+}
+
+/// Chunk `k` (elements `4k..4k + 4`) of element group `c` (elements `32c..32c + 32`) of the
+/// eight rows of the Q3_K tile at `p`: each quant plus 4 (0..8) as an unsigned byte, lane `j`
+/// row `j`'s four. The two low bits are bits `2·(c % 4)..` of the qs vector, the third bit
+/// `c` of the hmask vector moved to bit 2 (16-bit shifts by at most five places keep every
+/// byte's bit 2 inside its byte).
+#[inline(always)]
+pub(crate) unsafe fn q3k_values<const C: usize>(p: *const u8, k: usize) -> __m256i {
+    let qs = _mm256_loadu_si256(p.add(Q3K_QS + 32 * (8 * (C / 4) + k)) as *const __m256i);
+    let hm = _mm256_loadu_si256(p.add(Q3K_HM + 32 * k) as *const __m256i);
+    // Shift counts from the constant `C` (folded to immediates).
+    let low = _mm256_and_si256(
+        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * (C % 4) as i32)),
+        _mm256_set1_epi8(3),
+    );
+    let high = if C <= 2 {
+        _mm256_sll_epi16(hm, _mm_cvtsi32_si128((2 - C) as i32))
+    } else {
+        _mm256_srl_epi16(hm, _mm_cvtsi32_si128((C - 2) as i32))
+    };
+    _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(4)))
+}
+
+/// The three scale vectors of the Q3_K tile at `p` (vector `v`, lane `j`: row `j`'s scale
+/// bytes `4v..4v + 4`).
+#[inline(always)]
+pub(crate) unsafe fn q3k_scale_bytes(p: *const u8) -> [__m256i; 3] {
+    std::array::from_fn(|v| _mm256_loadu_si256(p.add(Q3K_SC + 32 * v) as *const __m256i))
+}
+
+/// Sub-block `s`'s scale of the eight rows (lane `j`: row `j`'s, offset removed, −32..32), from
+/// [`q3k_scale_bytes`]: the low nibble of `scales[s % 8] >> 4·(s / 8)`, the two bits of
+/// `scales[8 + s % 4] >> 2·(s / 4)` above it (`crate::lowbit::q3_scales`).
+#[inline(always)]
+pub(crate) unsafe fn q3k_scale(v: &[__m256i; 3], s: usize) -> __m256i {
+    let shr = |x: __m256i, n: usize| _mm256_srl_epi32(x, _mm_cvtsi32_si128(n as i32));
+    let lo = _mm256_and_si256(
+        shr(v[(s % 8) / 4], 8 * (s % 4) + 4 * (s / 8)),
+        _mm256_set1_epi32(0x0F),
+    );
+    let hi = _mm256_and_si256(shr(v[2], 8 * (s % 4) + 2 * (s / 4)), _mm256_set1_epi32(3));
+    _mm256_sub_epi32(
+        _mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi)),
+        _mm256_set1_epi32(32),
+    )
+}
+
+/// An activation block type's Q3_K sums on instruction set `I` (8- or 16-bit blocks): the
+/// exact integer sums of half `h` (elements `16h..16h + 16`, one sub-block scale) of element
+/// group `c` of the eight rows of a Q3_K tile (signed quants, −4..4) against block `blk` of
+/// each token. Each ISA's folder implements it; [`q3k_tile`] is the same on every ISA.
+pub(crate) trait Q3Sums<I>: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The sums (see the trait).
+    ///
+    /// # Safety
+    /// `I`'s features are available; `p` points at a Q3_K tile; every `x[t]` holds block
+    /// `blk`.
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T];
+}
+
+/// Eight tiled Q3_K rows (the super-block tile at `p`), half group by half group: each half's
+/// exact sum (below 2²⁴: 16 · 4 · 32 767 with 16-bit activations) times its rows' `d · sc`
+/// (exact in f32: an f16 times a 6-bit integer) times the activation scale, one FMA.
+#[inline(always)]
+pub(crate) unsafe fn q3k_tile<I, A: Q3Sums<I>, const T: usize>(
+    p: *const u8,
+    x: &[&[A]; T],
+    sb: usize,
+    acc: &mut [__m256; T],
+) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let sv = q3k_scale_bytes(p);
+    // Group and half as constants: every shift an immediate, every accumulator a register.
+    macro_rules! half {
+        ($c:literal, $h:literal) => {{
+            let blk = 8 * sb + $c;
+            let s = A::sums::<$c, $h, T>(p, x, blk);
+            let sc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(q3k_scale(&sv, 2 * $c + $h)));
+            for t in 0..T {
+                let da = _mm256_set1_ps(x[t].get_unchecked(blk).scale());
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
+            }
+        }};
+    }
+    half!(0, 0);
+    half!(0, 1);
+    half!(1, 0);
+    half!(1, 1);
+    half!(2, 0);
+    half!(2, 1);
+    half!(3, 0);
+    half!(3, 1);
+    half!(4, 0);
+    half!(4, 1);
+    half!(5, 0);
+    half!(5, 1);
+    half!(6, 0);
+    half!(6, 1);
+    half!(7, 0);
+    half!(7, 1);
 }
 
 /// Defines a 256-bit tile instruction set `$isa` (one row group per pass, `__m256`

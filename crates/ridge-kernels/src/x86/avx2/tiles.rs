@@ -17,7 +17,8 @@ use crate::matrix::WeightMatrix;
 use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
 use crate::tiles::{
-    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q3K, Q40, Q41, Q4K, Q50, Q51,
+    Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -687,6 +688,93 @@ impl<A: Iq4Sums<Avx2>> Tiles<Avx2, A> for Iq4Xs {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq4xs_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// Half `h` (elements `16h..16h + 16`) of Q3_K group `c`'s exact sums against 8-bit block
+/// `blk` (see `Q3Sums for ActBlock`): one half at a time, so each accumulator is a register.
+#[inline(always)]
+unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    // The offset `4 · Σq` of the unsigned quants is where the sums start.
+    let mut s: [__m256i; T] =
+        std::array::from_fn(|t| _mm256_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
+    for k in 4 * H..4 * H + 4 {
+        let w = q3k_values::<C>(p, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(w, bcast4(a.add(4 * k))), ones);
+            s[t] = _mm256_add_epi32(s[t], pw);
+        }
+    }
+    s
+}
+
+/// Half `h` of Q3_K group `c`'s exact sums against 16-bit block `blk`.
+#[inline(always)]
+unsafe fn q3_half16<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in 4 * H..4 * H + 4 {
+        let w = _mm256_sub_epi8(q3k_values::<C>(p, k), _mm256_set1_epi8(4));
+        let (w0, w1) = mx4_words(w);
+        for t in 0..T {
+            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
+            lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+            hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
+        }
+    }
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// Q3_K's sums against 8-bit activations: the quants go in unsigned (`q + 4`, 0..8) against
+/// the signed activations (`pmaddubsw` pairs stay below 2 · 7 · 128), and the offset returns
+/// per half from the block's half sums (`off32 / 8` = `4 · Σq`).
+impl Q3Sums<Avx2> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        q3_half::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Q3_K's sums against 16-bit activations: the signed quants widened to 16 bits once for all
+/// tokens (as MXFP4's), `pmaddwd` against four activation quants.
+impl Q3Sums<Avx2> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        q3_half16::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Eight tiled Q3_K rows: `x86::shared::q3k_tile` over the sums above.
+impl<A: Q3Sums<Avx2>> Tiles<Avx2, A> for Q3K {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        q3k_tile::<Avx2, A, T>(p, x, sb, acc)
     }
 }
 

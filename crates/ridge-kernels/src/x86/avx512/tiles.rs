@@ -15,7 +15,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::tiles::{Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80};
+use crate::tiles::{
+    Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
@@ -587,6 +589,89 @@ impl<A: Iq4Sums<Vnni>> Tiles<Vnni, A> for Iq4Xs {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq4xs_tile::<Vnni, A, T>(p, x, sb, acc)
+    }
+}
+
+/// Half `h` (elements `16h..16h + 16`) of Q3_K group `c`'s exact sums against 8-bit block
+/// `blk` (see `Q3Sums for ActBlock`): one half at a time, so each accumulator is a register.
+#[inline(always)]
+unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    // The offset `4 · Σq` of the unsigned quants is where the sums start.
+    let mut s: [__m256i; T] =
+        std::array::from_fn(|t| _mm256_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
+    for k in 4 * H..4 * H + 4 {
+        let w = q3k_values::<C>(p, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
+        }
+    }
+    s
+}
+
+/// Half `h` of Q3_K group `c`'s exact sums against 16-bit block `blk`.
+#[inline(always)]
+unsafe fn q3_half16<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in 4 * H..4 * H + 4 {
+        let w = _mm256_sub_epi8(q3k_values::<C>(p, k), _mm256_set1_epi8(4));
+        let (w0, w1) = mx4_words(w);
+        for t in 0..T {
+            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
+            lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
+            hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
+        }
+    }
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// Q3_K's sums against 8-bit activations: the unsigned quants (`q + 4`) by `vpdpbusd`, the
+/// offset back per half from the block's half sums (the AVX2 path's exact sums).
+impl Q3Sums<Vnni> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        q3_half::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Q3_K's sums against 16-bit activations: the signed quants widened once, `vpdpwssd`.
+impl Q3Sums<Vnni> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        q3_half16::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Q3_K: `x86::shared::q3k_tile` over this file's exact sums (the AVX2 path's bits).
+impl<A: Q3Sums<Vnni>> Tiles<Vnni, A> for Q3K {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        q3k_tile::<Vnni, A, T>(p, x, sb, acc)
     }
 }
 
