@@ -13,7 +13,7 @@
 
 use super::tiles::{Vnni, PREFETCH_BYTES};
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::packed::layout::{IQ4XS_QS, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
 use crate::tiles::{
     Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
@@ -106,7 +106,6 @@ macro_rules! halves {
 }
 
 halves!(
-    Q3K: ActBlock,
     Q3K: Act16Block,
     Q80: Act16Block,
     Mx4: Act16Block,
@@ -772,6 +771,101 @@ impl Tiles<Zmm, ActBlock> for Iq4Xs {
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sc, da), acc[t]);
             }
         }
+    }
+}
+
+/// `x86::shared::q3k_values` of both tiles (sixteen rows).
+#[inline(always)]
+unsafe fn q3k_values2<const C: usize>(p: *const u8, q: *const u8, k: usize) -> __m512i {
+    let qs = ld2(p, q, Q3K_QS + 32 * (8 * (C / 4) + k));
+    let hm = ld2(p, q, Q3K_HM + 32 * k);
+    // Shift counts from the constant `C` (folded to immediates).
+    let low = _mm512_and_si512(
+        _mm512_srl_epi16(qs, _mm_cvtsi32_si128(2 * (C % 4) as i32)),
+        _mm512_set1_epi8(3),
+    );
+    let high = if C <= 2 {
+        _mm512_sll_epi16(hm, _mm_cvtsi32_si128((2 - C) as i32))
+    } else {
+        _mm512_srl_epi16(hm, _mm_cvtsi32_si128((C - 2) as i32))
+    };
+    _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(4)))
+}
+
+/// `x86::shared::q3k_scale` of both tiles' scale vectors `v`.
+#[inline(always)]
+unsafe fn q3k_scale2(v: &[__m512i; 3], s: usize) -> __m512i {
+    let shr = |x: __m512i, n: usize| _mm512_srl_epi32(x, _mm_cvtsi32_si128(n as i32));
+    let lo = _mm512_and_si512(
+        shr(v[(s % 8) / 4], 8 * (s % 4) + 4 * (s / 8)),
+        _mm512_set1_epi32(0x0F),
+    );
+    let hi = _mm512_and_si512(shr(v[2], 8 * (s % 4) + 2 * (s / 4)), _mm512_set1_epi32(3));
+    _mm512_sub_epi32(
+        _mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)),
+        _mm512_set1_epi32(32),
+    )
+}
+
+/// Half `H` of Q3_K group `C` of both tiles against 8-bit block `blk`: `x86::avx512::tiles`'
+/// exact sums, sixteen rows at once.
+#[inline(always)]
+unsafe fn q3_half2<const C: usize, const H: usize, const T: usize>(
+    (p, q): (*const u8, *const u8),
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m512i; T] {
+    let mut s: [__m512i; T] =
+        std::array::from_fn(|t| _mm512_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
+    for k in 4 * H..4 * H + 4 {
+        let w = q3k_values2::<C>(p, q, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
+        }
+    }
+    s
+}
+
+/// Q3_K as in `x86::shared::q3k_tile`, both tiles' rows per vector (the same steps per lane).
+impl Tiles<Zmm, ActBlock> for Q3K {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        (p, q): (*const u8, *const u8),
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        let sv: [__m512i; 3] = std::array::from_fn(|v| ld2(p, q, Q3K_SC + 32 * v));
+        macro_rules! half {
+            ($c:literal, $h:literal) => {{
+                let blk = 8 * sb + $c;
+                let s = q3_half2::<$c, $h, T>((p, q), x, blk);
+                let sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q3k_scale2(&sv, 2 * $c + $h)));
+                for t in 0..T {
+                    let da = _mm512_set1_ps(x[t].get_unchecked(blk).d);
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sc, da), acc[t]);
+                }
+            }};
+        }
+        half!(0, 0);
+        half!(0, 1);
+        half!(1, 0);
+        half!(1, 1);
+        half!(2, 0);
+        half!(2, 1);
+        half!(3, 0);
+        half!(3, 1);
+        half!(4, 0);
+        half!(4, 1);
+        half!(5, 0);
+        half!(5, 1);
+        half!(6, 0);
+        half!(6, 1);
+        half!(7, 0);
+        half!(7, 1);
     }
 }
 
