@@ -17,8 +17,8 @@ use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::{
-    tile_bytes, IQ4_XS_TILE, MXFP4_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE,
-    Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    tile_bytes, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE,
+    Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
 };
 use crate::pool::SharedMut;
 use crate::DType;
@@ -43,6 +43,8 @@ pub(crate) struct Mx4;
 pub(crate) struct Iq4Xs;
 /// Q3_K tiles.
 pub(crate) struct Q3K;
+/// Q2_K tiles.
+pub(crate) struct Q2K;
 /// IQ4_NL tiles (Q4_0's layout).
 pub(crate) struct Iq4Nl;
 
@@ -74,6 +76,7 @@ tile_format! {
     Mx4 => MXFP4_TILE, 1;
     Iq4Xs => IQ4_XS_TILE, 8;
     Q3K => Q3_K_TILE, 8;
+    Q2K => Q2_K_TILE, 8;
     Iq4Nl => Q4_0_TILE, 1;
 }
 
@@ -162,7 +165,8 @@ pub(crate) fn has_kernel(dtype: DType, path: Path) -> bool {
                 | DType::MXFP4
                 | DType::IQ4_NL
                 | DType::IQ4_XS
-                | DType::Q3_K,
+                | DType::Q3_K
+                | DType::Q2_K,
             Path::Int8 | Path::Int16
         )
     )
@@ -177,7 +181,7 @@ pub(crate) struct PassActs<'x, const T: usize> {
     pub x8: [&'x [ActBlock]; T],
     /// 16-bit blocks split into bytes (formats whose 16-bit kernels take bytes).
     pub s16: [&'x [ActSplit16]; T],
-    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K).
+    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K).
     pub x16: [&'x [Act16Block]; T],
 }
 
@@ -220,6 +224,7 @@ where
     Mx4: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq4Xs: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q3K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
+    Q2K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq4Nl: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q40: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q41: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
@@ -240,6 +245,8 @@ where
             DType::IQ4_XS => I::run::<_, Iq4Xs, T>(src, a.x8),
             DType::Q3_K if i16 => I::run::<_, Q3K, T>(src, a.x16),
             DType::Q3_K => I::run::<_, Q3K, T>(src, a.x8),
+            DType::Q2_K if i16 => I::run::<_, Q2K, T>(src, a.x16),
+            DType::Q2_K => I::run::<_, Q2K, T>(src, a.x8),
             DType::IQ4_NL if i16 => I::run::<_, Iq4Nl, T>(src, a.x16),
             DType::IQ4_NL => I::run::<_, Iq4Nl, T>(src, a.x8),
             DType::Q5_0 if i16 => I::run::<_, Q50, T>(src, a.s16),

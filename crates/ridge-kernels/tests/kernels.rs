@@ -276,7 +276,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS and Q3_K matrices
+/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, Q3_K and Q2_K matrices
 /// packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
@@ -288,10 +288,13 @@ fn batch_rows_are_bitwise_independent_of_batch() {
 fn packed_tiles_match_reference_and_are_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(23);
     let shapes = [(8, 256), (40, 768), (64, 512), (272, 1536)];
-    let formats =
-        TILED
-            .into_iter()
-            .chain([DType::MXFP4, DType::IQ4_NL, DType::IQ4_XS, DType::Q3_K]);
+    let formats = TILED.into_iter().chain([
+        DType::MXFP4,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+        DType::Q3_K,
+        DType::Q2_K,
+    ]);
     for (dtype, (rows, cols)) in formats.flat_map(|d| shapes.map(|s| (d, s))) {
         let w = random_rows(&mut rng, dtype, rows, cols);
         let plain = WeightMatrix::new(dtype, rows, cols, &w).unwrap();

@@ -67,6 +67,18 @@ pub const IQ4XS_QS: usize = 64;
 /// `8·(c / 4) + k` (bits `2·(c % 4)..`). The size of the eight super-blocks it replaces.
 pub const Q3_K_TILE: usize = 880;
 
+/// Bytes of one Q2_K tile, the stored bytes of eight rows' super-blocks rearranged as Q3_K's:
+/// the rows' `d` (f16, at `2j`) and `dmin` (at `16 + 2j`); four vectors of their scale bytes at
+/// [`Q2K_SC`] (vector `v`, lane `j`: row `j`'s `scales[4v..4v + 4]`); sixteen vectors of their
+/// `qs` at [`Q2K_QS`] (as Q3_K's at [`Q3K_QS`]). The size of the eight super-blocks it replaces.
+pub const Q2_K_TILE: usize = 672;
+
+/// Offset of a Q2_K tile's scale vectors.
+pub const Q2K_SC: usize = 32;
+
+/// Offset of a Q2_K tile's qs vectors.
+pub const Q2K_QS: usize = 160;
+
 /// Offset of a Q3_K tile's scale vectors.
 pub const Q3K_SC: usize = 16;
 
@@ -90,6 +102,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::IQ4_XS => IQ4_XS_TILE,
         DType::IQ4_NL => Q4_0_TILE,
         DType::Q3_K => Q3_K_TILE,
+        DType::Q2_K => Q2_K_TILE,
         _ => 0,
     }
 }

@@ -21,7 +21,7 @@
 //! then its fifth bits for the eight rows arranged like the nibbles (see
 //! `spread_high_bits`), then four nibble vectors as Q4_1's; MXFP4: the eight rows' e8m0 scale
 //! bytes, then four nibble vectors as Q4_0's). Super-block formats tile a whole super-block of
-//! eight rows (Q3_K, Q4_K, Q6_K, IQ4_XS: see their `*_TILE` constants). Tiles are stored
+//! eight rows (Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS: see their `*_TILE` constants). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
@@ -36,8 +36,9 @@ pub mod layout;
 use buffer::TileBuf;
 
 pub use layout::{
-    IQ4XS_QS, IQ4_XS_TILE, MXFP4_TILE, Q3K_HM, Q3K_QS, Q3K_SC, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE,
-    Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    IQ4XS_QS, IQ4_XS_TILE, MXFP4_TILE, Q2K_QS, Q2K_SC, Q2_K_TILE, Q3K_HM, Q3K_QS, Q3K_SC,
+    Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE,
+    Q8_0_TILE, TILE_ROWS,
 };
 
 /// A tiled format's block layout.
@@ -60,6 +61,8 @@ enum Shape {
     Iq4Xs,
     /// Q3_K (see [`Q3_K_TILE`]).
     Q3K,
+    /// Q2_K (see [`Q2_K_TILE`]).
+    Q2K,
 }
 
 impl Shape {
@@ -83,6 +86,7 @@ impl Shape {
             DType::MXFP4 => Some(Shape::Mxfp4),
             DType::IQ4_XS => Some(Shape::Iq4Xs),
             DType::Q3_K => Some(Shape::Q3K),
+            DType::Q2_K => Some(Shape::Q2K),
             _ => None,
         }
     }
@@ -96,6 +100,7 @@ impl Shape {
             Shape::Mxfp4 => 17,
             Shape::Iq4Xs => 136,
             Shape::Q3K => 110,
+            Shape::Q2K => 84,
         }
     }
 
@@ -107,6 +112,7 @@ impl Shape {
             Shape::Mxfp4 => MXFP4_TILE,
             Shape::Iq4Xs => IQ4_XS_TILE,
             Shape::Q3K => Q3_K_TILE,
+            Shape::Q2K => Q2_K_TILE,
         }
     }
 
@@ -127,6 +133,20 @@ impl Shape {
             mv(tile, blk, j, 0, 1);
             for k in 0..4 {
                 mv(tile, blk, 8 + 32 * k + 4 * j, 1 + 4 * k, 4);
+            }
+            return;
+        }
+        if let Shape::Q2K = self {
+            mv(tile, blk, 2 * j, 80, 2);
+            mv(tile, blk, 16 + 2 * j, 82, 2);
+            for v in 0..4 {
+                mv(tile, blk, Q2K_SC + 32 * v + 4 * j, 4 * v, 4);
+            }
+            for k in 0..8 {
+                for h in 0..2 {
+                    let t = Q2K_QS + 32 * (8 * h + k) + 4 * j;
+                    mv(tile, blk, t, 16 + 32 * h + 4 * k, 4);
+                }
             }
             return;
         }

@@ -5,7 +5,7 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -473,6 +473,106 @@ pub(crate) unsafe fn q3k_tile<I, A: Q3Sums<I>, const T: usize>(
             for t in 0..T {
                 let da = _mm256_set1_ps(x[t].get_unchecked(blk).scale());
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
+            }
+        }};
+    }
+    half!(0, 0);
+    half!(0, 1);
+    half!(1, 0);
+    half!(1, 1);
+    half!(2, 0);
+    half!(2, 1);
+    half!(3, 0);
+    half!(3, 1);
+    half!(4, 0);
+    half!(4, 1);
+    half!(5, 0);
+    half!(5, 1);
+    half!(6, 0);
+    half!(6, 1);
+    half!(7, 0);
+    half!(7, 1);
+}
+
+/// Chunk `k` (elements `4k..4k + 4`) of element group `C` of the eight rows of the Q2_K tile
+/// at `p`: each quant (0..4) as an unsigned byte, lane `j` row `j`'s four.
+#[inline(always)]
+pub(crate) unsafe fn q2k_values<const C: usize>(p: *const u8, k: usize) -> __m256i {
+    let qs = _mm256_loadu_si256(p.add(Q2K_QS + 32 * (8 * (C / 4) + k)) as *const __m256i);
+    // Shift count from the constant `C` (folded to an immediate).
+    _mm256_and_si256(
+        _mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * (C % 4) as i32)),
+        _mm256_set1_epi8(3),
+    )
+}
+
+/// Sub-block `s`'s scale and minimum of the eight rows of the Q2_K tile at `p` (lane `j`: row
+/// `j`'s, the low and high nibble of its `scales[s]`).
+#[inline(always)]
+pub(crate) unsafe fn q2k_scale_min(p: *const u8, s: usize) -> (__m256i, __m256i) {
+    let v = _mm256_loadu_si256(p.add(Q2K_SC + 32 * (s / 4)) as *const __m256i);
+    let b = _mm256_srl_epi32(v, _mm_cvtsi32_si128(8 * (s % 4) as i32));
+    (
+        _mm256_and_si256(b, _mm256_set1_epi32(0x0F)),
+        _mm256_and_si256(_mm256_srli_epi32::<4>(b), _mm256_set1_epi32(0x0F)),
+    )
+}
+
+/// The sum of the sixteen 16-bit activation quants at `a` (exact: at most 16 · 32 768).
+#[inline(always)]
+pub(crate) unsafe fn sum16_i16(a: *const i16) -> i32 {
+    let v = _mm256_madd_epi16(
+        _mm256_loadu_si256(a as *const __m256i),
+        _mm256_set1_epi16(1),
+    );
+    let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<1>(h)))
+}
+
+/// An activation block type's Q2_K sums on instruction set `I`: the exact integer sums of half
+/// `H` of element group `C` of the eight rows of a Q2_K tile (quants 0..4) against block `blk`
+/// of each token, and that half's activation sum per token (what the minimum multiplies).
+pub(crate) trait Q2Sums<I>: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The sums (see the trait).
+    ///
+    /// # Safety
+    /// `I`'s features are available; `p` points at a Q2_K tile; every `x[t]` holds block
+    /// `blk`.
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> ([__m256i; T], [i32; T]);
+}
+
+/// Eight tiled Q2_K rows (the super-block tile at `p`), half group by half group: each half's
+/// exact sum times the rows' `d · sc` (exact in f32) times the activation scale, then the
+/// minimum's term `dmin · m` (exact) times the half's activation sum times its scale.
+#[inline(always)]
+pub(crate) unsafe fn q2k_tile<I, A: Q2Sums<I>, const T: usize>(
+    p: *const u8,
+    x: &[&[A]; T],
+    sb: usize,
+    acc: &mut [__m256; T],
+) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    let m8 = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+    // Group and half as constants: every shift an immediate, every accumulator a register.
+    macro_rules! half {
+        ($c:literal, $h:literal) => {{
+            let blk = 8 * sb + $c;
+            let (s, xs) = A::sums::<$c, $h, T>(p, x, blk);
+            let (sc, mn) = q2k_scale_min(p, 2 * $c + $h);
+            let sc = _mm256_mul_ps(d8, _mm256_cvtepi32_ps(sc));
+            let mn = _mm256_mul_ps(m8, _mm256_cvtepi32_ps(mn));
+            for t in 0..T {
+                let da = x[t].get_unchecked(blk).scale();
+                let dv = _mm256_set1_ps(da);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, dv), acc[t]);
+                acc[t] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(xs[t] as f32 * da), acc[t]);
             }
         }};
     }

@@ -17,8 +17,8 @@ use crate::matrix::WeightMatrix;
 use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
 use crate::tiles::{
-    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q3K, Q40, Q41, Q4K, Q50, Q51,
-    Q6K, Q80,
+    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50,
+    Q51, Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -691,7 +691,95 @@ impl<A: Iq4Sums<Avx2>> Tiles<Avx2, A> for Iq4Xs {
     }
 }
 
-/// Half `h` (elements `16h..16h + 16`) of Q3_K group `c`'s exact sums against 8-bit block
+/// Half `H` of Q2_K group `C`'s exact sums against 8-bit block `blk` (the unsigned quants
+/// against the signed activations, no offset), and the half's activation sum.
+#[inline(always)]
+unsafe fn q2_half<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> ([__m256i; T], [i32; T]) {
+    let ones = _mm256_set1_epi16(1);
+    let mut s = [_mm256_setzero_si256(); T];
+    for k in 4 * H..4 * H + 4 {
+        let w = q2k_values::<C>(p, k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(w, bcast4(a.add(4 * k))), ones);
+            s[t] = _mm256_add_epi32(s[t], pw);
+        }
+    }
+    (
+        s,
+        std::array::from_fn(|t| x[t].get_unchecked(blk).off32[H] / 32),
+    )
+}
+
+/// Half `H` of Q2_K group `C`'s exact sums against 16-bit block `blk`, and the half's
+/// activation sum.
+#[inline(always)]
+unsafe fn q2_half16<const C: usize, const H: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> ([__m256i; T], [i32; T]) {
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in 4 * H..4 * H + 4 {
+        let (w0, w1) = mx4_words(q2k_values::<C>(p, k));
+        for t in 0..T {
+            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
+            lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+            hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
+        }
+    }
+    (
+        std::array::from_fn(|t| q8_rows(lo[t], hi[t])),
+        std::array::from_fn(|t| sum16_i16(x[t].get_unchecked(blk).qs.as_ptr().add(16 * H))),
+    )
+}
+
+/// Q2_K's sums against 8-bit activations.
+impl Q2Sums<Avx2> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> ([__m256i; T], [i32; T]) {
+        q2_half::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Q2_K's sums against 16-bit activations.
+impl Q2Sums<Avx2> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> ([__m256i; T], [i32; T]) {
+        q2_half16::<C, H, T>(p, x, blk)
+    }
+}
+
+/// Eight tiled Q2_K rows: `x86::shared::q2k_tile` over the sums above.
+impl<A: Q2Sums<Avx2>> Tiles<Avx2, A> for Q2K {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        q2k_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// Half `H` (elements `16H..16H + 16`) of Q3_K group `C`'s exact sums against 8-bit block
 /// `blk` (see `Q3Sums for ActBlock`): one half at a time, so each accumulator is a register.
 #[inline(always)]
 unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
@@ -714,7 +802,7 @@ unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
     s
 }
 
-/// Half `h` of Q3_K group `c`'s exact sums against 16-bit block `blk`.
+/// Half `H` of Q3_K group `C`'s exact sums against 16-bit block `blk`.
 #[inline(always)]
 unsafe fn q3_half16<const C: usize, const H: usize, const T: usize>(
     p: *const u8,

@@ -100,11 +100,13 @@ unsafe fn tokens<const T: usize>(
 ) {
     let acts = PassActs::<T>::of(a, t);
     let i16 = a.path == Path::Int16;
-    let halves_only = i16
-        && matches!(
-            w.dtype,
-            DType::Q8_0 | DType::MXFP4 | DType::IQ4_XS | DType::IQ4_NL | DType::Q3_K
-        );
+    // Q2_K's pairs are not written.
+    let halves_only = w.dtype == DType::Q2_K
+        || i16
+            && matches!(
+                w.dtype,
+                DType::Q8_0 | DType::MXFP4 | DType::IQ4_XS | DType::IQ4_NL | DType::Q3_K
+            );
     let pairs = t > 0 && T >= 8 && !halves_only;
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
     if pairs {
