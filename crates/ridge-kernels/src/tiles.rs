@@ -17,8 +17,8 @@ use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::{
-    tile_bytes, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE,
-    Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    tile_bytes, IQ3_S_TILE, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE,
+    Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
 };
 use crate::pool::SharedMut;
 use crate::DType;
@@ -45,6 +45,8 @@ pub(crate) struct Iq4Xs;
 pub(crate) struct Q3K;
 /// Q2_K tiles.
 pub(crate) struct Q2K;
+/// IQ3_S tiles.
+pub(crate) struct Iq3S;
 /// IQ4_NL tiles (Q4_0's layout).
 pub(crate) struct Iq4Nl;
 
@@ -77,6 +79,7 @@ tile_format! {
     Iq4Xs => IQ4_XS_TILE, 8;
     Q3K => Q3_K_TILE, 8;
     Q2K => Q2_K_TILE, 8;
+    Iq3S => IQ3_S_TILE, 8;
     Iq4Nl => Q4_0_TILE, 1;
 }
 
@@ -166,7 +169,8 @@ pub(crate) fn has_kernel(dtype: DType, path: Path) -> bool {
                 | DType::IQ4_NL
                 | DType::IQ4_XS
                 | DType::Q3_K
-                | DType::Q2_K,
+                | DType::Q2_K
+                | DType::IQ3_S,
             Path::Int8 | Path::Int16
         )
     )
@@ -181,7 +185,7 @@ pub(crate) struct PassActs<'x, const T: usize> {
     pub x8: [&'x [ActBlock]; T],
     /// 16-bit blocks split into bytes (formats whose 16-bit kernels take bytes).
     pub s16: [&'x [ActSplit16]; T],
-    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K).
+    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S).
     pub x16: [&'x [Act16Block]; T],
 }
 
@@ -225,6 +229,7 @@ where
     Iq4Xs: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q3K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q2K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
+    Iq3S: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq4Nl: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q40: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q41: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
@@ -247,6 +252,8 @@ where
             DType::Q3_K => I::run::<_, Q3K, T>(src, a.x8),
             DType::Q2_K if i16 => I::run::<_, Q2K, T>(src, a.x16),
             DType::Q2_K => I::run::<_, Q2K, T>(src, a.x8),
+            DType::IQ3_S if i16 => I::run::<_, Iq3S, T>(src, a.x16),
+            DType::IQ3_S => I::run::<_, Iq3S, T>(src, a.x8),
             DType::IQ4_NL if i16 => I::run::<_, Iq4Nl, T>(src, a.x16),
             DType::IQ4_NL => I::run::<_, Iq4Nl, T>(src, a.x8),
             DType::Q5_0 if i16 => I::run::<_, Q50, T>(src, a.s16),

@@ -554,10 +554,11 @@ pub(crate) fn tile_matrices(
     f: &GgufFile,
     layers: Vec<&mut MatRef>,
     output: &mut MatRef,
+    isa: Isa,
 ) -> Vec<PackedMatrix> {
     let mut tiles = Vec::new();
     let mut one = |m: &mut MatRef| {
-        if m.tiles.is_some() {
+        if m.tiles.is_some() || !ridge_kernels::packed::tiles_pay_on(m.dtype, isa) {
             return;
         }
         let rb = m.dtype.row_bytes(m.cols);

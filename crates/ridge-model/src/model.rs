@@ -116,7 +116,7 @@ impl Model {
         let head_rows = cfg.vocab;
         let mut output = output;
         let tiles = if isa.avx2() {
-            tile_matrices(f, layers.matrices_mut(&cfg), &mut output)
+            tile_matrices(f, layers.matrices_mut(&cfg), &mut output, isa)
         } else {
             Vec::new()
         };
@@ -202,7 +202,7 @@ impl Model {
         } else if self.tiles.is_empty() && Isa::detect().avx2() {
             let file = Arc::clone(&self.file);
             let mats = self.layers.matrices_mut(&self.cfg);
-            self.tiles = tile_matrices(&file, mats, &mut self.output);
+            self.tiles = tile_matrices(&file, mats, &mut self.output, Isa::detect());
         }
     }
 

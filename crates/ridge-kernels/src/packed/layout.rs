@@ -79,6 +79,27 @@ pub const Q2K_SC: usize = 32;
 /// Offset of a Q2_K tile's qs vectors.
 pub const Q2K_QS: usize = 160;
 
+/// Bytes of one IQ3_S tile, the stored bytes of eight rows' super-blocks rearranged: the rows'
+/// `d` (f16, at `2j`); their `scales` at [`IQ3S_SC`] (one vector, lane `j`: row `j`'s four
+/// bytes); their `qh` at [`IQ3S_QH`] (vector `v`, lane `j`: `qh[4v..4v + 4]`); their `signs` at
+/// [`IQ3S_SG`] (vector `c`, lane `j`: `signs[4c..4c + 4]`); their `qs` at [`IQ3S_QS`] (vector
+/// `2c + u`, lane `j`: `qs[8c + 4u..8c + 4u + 4]`). Chunk `k` of group `c` (elements
+/// `32c + 4k..`) of row `j` is then grid entry `qs[8c + k] | (bit k of qh[c]) << 8` with sign
+/// bits `4k..4k + 4` of its signs lane. The size of the eight super-blocks it replaces.
+pub const IQ3_S_TILE: usize = 880;
+
+/// Offset of an IQ3_S tile's scale vector.
+pub const IQ3S_SC: usize = 16;
+
+/// Offset of an IQ3_S tile's qh vectors.
+pub const IQ3S_QH: usize = 48;
+
+/// Offset of an IQ3_S tile's sign vectors.
+pub const IQ3S_SG: usize = 112;
+
+/// Offset of an IQ3_S tile's qs vectors.
+pub const IQ3S_QS: usize = 368;
+
 /// Offset of a Q3_K tile's scale vectors.
 pub const Q3K_SC: usize = 16;
 
@@ -103,6 +124,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::IQ4_NL => Q4_0_TILE,
         DType::Q3_K => Q3_K_TILE,
         DType::Q2_K => Q2_K_TILE,
+        DType::IQ3_S => IQ3_S_TILE,
         _ => 0,
     }
 }

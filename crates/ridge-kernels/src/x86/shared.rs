@@ -5,7 +5,10 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
-use crate::packed::layout::{IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{
+    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH,
+    Q6K_LOW,
+};
 use std::arch::x86_64::*;
 
 /// Sum of the eight lanes, in a fixed order (low half + high half, then pairs).
@@ -592,6 +595,127 @@ pub(crate) unsafe fn q2k_tile<I, A: Q2Sums<I>, const T: usize>(
     half!(6, 1);
     half!(7, 0);
     half!(7, 1);
+}
+
+/// Chunk `k` (elements `4k..4k + 4`) of element group `C` of the eight rows of the IQ3_S tile
+/// at `p`: the grid magnitudes (1..16, unsigned bytes; one `vpgatherdd` fetches the eight rows'
+/// entries) and the negative lanes' mask (0xFF where the sign bit is set), lane `j` row `j`'s
+/// four values. `sg` is group `C`'s sign vector.
+#[inline(always)]
+pub(crate) unsafe fn iq3s_values<const C: usize, const K: usize>(
+    p: *const u8,
+    sg: __m256i,
+) -> (__m256i, __m256i) {
+    let k = K;
+    let shr = |x: __m256i, n: usize| _mm256_srl_epi32(x, _mm_cvtsi32_si128(n as i32));
+    let qs = _mm256_loadu_si256(p.add(IQ3S_QS + 32 * (2 * C + k / 4)) as *const __m256i);
+    let qh = _mm256_loadu_si256(p.add(IQ3S_QH + 32 * (C / 4)) as *const __m256i);
+    let lo = _mm256_and_si256(shr(qs, 8 * (k % 4)), _mm256_set1_epi32(0xFF));
+    let hi = _mm256_and_si256(shr(qh, 8 * (C % 4) + k), _mm256_set1_epi32(1));
+    let idx = _mm256_or_si256(lo, _mm256_slli_epi32::<8>(hi));
+    let g = _mm256_i32gather_epi32::<4>(crate::iq_grids::IQ3S_GRID.as_ptr() as *const i32, idx);
+    // Sign byte k / 2 of every lane copied to the lane's four bytes, then bit i + 4·(k % 2)
+    // tested in byte i.
+    let b = (k / 2) as i8;
+    let pick = _mm256_setr_epi8(
+        b,
+        b,
+        b,
+        b,
+        4 + b,
+        4 + b,
+        4 + b,
+        4 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+        b,
+        b,
+        b,
+        b,
+        4 + b,
+        4 + b,
+        4 + b,
+        4 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+    );
+    let bits = _mm256_set1_epi32((0x0804_0201u32 << (4 * (k % 2))) as i32);
+    let m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(sg, pick), bits), bits);
+    (g, m)
+}
+
+/// The eight rows' scale of group `c`, `d · (1 + 2·s)` with `s` the nibble `c` of their
+/// `scales` (exact in f32: an f16 times an odd integer below 32).
+#[inline(always)]
+pub(crate) unsafe fn iq3s_scale(p: *const u8, d8: __m256, c: usize) -> __m256 {
+    let v = _mm256_loadu_si256(p.add(IQ3S_SC) as *const __m256i);
+    let s = _mm256_and_si256(
+        _mm256_srl_epi32(v, _mm_cvtsi32_si128((4 * c) as i32)),
+        _mm256_set1_epi32(0x0F),
+    );
+    let odd = _mm256_add_epi32(_mm256_slli_epi32::<1>(s), _mm256_set1_epi32(1));
+    _mm256_mul_ps(d8, _mm256_cvtepi32_ps(odd))
+}
+
+/// An activation block type's IQ3_S sums on instruction set `I`: the exact integer sums of
+/// element group `C` of the eight rows of an IQ3_S tile (signed values) against block `blk`
+/// of each token.
+pub(crate) trait Iq3Sums<I>: Sized {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The sums (see the trait).
+    ///
+    /// # Safety
+    /// `I`'s features are available; `p` points at an IQ3_S tile; every `x[t]` holds block
+    /// `blk`.
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T];
+}
+
+/// Eight tiled IQ3_S rows (the super-block tile at `p`), group by group: the exact sums times
+/// the rows' `d · (1 + 2s)` times the activation scale, one FMA per group.
+#[inline(always)]
+pub(crate) unsafe fn iq3s_tile<I, A: Iq3Sums<I>, const T: usize>(
+    p: *const u8,
+    x: &[&[A]; T],
+    sb: usize,
+    acc: &mut [__m256; T],
+) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    macro_rules! group {
+        ($c:literal) => {{
+            let blk = 8 * sb + $c;
+            let s = A::sums::<$c, T>(p, x, blk);
+            let sc = iq3s_scale(p, d8, $c);
+            for t in 0..T {
+                let da = _mm256_set1_ps(x[t].get_unchecked(blk).scale());
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
+            }
+        }};
+    }
+    group!(0);
+    group!(1);
+    group!(2);
+    group!(3);
+    group!(4);
+    group!(5);
+    group!(6);
+    group!(7);
 }
 
 /// Defines a 256-bit tile instruction set `$isa` (one row group per pass, `__m256`

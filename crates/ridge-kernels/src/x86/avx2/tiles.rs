@@ -14,11 +14,11 @@
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::CallActs;
 use crate::matrix::WeightMatrix;
-use crate::packed::layout::TILE_ROWS;
+use crate::packed::layout::{IQ3S_SG, TILE_ROWS};
 use crate::pool::SharedMut;
 use crate::tiles::{
-    groups, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50,
-    Q51, Q6K, Q80,
+    groups, Iq3S, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K,
+    Q50, Q51, Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -688,6 +688,113 @@ impl<A: Iq4Sums<Avx2>> Tiles<Avx2, A> for Iq4Xs {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq4xs_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// IQ3_S group `C`'s exact sums against 8-bit block `blk`: the magnitudes (≤ 15) against the activations carrying the weights' signs (`pmaddubsw` pairs stay below 2 · 15 · 127).
+#[inline(always)]
+unsafe fn iq3_group<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let ones = _mm256_set1_epi16(1);
+    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
+    let mut s = [_mm256_setzero_si256(); T];
+    // Chunk by chunk as constants: every shift and shuffle an immediate.
+    macro_rules! chunk {
+        ($k:literal) => {{
+            let (g, m) = iq3s_values::<C, $k>(p, sg);
+            let ws = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                let av = _mm256_sign_epi8(bcast4(a.add(4 * $k)), ws);
+                let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(g, av), ones);
+                s[t] = _mm256_add_epi32(s[t], pw);
+            }
+        }};
+    }
+    chunk!(0);
+    chunk!(1);
+    chunk!(2);
+    chunk!(3);
+    chunk!(4);
+    chunk!(5);
+    chunk!(6);
+    chunk!(7);
+    s
+}
+
+/// IQ3_S group `C`'s exact sums against 16-bit block `blk`: the signed values widened once
+/// for all tokens (as MXFP4's).
+#[inline(always)]
+unsafe fn iq3_group16<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    macro_rules! chunk {
+        ($k:literal) => {{
+            let (g, m) = iq3s_values::<C, $k>(p, sg);
+            let (w0, w1) = mx4_words(_mm256_sub_epi8(_mm256_xor_si256(g, m), m));
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * $k));
+                lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
+                hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
+            }
+        }};
+    }
+    chunk!(0);
+    chunk!(1);
+    chunk!(2);
+    chunk!(3);
+    chunk!(4);
+    chunk!(5);
+    chunk!(6);
+    chunk!(7);
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// IQ3_S's sums against 8-bit activations.
+impl Iq3Sums<Avx2> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        iq3_group::<C, T>(p, x, blk)
+    }
+}
+
+/// IQ3_S's sums against 16-bit activations.
+impl Iq3Sums<Avx2> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        iq3_group16::<C, T>(p, x, blk)
+    }
+}
+
+/// Eight tiled IQ3_S rows: `x86::shared::iq3s_tile` over the sums above.
+impl<A: Iq3Sums<Avx2>> Tiles<Avx2, A> for Iq3S {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        iq3s_tile::<Avx2, A, T>(p, x, sb, acc)
     }
 }
 

@@ -100,8 +100,8 @@ unsafe fn tokens<const T: usize>(
 ) {
     let acts = PassActs::<T>::of(a, t);
     let i16 = a.path == Path::Int16;
-    // Q2_K's pairs are not written.
-    let halves_only = w.dtype == DType::Q2_K
+    // Q2_K's and IQ3_S's pairs are not written.
+    let halves_only = matches!(w.dtype, DType::Q2_K | DType::IQ3_S)
         || i16
             && matches!(
                 w.dtype,

@@ -15,8 +15,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
+use crate::packed::layout::IQ3S_SG;
 use crate::tiles::{
-    Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    Iq3S, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -589,6 +590,114 @@ impl<A: Iq4Sums<Vnni>> Tiles<Vnni, A> for Iq4Xs {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq4xs_tile::<Vnni, A, T>(p, x, sb, acc)
+    }
+}
+
+/// IQ3_S group `C`'s exact sums against 8-bit block `blk`: the signed values offset to unsigned (`v + 128`) by `vpdpbusd`, the offset taken back through the block's quant sum (the AVX2 path's exact sums).
+#[inline(always)]
+unsafe fn iq3_group<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
+    let mut s = [_mm256_setzero_si256(); T];
+    // Chunk by chunk as constants: every shift and shuffle an immediate.
+    macro_rules! chunk {
+        ($k:literal) => {{
+            let (g, m) = iq3s_values::<C, $k>(p, sg);
+            let ws = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+            let w = _mm256_xor_si256(ws, _mm256_set1_epi8(-128));
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], w, bcast4(a.add(4 * $k)));
+            }
+        }};
+    }
+    chunk!(0);
+    chunk!(1);
+    chunk!(2);
+    chunk!(3);
+    chunk!(4);
+    chunk!(5);
+    chunk!(6);
+    chunk!(7);
+    std::array::from_fn(|t| {
+        let isum = x[t].get_unchecked(blk).isum;
+        _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * isum))
+    })
+}
+
+/// IQ3_S group `C`'s exact sums against 16-bit block `blk`: the signed values widened once
+/// for all tokens (as MXFP4's).
+#[inline(always)]
+unsafe fn iq3_group16<const C: usize, const T: usize>(
+    p: *const u8,
+    x: &[&[Act16Block]; T],
+    blk: usize,
+) -> [__m256i; T] {
+    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    macro_rules! chunk {
+        ($k:literal) => {{
+            let (g, m) = iq3s_values::<C, $k>(p, sg);
+            let (w0, w1) = mx4_words(_mm256_sub_epi8(_mm256_xor_si256(g, m), m));
+            for t in 0..T {
+                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * $k));
+                lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
+                hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
+            }
+        }};
+    }
+    chunk!(0);
+    chunk!(1);
+    chunk!(2);
+    chunk!(3);
+    chunk!(4);
+    chunk!(5);
+    chunk!(6);
+    chunk!(7);
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// IQ3_S's sums against 8-bit activations.
+impl Iq3Sums<Vnni> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        iq3_group::<C, T>(p, x, blk)
+    }
+}
+
+/// IQ3_S's sums against 16-bit activations.
+impl Iq3Sums<Vnni> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        iq3_group16::<C, T>(p, x, blk)
+    }
+}
+
+/// Eight tiled IQ3_S rows: `x86::shared::iq3s_tile` over the sums above.
+impl<A: Iq3Sums<Vnni>> Tiles<Vnni, A> for Iq3S {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        iq3s_tile::<Vnni, A, T>(p, x, sb, acc)
     }
 }
 
