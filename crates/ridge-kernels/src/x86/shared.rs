@@ -6,8 +6,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::packed::layout::{
-    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH,
-    Q6K_LOW,
+    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW,
 };
 use std::arch::x86_64::*;
 

@@ -100,12 +100,17 @@ unsafe fn tokens<const T: usize>(
 ) {
     let acts = PassActs::<T>::of(a, t);
     let i16 = a.path == Path::Int16;
-    // Q2_K's and IQ3_S's pairs are not written.
-    let halves_only = matches!(w.dtype, DType::Q2_K | DType::IQ3_S)
+    // Q2_K's pairs are not written.
+    let halves_only = w.dtype == DType::Q2_K
         || i16
             && matches!(
                 w.dtype,
-                DType::Q8_0 | DType::MXFP4 | DType::IQ4_XS | DType::IQ4_NL | DType::Q3_K
+                DType::Q8_0
+                    | DType::MXFP4
+                    | DType::IQ4_XS
+                    | DType::IQ4_NL
+                    | DType::Q3_K
+                    | DType::IQ3_S
             );
     let pairs = t > 0 && T >= 8 && !halves_only;
     let (mut g, end) = (r0 / TILE_ROWS, r1 / TILE_ROWS);

@@ -13,7 +13,9 @@
 
 use super::tiles::{Vnni, PREFETCH_BYTES};
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
-use crate::packed::layout::{IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW};
+use crate::packed::layout::{
+    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ3S_SG, IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW,
+};
 use crate::tiles::{
     Iq3S, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
 };
@@ -106,7 +108,6 @@ macro_rules! halves {
 }
 
 halves!(
-    Iq3S: ActBlock,
     Iq3S: Act16Block,
     Q2K: ActBlock,
     Q2K: Act16Block,
@@ -870,6 +871,122 @@ impl Tiles<Zmm, ActBlock> for Q3K {
         half!(6, 1);
         half!(7, 0);
         half!(7, 1);
+    }
+}
+
+/// `x86::shared::iq3s_values` of both tiles (sixteen rows): one 16-lane gather.
+#[inline(always)]
+unsafe fn iq3s_values2<const C: usize, const K: usize>(
+    p: *const u8,
+    q: *const u8,
+    sg: __m512i,
+) -> (__m512i, __m512i) {
+    let shr = |x: __m512i, n: usize| _mm512_srl_epi32(x, _mm_cvtsi32_si128(n as i32));
+    let qs = ld2(p, q, IQ3S_QS + 32 * (2 * C + K / 4));
+    let qh = ld2(p, q, IQ3S_QH + 32 * (C / 4));
+    let lo = _mm512_and_si512(shr(qs, 8 * (K % 4)), _mm512_set1_epi32(0xFF));
+    let hi = _mm512_and_si512(shr(qh, 8 * (C % 4) + K), _mm512_set1_epi32(1));
+    let idx = _mm512_or_si512(lo, _mm512_slli_epi32::<8>(hi));
+    let g = _mm512_i32gather_epi32::<4>(idx, crate::iq_grids::IQ3S_GRID.as_ptr() as *const i32);
+    let b = (K / 2) as i8;
+    let half = _mm_setr_epi8(
+        b,
+        b,
+        b,
+        b,
+        4 + b,
+        4 + b,
+        4 + b,
+        4 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        8 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+        12 + b,
+    );
+    let pick = _mm512_broadcast_i32x4(half);
+    let bits = _mm512_set1_epi32((0x0804_0201u32 << (4 * (K % 2))) as i32);
+    let m = _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(
+        _mm512_and_si512(_mm512_shuffle_epi8(sg, pick), bits),
+        bits,
+    ));
+    (g, m)
+}
+
+/// IQ3_S group `C` of both tiles against 8-bit block `blk`: `x86::avx512::tiles`' exact sums,
+/// sixteen rows at once.
+#[inline(always)]
+unsafe fn iq3_group2<const C: usize, const T: usize>(
+    (p, q): (*const u8, *const u8),
+    x: &[&[ActBlock]; T],
+    blk: usize,
+) -> [__m512i; T] {
+    let sg = ld2(p, q, IQ3S_SG + 32 * C);
+    let mut s = [_mm512_setzero_si512(); T];
+    macro_rules! chunk {
+        ($k:literal) => {{
+            let (g, m) = iq3s_values2::<C, $k>(p, q, sg);
+            let ws = _mm512_sub_epi8(_mm512_xor_si512(g, m), m);
+            let w = _mm512_xor_si512(ws, _mm512_set1_epi8(-128));
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], w, bcast4(a.add(4 * $k)));
+            }
+        }};
+    }
+    chunk!(0);
+    chunk!(1);
+    chunk!(2);
+    chunk!(3);
+    chunk!(4);
+    chunk!(5);
+    chunk!(6);
+    chunk!(7);
+    std::array::from_fn(|t| {
+        let isum = x[t].get_unchecked(blk).isum;
+        _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * isum))
+    })
+}
+
+/// IQ3_S as in `x86::shared::iq3s_tile`, both tiles' rows per vector (the same steps per lane).
+impl Tiles<Zmm, ActBlock> for Iq3S {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        (p, q): (*const u8, *const u8),
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m512; T],
+    ) {
+        let d = f16x2(p, q, 0);
+        let sv = ld2(p, q, IQ3S_SC);
+        macro_rules! group {
+            ($c:literal) => {{
+                let blk = 8 * sb + $c;
+                let s = iq3_group2::<$c, T>((p, q), x, blk);
+                let nib = _mm512_and_si512(
+                    _mm512_srl_epi32(sv, _mm_cvtsi32_si128(4 * $c)),
+                    _mm512_set1_epi32(0x0F),
+                );
+                let odd = _mm512_add_epi32(_mm512_slli_epi32::<1>(nib), _mm512_set1_epi32(1));
+                let sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(odd));
+                for t in 0..T {
+                    let da = _mm512_set1_ps(x[t].get_unchecked(blk).d);
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sc, da), acc[t]);
+                }
+            }};
+        }
+        group!(0);
+        group!(1);
+        group!(2);
+        group!(3);
+        group!(4);
+        group!(5);
+        group!(6);
+        group!(7);
     }
 }
 
