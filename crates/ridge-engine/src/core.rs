@@ -1341,12 +1341,13 @@ fn finish_seq(
             + r.kv_bytes_per_token * ctx
             + r.windowed_kv_bytes_per_token * ctx.min(r.window);
         let floor = bytes / (r.gauge.gbs() * 1e9) * 1e3;
-        // A request that beat its floor proved the bandwidth was higher: the floor is
-        // re-measured (`floor.rs`), never reported as more than 100%.
-        let corrected = s
-            .timings
-            .tpot_ms()
-            .and_then(|t| r.gauge.observe(bytes, floor, t));
+        // A request whose decode steps beat the floor proved the bandwidth was higher: the
+        // floor is re-measured (`floor.rs`), never reported as more than 100%. A step, not a
+        // token: speculative decoding's accepted drafts come several per step.
+        let corrected = s.timings.tpot_ms().and_then(|t| {
+            let step = crate::floor::step_ms(t, s.timings.tokens, s.timings.accepted_tokens);
+            r.gauge.observe(bytes, floor, step)
+        });
         s.timings.floor_remeasured = corrected.is_some();
         s.timings.roofline_tpot_ms = Some(corrected.unwrap_or(floor));
     }

@@ -26,6 +26,18 @@ impl fmt::Debug for FloorProbe {
     }
 }
 
+/// The mean time of one decode step of a choice whose `tokens` tokens came `tpot_ms` apart,
+/// `accepted` of them speculative drafts accepted (which come in the step of the token before
+/// them): `tpot · (tokens − 1) / (tokens − 1 − accepted)`; the TPOT itself without drafts.
+pub(crate) fn step_ms(tpot_ms: f64, tokens: usize, accepted: usize) -> f64 {
+    if accepted == 0 {
+        return tpot_ms;
+    }
+    let gaps = tokens.saturating_sub(1);
+    let steps = gaps.saturating_sub(accepted).max(1);
+    tpot_ms * gaps.max(1) as f64 / steps as f64
+}
+
 /// Least time between two re-probes: a probe reads a few hundred MB and competes with decode
 /// for the memory it measures.
 pub const REPROBE_INTERVAL: Duration = Duration::from_secs(30);
@@ -86,23 +98,23 @@ impl FloorGauge {
         }
     }
 
-    /// A request read `bytes` per output token at `tpot_ms` against the floor `floor_ms`
-    /// computed from [`FloorGauge::gbs`]: when it beat the floor, raises the bandwidth to what
-    /// it proved, starts a re-probe (at most one at a time, one per [`REPROBE_INTERVAL`]) and
-    /// returns the corrected floor (= `tpot_ms`); else `None`.
+    /// A request's decode steps read `bytes` each at `step_ms` ([`step_ms`]) against the floor
+    /// `floor_ms` computed from [`FloorGauge::gbs`]: when they beat the floor, raises the
+    /// bandwidth to what they proved, starts a re-probe (at most one at a time, one per
+    /// [`REPROBE_INTERVAL`]) and returns the corrected floor (= `step_ms`); else `None`.
     pub(crate) fn observe(
         self: &Arc<Self>,
         bytes: f64,
         floor_ms: f64,
-        tpot_ms: f64,
+        step_ms: f64,
     ) -> Option<f64> {
-        if !(tpot_ms > 0.0 && tpot_ms < floor_ms) {
+        if !(step_ms > 0.0 && step_ms < floor_ms) {
             return None;
         }
-        self.raise(bytes / (tpot_ms * 1e-3) / 1e9);
+        self.raise(bytes / (step_ms * 1e-3) / 1e9);
         self.remeasures.fetch_add(1, Ordering::Relaxed);
         self.reprobe();
-        Some(tpot_ms)
+        Some(step_ms)
     }
 
     fn reprobe(self: &Arc<Self>) {
@@ -137,6 +149,15 @@ impl FloorGauge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_is_a_token_unless_drafts_were_accepted() {
+        assert_eq!(step_ms(10.0, 9, 0), 10.0);
+        // 8 gaps, 4 of them accepted drafts: 4 steps of 20 ms.
+        assert_eq!(step_ms(10.0, 9, 4), 20.0);
+        assert_eq!(step_ms(10.0, 1, 0), 10.0);
+        assert_eq!(step_ms(10.0, 3, 5), 20.0);
+    }
 
     #[test]
     fn the_bandwidth_only_rises() {
