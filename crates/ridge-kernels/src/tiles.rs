@@ -17,8 +17,8 @@ use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::{
-    tile_bytes, IQ3_S_TILE, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE,
-    Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    tile_bytes, IQ3_S_DEC_TILE, IQ3_S_TILE, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE,
+    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
 };
 use crate::pool::SharedMut;
 use crate::DType;
@@ -47,6 +47,8 @@ pub(crate) struct Q3K;
 pub(crate) struct Q2K;
 /// IQ3_S tiles.
 pub(crate) struct Iq3S;
+/// IQ3_S tiles decoded for a prefill chunk (`x86::avx512::iq3s_decoded`).
+pub(crate) struct Iq3SDec;
 /// IQ4_NL tiles (Q4_0's layout).
 pub(crate) struct Iq4Nl;
 
@@ -80,6 +82,7 @@ tile_format! {
     Q3K => Q3_K_TILE, 8;
     Q2K => Q2_K_TILE, 8;
     Iq3S => IQ3_S_TILE, 8;
+    Iq3SDec => IQ3_S_DEC_TILE, 8;
     Iq4Nl => Q4_0_TILE, 1;
 }
 

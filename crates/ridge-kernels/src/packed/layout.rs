@@ -88,6 +88,12 @@ pub const Q2K_QS: usize = 160;
 /// bits `4k..4k + 4` of its signs lane. The size of the eight super-blocks it replaces.
 pub const IQ3_S_TILE: usize = 880;
 
+/// Bytes of one IQ3_S tile decoded for a prefill chunk (never stored in a model): per element
+/// group `c`, at `288c`, the eight rows' scales `d · (1 + 2s)` (f32), then eight vectors of
+/// their values plus 128 as unsigned bytes (vector `k`, lane `j`: row `j`'s elements
+/// `32c + 4k..32c + 4k + 4`).
+pub const IQ3_S_DEC_TILE: usize = 2304;
+
 /// Offset of an IQ3_S tile's scale vector.
 pub const IQ3S_SC: usize = 16;
 

@@ -35,7 +35,102 @@ pub(crate) unsafe fn tiled_chunk(
     y: SharedMut<f32>,
     rows: usize,
 ) {
+    if w.dtype == DType::IQ3_S && a.path == Path::Int8 && n >= IQ3S_DECODE_FROM {
+        return iq3s_decoded(w, a, n, r0, r1, y, rows);
+    }
     tiled_tokens(w, a, 0, n, r0, r1, y, rows)
+}
+
+/// Tokens from which an IQ3_S chunk is decoded once ([`iq3s_decoded`]) instead of gathering
+/// its grid entries in every eight-token pass.
+const IQ3S_DECODE_FROM: usize = 16;
+
+thread_local! {
+    /// The decoded IQ3_S tiles of the chunk being multiplied; grows, never shrinks.
+    static IQ3S_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`tiled_chunk`] for IQ3_S with many tokens: the chunk's tiles decoded once (grid entries
+/// gathered, signs applied, scales computed: [`tiles::iq3s_decode_tile`]) into a buffer that
+/// every eight-token pass then reads as plain bytes. The same integer sums and float steps as
+/// the gathering kernel, so the same bits (tested: one token alone or among many).
+///
+/// # Safety
+/// As [`tiled_chunk`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn iq3s_decoded(
+    w: &WeightMatrix<'_>,
+    a: &CallActs<'_>,
+    n: usize,
+    r0: usize,
+    r1: usize,
+    y: SharedMut<f32>,
+    rows: usize,
+) {
+    use crate::packed::layout::{IQ3_S_DEC_TILE, IQ3_S_TILE};
+    let nb = w.cols / 256;
+    let (g0, g1) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
+    IQ3S_BUF.with(|b| {
+        let mut buf = b.borrow_mut();
+        let need = (g1 - g0) * nb * IQ3_S_DEC_TILE;
+        if buf.len() < need {
+            buf.resize(need, 0);
+        }
+        for g in g0..g1 {
+            for i in 0..nb {
+                // SAFETY: tile i of group g lies inside w (whole groups, this function's
+                // contract); its decoded copy lies inside the buffer sized above.
+                tiles::iq3s_decode_tile(
+                    w.data.as_ptr().add((g * nb + i) * IQ3_S_TILE),
+                    buf.as_mut_ptr().add(((g - g0) * nb + i) * IQ3_S_DEC_TILE),
+                );
+            }
+        }
+        let mut t = 0;
+        while t < n {
+            let step = (n - t).min(MAX_TOKENS);
+            // SAFETY (each arm): the buffer holds the chunk's decoded groups; t + step <= n.
+            match step {
+                1 => decoded_tokens::<1>(&buf, nb, a, t, g0, g1, y, rows),
+                2 => decoded_tokens::<2>(&buf, nb, a, t, g0, g1, y, rows),
+                3 => decoded_tokens::<3>(&buf, nb, a, t, g0, g1, y, rows),
+                4 => decoded_tokens::<4>(&buf, nb, a, t, g0, g1, y, rows),
+                5 => decoded_tokens::<5>(&buf, nb, a, t, g0, g1, y, rows),
+                6 => decoded_tokens::<6>(&buf, nb, a, t, g0, g1, y, rows),
+                7 => decoded_tokens::<7>(&buf, nb, a, t, g0, g1, y, rows),
+                _ => decoded_tokens::<8>(&buf, nb, a, t, g0, g1, y, rows),
+            }
+            t += step;
+        }
+    });
+}
+
+/// Tokens `t..t + T` against the decoded groups `g0..g1` in `buf`.
+///
+/// # Safety
+/// As [`iq3s_decoded`]; `buf` holds the groups' decoded tiles; `t + T <= n`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn decoded_tokens<const T: usize>(
+    buf: &[u8],
+    nb: usize,
+    a: &CallActs<'_>,
+    t: usize,
+    g0: usize,
+    g1: usize,
+    y: SharedMut<f32>,
+    rows: usize,
+) {
+    use crate::packed::layout::IQ3_S_DEC_TILE;
+    use crate::tiles::{Iq3SDec, TileIsa};
+    let acts = PassActs::<T>::of(a, t);
+    for g in g0..g1 {
+        let src = buf.as_ptr().add((g - g0) * nb * IQ3_S_DEC_TILE);
+        let o = <Vnni as TileIsa>::run::<_, Iq3SDec, T>(src, acts.x8);
+        for (j, oj) in o.iter().enumerate() {
+            let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
+            std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
+        }
+    }
 }
 
 /// [`tiled_chunk`] for tokens `t0..n` only (the AMX path's remainder below a whole tile of

@@ -17,7 +17,8 @@
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::IQ3S_SG;
 use crate::tiles::{
-    Iq3S, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    Iq3S, Iq3SDec, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51,
+    Q6K, Q80,
 };
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
@@ -659,6 +660,80 @@ unsafe fn iq3_group16<const C: usize, const T: usize>(
     chunk!(6);
     chunk!(7);
     std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// Decodes the IQ3_S tile at `p` into the [`crate::packed::layout::IQ3_S_DEC_TILE`] bytes at
+/// `out`: the scales and values [`iq3_group`] computes, stored once for every pass of a chunk.
+///
+/// # Safety
+/// AVX2 and AVX-512 F/BW/VL are available; `p` points at one IQ3_S tile and `out` at 2304
+/// writable bytes.
+#[inline(always)]
+pub(crate) unsafe fn iq3s_decode_tile(p: *const u8, out: *mut u8) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    macro_rules! group {
+        ($c:literal) => {{
+            let o = out.add(288 * $c);
+            _mm256_storeu_ps(o as *mut f32, iq3s_scale(p, d8, $c));
+            let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * $c) as *const __m256i);
+            macro_rules! chunk {
+                ($k:literal) => {{
+                    let (g, m) = iq3s_values::<$c, $k>(p, sg);
+                    let ws = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+                    let w = _mm256_xor_si256(ws, _mm256_set1_epi8(-128));
+                    _mm256_storeu_si256(o.add(32 + 32 * $k) as *mut __m256i, w);
+                }};
+            }
+            chunk!(0);
+            chunk!(1);
+            chunk!(2);
+            chunk!(3);
+            chunk!(4);
+            chunk!(5);
+            chunk!(6);
+            chunk!(7);
+        }};
+    }
+    group!(0);
+    group!(1);
+    group!(2);
+    group!(3);
+    group!(4);
+    group!(5);
+    group!(6);
+    group!(7);
+}
+
+/// A decoded IQ3_S tile against 8-bit activations: [`iq3_group`]'s exact sums from the stored
+/// values, then `iq3s_tile`'s float steps with the stored scales (the same bits).
+impl Tiles<Vnni, ActBlock> for Iq3SDec {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        for c in 0..8 {
+            let o = p.add(288 * c);
+            let blk = 8 * sb + c;
+            let mut s = [_mm256_setzero_si256(); T];
+            for k in 0..8 {
+                let w = _mm256_loadu_si256(o.add(32 + 32 * k) as *const __m256i);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                    s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
+                }
+            }
+            let sc = _mm256_loadu_ps(o as *const f32);
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk);
+                let si = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * a.isum));
+                let da = _mm256_set1_ps(a.d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(sc, da), acc[t]);
+            }
+        }
+    }
 }
 
 /// IQ3_S's sums against 8-bit activations.
