@@ -5,8 +5,10 @@
 //! borrows from another's: every folder imports this module and nothing beside it.
 #![allow(clippy::needless_range_loop)]
 
+use crate::act::blocks::{Act16Block, ActBlock};
 use crate::packed::layout::{
-    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW,
+    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ3S_SG, IQ4XS_QS, Q2K_QS, Q2K_SC, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH,
+    Q6K_LOW,
 };
 use std::arch::x86_64::*;
 
@@ -550,6 +552,142 @@ pub(crate) trait Q2Sums<I>: Sized {
     ) -> ([__m256i; T], [i32; T]);
 }
 
+/// An instruction set's integer dot steps, what the low-bit tile sums below are written in
+/// once for every ISA: each adds per 32-bit lane of `acc` the four products of unsigned bytes
+/// `w` and signed bytes `a` (with `w` small enough that no pair of products saturates 16
+/// bits: the AVX2 form goes through `pmaddubsw`), or the two products of words.
+pub(crate) trait IntDot {
+    /// `acc` + Σ of four `w · a` byte products per lane.
+    ///
+    /// # Safety
+    /// The instruction set's features are available.
+    unsafe fn dot_bytes(acc: __m256i, w: __m256i, a: __m256i) -> __m256i;
+    /// `acc` + Σ of two `w · a` word products per lane.
+    ///
+    /// # Safety
+    /// The instruction set's features are available.
+    unsafe fn dot_words(acc: __m256i, w: __m256i, a: __m256i) -> __m256i;
+}
+
+/// Sums of signed-byte chunks `w(k)` (eight rows' four values each, [`q8_rows`]' layout
+/// after widening) against 16-bit block `blk`'s elements `4k..4k + 4`, for `k` in `ks`.
+#[inline(always)]
+unsafe fn word_sums<I: IntDot, const T: usize>(
+    x: &[&[Act16Block]; T],
+    blk: usize,
+    ks: std::ops::Range<usize>,
+    w: impl Fn(usize) -> __m256i,
+) -> [__m256i; T] {
+    let mut lo = [_mm256_setzero_si256(); T];
+    let mut hi = [_mm256_setzero_si256(); T];
+    for k in ks {
+        let (w0, w1) = mx4_words(w(k));
+        for t in 0..T {
+            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
+            lo[t] = I::dot_words(lo[t], w0, a);
+            hi[t] = I::dot_words(hi[t], w1, a);
+        }
+    }
+    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
+}
+
+/// Sums of unsigned-byte chunks `w(k)` against 8-bit block `blk`'s elements `4k..4k + 4`, for
+/// `k` in `ks`, each token's starting from `start[t]`.
+#[inline(always)]
+unsafe fn byte_sums<I: IntDot, const T: usize>(
+    x: &[&[ActBlock]; T],
+    blk: usize,
+    ks: std::ops::Range<usize>,
+    start: [__m256i; T],
+    w: impl Fn(usize) -> __m256i,
+) -> [__m256i; T] {
+    let mut s = start;
+    for k in ks {
+        let wk = w(k);
+        for t in 0..T {
+            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+            s[t] = I::dot_bytes(s[t], wk, bcast4(a.add(4 * k)));
+        }
+    }
+    s
+}
+
+/// Q3_K against 8-bit activations: the quants go in unsigned (`q + 4`, 0..8) and the sums
+/// start at the offset `−4 · Σq` of their half (`off32 / 8`).
+impl<I: IntDot> Q3Sums<I> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        let start =
+            std::array::from_fn(|t| _mm256_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
+        byte_sums::<I, T>(x, blk, 4 * H..4 * H + 4, start, |k| q3k_values::<C>(p, k))
+    }
+}
+
+/// Q3_K against 16-bit activations: the signed quants widened once for all tokens.
+impl<I: IntDot> Q3Sums<I> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        word_sums::<I, T>(x, blk, 4 * H..4 * H + 4, |k| {
+            _mm256_sub_epi8(q3k_values::<C>(p, k), _mm256_set1_epi8(4))
+        })
+    }
+}
+
+/// Q2_K against 8-bit activations: the unsigned quants, no offset; the half's activation sum.
+impl<I: IntDot> Q2Sums<I> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> ([__m256i; T], [i32; T]) {
+        let zero = [_mm256_setzero_si256(); T];
+        (
+            byte_sums::<I, T>(x, blk, 4 * H..4 * H + 4, zero, |k| q2k_values::<C>(p, k)),
+            std::array::from_fn(|t| x[t].get_unchecked(blk).off32[H] / 32),
+        )
+    }
+}
+
+/// Q2_K against 16-bit activations, and the half's activation sum.
+impl<I: IntDot> Q2Sums<I> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> ([__m256i; T], [i32; T]) {
+        (
+            word_sums::<I, T>(x, blk, 4 * H..4 * H + 4, |k| q2k_values::<C>(p, k)),
+            std::array::from_fn(|t| sum16_i16(x[t].get_unchecked(blk).qs.as_ptr().add(16 * H))),
+        )
+    }
+}
+
 /// Eight tiled Q2_K rows (the super-block tile at `p`), half group by half group: each half's
 /// exact sum times the rows' `d · sc` (exact in f32) times the activation scale, then the
 /// minimum's term `dmin · m` (exact) times the half's activation sum times its scale.
@@ -684,6 +822,39 @@ pub(crate) trait Iq3Sums<I>: Sized {
         x: &[&[Self]; T],
         blk: usize,
     ) -> [__m256i; T];
+}
+
+/// IQ3_S against 16-bit activations: the signed values widened once for all tokens.
+impl<I: IntDot> Iq3Sums<I> for Act16Block {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
+        word_sums::<I, T>(x, blk, 0..8, |k| iq3s_signed::<C>(p, sg, k))
+    }
+}
+
+/// [`iq3s_values`]' chunk `k` as signed bytes (the magnitudes with their signs).
+#[inline(always)]
+pub(crate) unsafe fn iq3s_signed<const C: usize>(p: *const u8, sg: __m256i, k: usize) -> __m256i {
+    let (g, m) = match k {
+        0 => iq3s_values::<C, 0>(p, sg),
+        1 => iq3s_values::<C, 1>(p, sg),
+        2 => iq3s_values::<C, 2>(p, sg),
+        3 => iq3s_values::<C, 3>(p, sg),
+        4 => iq3s_values::<C, 4>(p, sg),
+        5 => iq3s_values::<C, 5>(p, sg),
+        6 => iq3s_values::<C, 6>(p, sg),
+        _ => iq3s_values::<C, 7>(p, sg),
+    };
+    _mm256_sub_epi8(_mm256_xor_si256(g, m), m)
 }
 
 /// Eight tiled IQ3_S rows (the super-block tile at `p`), group by group: the exact sums times

@@ -725,39 +725,6 @@ unsafe fn iq3_group<const C: usize, const T: usize>(
     s
 }
 
-/// IQ3_S group `C`'s exact sums against 16-bit block `blk`: the signed values widened once
-/// for all tokens (as MXFP4's).
-#[inline(always)]
-unsafe fn iq3_group16<const C: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    macro_rules! chunk {
-        ($k:literal) => {{
-            let (g, m) = iq3s_values::<C, $k>(p, sg);
-            let (w0, w1) = mx4_words(_mm256_sub_epi8(_mm256_xor_si256(g, m), m));
-            for t in 0..T {
-                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * $k));
-                lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
-                hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
-            }
-        }};
-    }
-    chunk!(0);
-    chunk!(1);
-    chunk!(2);
-    chunk!(3);
-    chunk!(4);
-    chunk!(5);
-    chunk!(6);
-    chunk!(7);
-    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
-}
-
 /// IQ3_S's sums against 8-bit activations.
 impl Iq3Sums<Avx2> for ActBlock {
     #[inline(always)]
@@ -774,22 +741,6 @@ impl Iq3Sums<Avx2> for ActBlock {
     }
 }
 
-/// IQ3_S's sums against 16-bit activations.
-impl Iq3Sums<Avx2> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        iq3_group16::<C, T>(p, x, blk)
-    }
-}
-
 /// Eight tiled IQ3_S rows: `x86::shared::iq3s_tile` over the sums above.
 impl<A: Iq3Sums<Avx2>> Tiles<Avx2, A> for Iq3S {
     #[inline(always)]
@@ -798,87 +749,7 @@ impl<A: Iq3Sums<Avx2>> Tiles<Avx2, A> for Iq3S {
     }
 }
 
-/// Half `H` of Q2_K group `C`'s exact sums against 8-bit block `blk` (the unsigned quants
-/// against the signed activations, no offset), and the half's activation sum.
-#[inline(always)]
-unsafe fn q2_half<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[ActBlock]; T],
-    blk: usize,
-) -> ([__m256i; T], [i32; T]) {
-    let ones = _mm256_set1_epi16(1);
-    let mut s = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let w = q2k_values::<C>(p, k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-            let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(w, bcast4(a.add(4 * k))), ones);
-            s[t] = _mm256_add_epi32(s[t], pw);
-        }
-    }
-    (
-        s,
-        std::array::from_fn(|t| x[t].get_unchecked(blk).off32[H] / 32),
-    )
-}
-
-/// Half `H` of Q2_K group `C`'s exact sums against 16-bit block `blk`, and the half's
-/// activation sum.
-#[inline(always)]
-unsafe fn q2_half16<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> ([__m256i; T], [i32; T]) {
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let (w0, w1) = mx4_words(q2k_values::<C>(p, k));
-        for t in 0..T {
-            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
-            lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
-            hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
-        }
-    }
-    (
-        std::array::from_fn(|t| q8_rows(lo[t], hi[t])),
-        std::array::from_fn(|t| sum16_i16(x[t].get_unchecked(blk).qs.as_ptr().add(16 * H))),
-    )
-}
-
-/// Q2_K's sums against 8-bit activations.
-impl Q2Sums<Avx2> for ActBlock {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> ([__m256i; T], [i32; T]) {
-        q2_half::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Q2_K's sums against 16-bit activations.
-impl Q2Sums<Avx2> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> ([__m256i; T], [i32; T]) {
-        q2_half16::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Eight tiled Q2_K rows: `x86::shared::q2k_tile` over the sums above.
+/// Eight tiled Q2_K rows: `x86::shared::q2k_tile` over `x86::shared`'s sums by [`IntDot`].
 impl<A: Q2Sums<Avx2>> Tiles<Avx2, A> for Q2K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
@@ -886,90 +757,26 @@ impl<A: Q2Sums<Avx2>> Tiles<Avx2, A> for Q2K {
     }
 }
 
-/// Half `H` (elements `16H..16H + 16`) of Q3_K group `C`'s exact sums against 8-bit block
-/// `blk` (see `Q3Sums for ActBlock`): one half at a time, so each accumulator is a register.
-#[inline(always)]
-unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[ActBlock]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    let ones = _mm256_set1_epi16(1);
-    // The offset `4 · Σq` of the unsigned quants is where the sums start.
-    let mut s: [__m256i; T] =
-        std::array::from_fn(|t| _mm256_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
-    for k in 4 * H..4 * H + 4 {
-        let w = q3k_values::<C>(p, k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-            let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(w, bcast4(a.add(4 * k))), ones);
-            s[t] = _mm256_add_epi32(s[t], pw);
-        }
-    }
-    s
-}
-
-/// Half `H` of Q3_K group `C`'s exact sums against 16-bit block `blk`.
-#[inline(always)]
-unsafe fn q3_half16<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let w = _mm256_sub_epi8(q3k_values::<C>(p, k), _mm256_set1_epi8(4));
-        let (w0, w1) = mx4_words(w);
-        for t in 0..T {
-            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
-            lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, a));
-            hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, a));
-        }
-    }
-    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
-}
-
-/// Q3_K's sums against 8-bit activations: the quants go in unsigned (`q + 4`, 0..8) against
-/// the signed activations (`pmaddubsw` pairs stay below 2 · 7 · 128), and the offset returns
-/// per half from the block's half sums (`off32 / 8` = `4 · Σq`).
-impl Q3Sums<Avx2> for ActBlock {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        q3_half::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Q3_K's sums against 16-bit activations: the signed quants widened to 16 bits once for all
-/// tokens (as MXFP4's), `pmaddwd` against four activation quants.
-impl Q3Sums<Avx2> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        q3_half16::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Eight tiled Q3_K rows: `x86::shared::q3k_tile` over the sums above.
+/// Eight tiled Q3_K rows: `x86::shared::q3k_tile` over `x86::shared`'s sums by [`IntDot`].
 impl<A: Q3Sums<Avx2>> Tiles<Avx2, A> for Q3K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         q3k_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// This instruction set's integer dot steps: `pmaddubsw` then `pmaddwd` by ones (exact for the low-bit sums' operands), `pmaddwd`.
+impl IntDot for Avx2 {
+    #[inline(always)]
+    unsafe fn dot_bytes(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_add_epi32(
+            acc,
+            _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn dot_words(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(w, a))
     }
 }
 

@@ -629,39 +629,6 @@ unsafe fn iq3_group<const C: usize, const T: usize>(
     })
 }
 
-/// IQ3_S group `C`'s exact sums against 16-bit block `blk`: the signed values widened once
-/// for all tokens (as MXFP4's).
-#[inline(always)]
-unsafe fn iq3_group16<const C: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    let sg = _mm256_loadu_si256(p.add(IQ3S_SG + 32 * C) as *const __m256i);
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    macro_rules! chunk {
-        ($k:literal) => {{
-            let (g, m) = iq3s_values::<C, $k>(p, sg);
-            let (w0, w1) = mx4_words(_mm256_sub_epi8(_mm256_xor_si256(g, m), m));
-            for t in 0..T {
-                let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * $k));
-                lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
-                hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
-            }
-        }};
-    }
-    chunk!(0);
-    chunk!(1);
-    chunk!(2);
-    chunk!(3);
-    chunk!(4);
-    chunk!(5);
-    chunk!(6);
-    chunk!(7);
-    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
-}
-
 /// Decodes the IQ3_S tile at `p` into the [`crate::packed::layout::IQ3_S_DEC_TILE`] bytes at
 /// `out`: the scales and values [`iq3_group`] computes, stored once for every pass of a chunk.
 ///
@@ -752,22 +719,6 @@ impl Iq3Sums<Vnni> for ActBlock {
     }
 }
 
-/// IQ3_S's sums against 16-bit activations.
-impl Iq3Sums<Vnni> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        iq3_group16::<C, T>(p, x, blk)
-    }
-}
-
 /// Eight tiled IQ3_S rows: `x86::shared::iq3s_tile` over the sums above.
 impl<A: Iq3Sums<Vnni>> Tiles<Vnni, A> for Iq3S {
     #[inline(always)]
@@ -776,85 +727,7 @@ impl<A: Iq3Sums<Vnni>> Tiles<Vnni, A> for Iq3S {
     }
 }
 
-/// Half `H` of Q2_K group `C`'s exact sums against 8-bit block `blk` (the unsigned quants
-/// against the signed activations, no offset), and the half's activation sum.
-#[inline(always)]
-unsafe fn q2_half<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[ActBlock]; T],
-    blk: usize,
-) -> ([__m256i; T], [i32; T]) {
-    let mut s = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let w = q2k_values::<C>(p, k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-            s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
-        }
-    }
-    (
-        s,
-        std::array::from_fn(|t| x[t].get_unchecked(blk).off32[H] / 32),
-    )
-}
-
-/// Half `H` of Q2_K group `C`'s exact sums against 16-bit block `blk`, and the half's
-/// activation sum.
-#[inline(always)]
-unsafe fn q2_half16<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> ([__m256i; T], [i32; T]) {
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let (w0, w1) = mx4_words(q2k_values::<C>(p, k));
-        for t in 0..T {
-            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
-            lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
-            hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
-        }
-    }
-    (
-        std::array::from_fn(|t| q8_rows(lo[t], hi[t])),
-        std::array::from_fn(|t| sum16_i16(x[t].get_unchecked(blk).qs.as_ptr().add(16 * H))),
-    )
-}
-
-/// Q2_K's sums against 8-bit activations.
-impl Q2Sums<Vnni> for ActBlock {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> ([__m256i; T], [i32; T]) {
-        q2_half::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Q2_K's sums against 16-bit activations.
-impl Q2Sums<Vnni> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> ([__m256i; T], [i32; T]) {
-        q2_half16::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Eight tiled Q2_K rows: `x86::shared::q2k_tile` over the sums above.
+/// Eight tiled Q2_K rows: `x86::shared::q2k_tile` over `x86::shared`'s sums by [`IntDot`].
 impl<A: Q2Sums<Vnni>> Tiles<Vnni, A> for Q2K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
@@ -862,86 +735,23 @@ impl<A: Q2Sums<Vnni>> Tiles<Vnni, A> for Q2K {
     }
 }
 
-/// Half `H` (elements `16H..16H + 16`) of Q3_K group `C`'s exact sums against 8-bit block
-/// `blk` (see `Q3Sums for ActBlock`): one half at a time, so each accumulator is a register.
-#[inline(always)]
-unsafe fn q3_half<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[ActBlock]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    // The offset `4 · Σq` of the unsigned quants is where the sums start.
-    let mut s: [__m256i; T] =
-        std::array::from_fn(|t| _mm256_set1_epi32(-(x[t].get_unchecked(blk).off32[H] / 8)));
-    for k in 4 * H..4 * H + 4 {
-        let w = q3k_values::<C>(p, k);
-        for t in 0..T {
-            let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-            s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
-        }
-    }
-    s
-}
-
-/// Half `H` of Q3_K group `C`'s exact sums against 16-bit block `blk`.
-#[inline(always)]
-unsafe fn q3_half16<const C: usize, const H: usize, const T: usize>(
-    p: *const u8,
-    x: &[&[Act16Block]; T],
-    blk: usize,
-) -> [__m256i; T] {
-    let mut lo = [_mm256_setzero_si256(); T];
-    let mut hi = [_mm256_setzero_si256(); T];
-    for k in 4 * H..4 * H + 4 {
-        let w = _mm256_sub_epi8(q3k_values::<C>(p, k), _mm256_set1_epi8(4));
-        let (w0, w1) = mx4_words(w);
-        for t in 0..T {
-            let a = bcast4w(x[t].get_unchecked(blk).qs.as_ptr().add(4 * k));
-            lo[t] = _mm256_dpwssd_epi32(lo[t], w0, a);
-            hi[t] = _mm256_dpwssd_epi32(hi[t], w1, a);
-        }
-    }
-    std::array::from_fn(|t| q8_rows(lo[t], hi[t]))
-}
-
-/// Q3_K's sums against 8-bit activations: the unsigned quants (`q + 4`) by `vpdpbusd`, the
-/// offset back per half from the block's half sums (the AVX2 path's exact sums).
-impl Q3Sums<Vnni> for ActBlock {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        q3_half::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Q3_K's sums against 16-bit activations: the signed quants widened once, `vpdpwssd`.
-impl Q3Sums<Vnni> for Act16Block {
-    #[inline(always)]
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    #[inline(always)]
-    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
-        p: *const u8,
-        x: &[&[Self]; T],
-        blk: usize,
-    ) -> [__m256i; T] {
-        q3_half16::<C, H, T>(p, x, blk)
-    }
-}
-
-/// Q3_K: `x86::shared::q3k_tile` over this file's exact sums (the AVX2 path's bits).
+/// Eight tiled Q3_K rows: `x86::shared::q3k_tile` over `x86::shared`'s sums by [`IntDot`].
 impl<A: Q3Sums<Vnni>> Tiles<Vnni, A> for Q3K {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         q3k_tile::<Vnni, A, T>(p, x, sb, acc)
+    }
+}
+
+/// This instruction set's integer dot steps: `vpdpbusd`, `vpdpwssd`.
+impl IntDot for Vnni {
+    #[inline(always)]
+    unsafe fn dot_bytes(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        dp(acc, w, a)
+    }
+    #[inline(always)]
+    unsafe fn dot_words(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpwssd_epi32(acc, w, a)
     }
 }
 
