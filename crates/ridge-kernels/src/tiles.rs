@@ -17,8 +17,9 @@ use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::{
-    tile_bytes, IQ3_S_DEC_TILE, IQ3_S_TILE, IQ4_XS_TILE, MXFP4_TILE, Q2_K_TILE, Q3_K_TILE,
-    Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    tile_bytes, IQ2_S_DEC_TILE, IQ2_S_TILE, IQ3_S_DEC_TILE, IQ3_S_TILE, IQ4_XS_TILE, MXFP4_TILE,
+    Q2_K_TILE, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6_K_TILE,
+    Q8_0_TILE, TILE_ROWS,
 };
 use crate::pool::SharedMut;
 use crate::DType;
@@ -47,8 +48,12 @@ pub(crate) struct Q3K;
 pub(crate) struct Q2K;
 /// IQ3_S tiles.
 pub(crate) struct Iq3S;
-/// IQ3_S tiles decoded for a prefill chunk (`x86::avx512::iq3s_decoded`).
+/// IQ3_S tiles decoded for a prefill chunk (`x86::avx512::lattice_decoded`).
 pub(crate) struct Iq3SDec;
+/// IQ2_S tiles.
+pub(crate) struct Iq2S;
+/// IQ2_S tiles decoded for a prefill chunk (`x86::avx512::lattice_decoded`).
+pub(crate) struct Iq2SDec;
 /// IQ4_NL tiles (Q4_0's layout).
 pub(crate) struct Iq4Nl;
 
@@ -83,6 +88,8 @@ tile_format! {
     Q2K => Q2_K_TILE, 8;
     Iq3S => IQ3_S_TILE, 8;
     Iq3SDec => IQ3_S_DEC_TILE, 8;
+    Iq2S => IQ2_S_TILE, 8;
+    Iq2SDec => IQ2_S_DEC_TILE, 8;
     Iq4Nl => Q4_0_TILE, 1;
 }
 
@@ -173,7 +180,8 @@ pub(crate) fn has_kernel(dtype: DType, path: Path) -> bool {
                 | DType::IQ4_XS
                 | DType::Q3_K
                 | DType::Q2_K
-                | DType::IQ3_S,
+                | DType::IQ3_S
+                | DType::IQ2_S,
             Path::Int8 | Path::Int16
         )
     )
@@ -188,7 +196,7 @@ pub(crate) struct PassActs<'x, const T: usize> {
     pub x8: [&'x [ActBlock]; T],
     /// 16-bit blocks split into bytes (formats whose 16-bit kernels take bytes).
     pub s16: [&'x [ActSplit16]; T],
-    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S).
+    /// 16-bit blocks (Q8_0, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S, IQ2_S).
     pub x16: [&'x [Act16Block]; T],
 }
 
@@ -233,6 +241,7 @@ where
     Q3K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q2K: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq3S: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
+    Iq2S: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Iq4Nl: Tiles<I, ActBlock> + Tiles<I, Act16Block>,
     Q40: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
     Q41: Tiles<I, ActBlock> + Tiles<I, ActSplit16>,
@@ -257,6 +266,8 @@ where
             DType::Q2_K => I::run::<_, Q2K, T>(src, a.x8),
             DType::IQ3_S if i16 => I::run::<_, Iq3S, T>(src, a.x16),
             DType::IQ3_S => I::run::<_, Iq3S, T>(src, a.x8),
+            DType::IQ2_S if i16 => I::run::<_, Iq2S, T>(src, a.x16),
+            DType::IQ2_S => I::run::<_, Iq2S, T>(src, a.x8),
             DType::IQ4_NL if i16 => I::run::<_, Iq4Nl, T>(src, a.x16),
             DType::IQ4_NL => I::run::<_, Iq4Nl, T>(src, a.x8),
             DType::Q5_0 if i16 => I::run::<_, Q50, T>(src, a.s16),

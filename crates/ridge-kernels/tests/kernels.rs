@@ -276,7 +276,7 @@ fn batch_rows_are_bitwise_independent_of_batch() {
     }
 }
 
-/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K and IQ3_S matrices
+/// Random Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S and IQ2_S matrices
 /// packed into tiles of eight rows: every path (the tile
 /// kernels, the unpacking fallback where a format has none and the scalar ISA) against the
 /// f64 reference; the scalar path, which unpacks rows, gives exactly the stored layout's bits;
@@ -295,6 +295,7 @@ fn packed_tiles_match_reference_and_are_batch_invariant() {
         DType::Q3_K,
         DType::Q2_K,
         DType::IQ3_S,
+        DType::IQ2_S,
     ]);
     for (dtype, (rows, cols)) in formats.flat_map(|d| shapes.map(|s| (d, s))) {
         let w = random_rows(&mut rng, dtype, rows, cols);

@@ -94,6 +94,34 @@ pub const IQ3_S_TILE: usize = 880;
 /// `32c + 4k..32c + 4k + 4`).
 pub const IQ3_S_DEC_TILE: usize = 2304;
 
+/// Bytes of one IQ2_S tile, the stored bytes of eight rows' super-blocks rearranged: the rows'
+/// `d` (f16, at `2j`); their `scales` at [`IQ2S_SC`] (vector `v`, lane `j`: row `j`'s
+/// `scales[4v..4v + 4]`); their `qh` at [`IQ2S_QH`] (vector `v`, lane `j`: `qh[4v..4v + 4]`);
+/// their `signs` at [`IQ2S_SG`] (vector `c`, lane `j`: `signs[4c..4c + 4]`); their `qs` at
+/// [`IQ2S_QS`] (vector `c`, lane `j`: `qs[4c..4c + 4]`). Chunk `l` of group `c` (elements
+/// `32c + 8l..32c + 8l + 8`) of row `j` is then grid entry `qs[4c + l] | ((qh[c] >> 2l) & 3) << 8`
+/// with sign byte `l` of its signs lane, and its scale is nibble `l / 2` of `scales[c]`. The
+/// size of the eight super-blocks it replaces.
+pub const IQ2_S_TILE: usize = 656;
+
+/// Offset of an IQ2_S tile's scale vectors.
+pub const IQ2S_SC: usize = 16;
+
+/// Offset of an IQ2_S tile's qh vectors.
+pub const IQ2S_QH: usize = 80;
+
+/// Offset of an IQ2_S tile's sign vectors.
+pub const IQ2S_SG: usize = 144;
+
+/// Offset of an IQ2_S tile's qs vectors.
+pub const IQ2S_QS: usize = 400;
+
+/// Bytes of one IQ2_S tile decoded for a prefill chunk (never stored in a model): per element
+/// group `c`, at `320c`, the eight rows' scales of its two halves `d · (2s + 1) / 8` (f32,
+/// half 0's eight then half 1's), then eight vectors of their values plus 128 as unsigned
+/// bytes (vector `k`, lane `j`: row `j`'s elements `32c + 4k..32c + 4k + 4`).
+pub const IQ2_S_DEC_TILE: usize = 2560;
+
 /// Offset of an IQ3_S tile's scale vector.
 pub const IQ3S_SC: usize = 16;
 
@@ -131,6 +159,7 @@ pub(crate) fn tile_bytes(dtype: DType) -> usize {
         DType::Q3_K => Q3_K_TILE,
         DType::Q2_K => Q2_K_TILE,
         DType::IQ3_S => IQ3_S_TILE,
+        DType::IQ2_S => IQ2_S_TILE,
         _ => 0,
     }
 }

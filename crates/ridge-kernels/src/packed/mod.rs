@@ -21,7 +21,7 @@
 //! then its fifth bits for the eight rows arranged like the nibbles (see
 //! `spread_high_bits`), then four nibble vectors as Q4_1's; MXFP4: the eight rows' e8m0 scale
 //! bytes, then four nibble vectors as Q4_0's). Super-block formats tile a whole super-block of
-//! eight rows (Q2_K, Q3_K, Q4_K, Q6_K, IQ3_S, IQ4_XS: see their `*_TILE` constants). Tiles are stored
+//! eight rows (Q2_K, Q3_K, Q4_K, Q6_K, IQ2_S, IQ3_S, IQ4_XS: see their `*_TILE` constants). Tiles are stored
 //! group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
@@ -36,9 +36,10 @@ pub mod layout;
 use buffer::TileBuf;
 
 pub use layout::{
-    IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ3S_SG, IQ3_S_TILE, IQ4XS_QS, IQ4_XS_TILE, MXFP4_TILE, Q2K_QS,
-    Q2K_SC, Q2_K_TILE, Q3K_HM, Q3K_QS, Q3K_SC, Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE,
-    Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE, Q8_0_TILE, TILE_ROWS,
+    IQ2S_QH, IQ2S_QS, IQ2S_SC, IQ2S_SG, IQ2_S_TILE, IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ3S_SG, IQ3_S_TILE,
+    IQ4XS_QS, IQ4_XS_TILE, MXFP4_TILE, Q2K_QS, Q2K_SC, Q2_K_TILE, Q3K_HM, Q3K_QS, Q3K_SC,
+    Q3_K_TILE, Q4_0_TILE, Q4_1_TILE, Q4_K_TILE, Q5_0_TILE, Q5_1_TILE, Q6K_HIGH, Q6K_LOW, Q6_K_TILE,
+    Q8_0_TILE, TILE_ROWS,
 };
 
 /// A tiled format's block layout.
@@ -65,6 +66,8 @@ enum Shape {
     Q2K,
     /// IQ3_S (see [`IQ3_S_TILE`]).
     Iq3S,
+    /// IQ2_S (see [`IQ2_S_TILE`]).
+    Iq2S,
 }
 
 impl Shape {
@@ -90,6 +93,7 @@ impl Shape {
             DType::Q3_K => Some(Shape::Q3K),
             DType::Q2_K => Some(Shape::Q2K),
             DType::IQ3_S => Some(Shape::Iq3S),
+            DType::IQ2_S => Some(Shape::Iq2S),
             _ => None,
         }
     }
@@ -105,6 +109,7 @@ impl Shape {
             Shape::Q3K => 110,
             Shape::Q2K => 84,
             Shape::Iq3S => 110,
+            Shape::Iq2S => 82,
         }
     }
 
@@ -118,6 +123,7 @@ impl Shape {
             Shape::Q3K => Q3_K_TILE,
             Shape::Q2K => Q2_K_TILE,
             Shape::Iq3S => IQ3_S_TILE,
+            Shape::Iq2S => IQ2_S_TILE,
         }
     }
 
@@ -153,6 +159,18 @@ impl Shape {
                     let t = IQ3S_QS + 32 * (2 * c + u) + 4 * j;
                     mv(tile, blk, t, 2 + 8 * c + 4 * u, 4);
                 }
+            }
+            return;
+        }
+        if let Shape::Iq2S = self {
+            mv(tile, blk, 2 * j, 0, 2);
+            for v in 0..2 {
+                mv(tile, blk, IQ2S_SC + 32 * v + 4 * j, 74 + 4 * v, 4);
+                mv(tile, blk, IQ2S_QH + 32 * v + 4 * j, 66 + 4 * v, 4);
+            }
+            for c in 0..8 {
+                mv(tile, blk, IQ2S_SG + 32 * c + 4 * j, 34 + 4 * c, 4);
+                mv(tile, blk, IQ2S_QS + 32 * c + 4 * j, 2 + 4 * c, 4);
             }
             return;
         }
@@ -337,12 +355,12 @@ impl std::fmt::Debug for PackedMatrix {
 }
 
 /// Whether tiles of `dtype` run faster than its stored rows on `isa`'s kernels, so a model
-/// should pack it there. True for every tiled format but IQ3_S off the AVX-512 path: its tile
-/// kernel fetches grid entries by gathers, which AVX-512 cores run cheaply and older AVX2
+/// should pack it there. True for every tiled format but IQ3_S and IQ2_S off the AVX-512 path: their tile
+/// kernels fetch grid entries by gathers, which AVX-512 cores run cheaply and older AVX2
 /// cores do not (the AVX2 tile kernel on a Zen 4 multiplied 64 tokens at 26 GMAC/s against
 /// the stored rows' 35; on the AVX-512 path tiles took prefill 36 → 56 and decode 9.5 → 20).
 pub fn tiles_pay_on(dtype: DType, isa: crate::Isa) -> bool {
-    dtype != DType::IQ3_S || isa.avx512()
+    !matches!(dtype, DType::IQ3_S | DType::IQ2_S) || isa.avx512()
 }
 
 /// True when `w` can be packed: a format with a tile layout and whole groups of rows.

@@ -13,4 +13,5 @@
 pub(crate) mod amx;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
+pub(crate) mod iq2s;
 pub(crate) mod shared;

@@ -572,7 +572,7 @@ pub(crate) trait IntDot {
 /// Sums of signed-byte chunks `w(k)` (eight rows' four values each, [`q8_rows`]' layout
 /// after widening) against 16-bit block `blk`'s elements `4k..4k + 4`, for `k` in `ks`.
 #[inline(always)]
-unsafe fn word_sums<I: IntDot, const T: usize>(
+pub(crate) unsafe fn word_sums<I: IntDot, const T: usize>(
     x: &[&[Act16Block]; T],
     blk: usize,
     ks: std::ops::Range<usize>,
@@ -751,8 +751,16 @@ pub(crate) unsafe fn iq3s_values<const C: usize, const K: usize>(
     let hi = _mm256_and_si256(shr(qh, 8 * (C % 4) + k), _mm256_set1_epi32(1));
     let idx = _mm256_or_si256(lo, _mm256_slli_epi32::<8>(hi));
     let g = _mm256_i32gather_epi32::<4>(crate::iq_grids::IQ3S_GRID.as_ptr() as *const i32, idx);
-    // Sign byte k / 2 of every lane copied to the lane's four bytes, then bit i + 4·(k % 2)
-    // tested in byte i.
+    (g, lattice_signs::<K>(sg))
+}
+
+/// The negative lanes' mask (0xFF where the sign bit is set) of chunk `K` (elements
+/// `4K..4K + 4` of a group of 32) of eight rows whose group's 32 sign bits are lane `j` of
+/// `sg` (IQ3_S's and IQ2_S's tiles): sign byte `K / 2` of every lane copied to the lane's four
+/// bytes, then bit `i + 4·(K % 2)` tested in byte `i`.
+#[inline(always)]
+pub(crate) unsafe fn lattice_signs<const K: usize>(sg: __m256i) -> __m256i {
+    let k = K;
     let b = (k / 2) as i8;
     let pick = _mm256_setr_epi8(
         b,
@@ -789,8 +797,7 @@ pub(crate) unsafe fn iq3s_values<const C: usize, const K: usize>(
         12 + b,
     );
     let bits = _mm256_set1_epi32((0x0804_0201u32 << (4 * (k % 2))) as i32);
-    let m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(sg, pick), bits), bits);
-    (g, m)
+    _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(sg, pick), bits), bits)
 }
 
 /// The eight rows' scale of group `c`, `d · (1 + 2·s)` with `s` the nibble `c` of their

@@ -1,4 +1,4 @@
-//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS weights (see `crate::packed`) with `T`
+//! AVX2 products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S and IQ2_S weights (see `crate::packed`) with `T`
 //! activation rows: eight weight rows per instruction, lane `j` of every vector belonging to
 //! row `j`.
 //!
@@ -17,9 +17,10 @@ use crate::matrix::WeightMatrix;
 use crate::packed::layout::{IQ3S_SG, TILE_ROWS};
 use crate::pool::SharedMut;
 use crate::tiles::{
-    groups, Iq3S, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K,
-    Q50, Q51, Q6K, Q80,
+    groups, Iq2S, Iq3S, Iq4Nl, Iq4Xs, Mx4, PassActs, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41,
+    Q4K, Q50, Q51, Q6K, Q80,
 };
+use crate::x86::iq2s::{iq2s_half, iq2s_index, iq2s_tile, Iq2Grid, Iq2Sums};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
@@ -746,6 +747,57 @@ impl<A: Iq3Sums<Avx2>> Tiles<Avx2, A> for Iq3S {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq3s_tile::<Avx2, A, T>(p, x, sb, acc)
+    }
+}
+
+/// IQ2_S grid entries as two 32-bit gathers per chunk of eight rows (each entry's low and high
+/// four bytes).
+impl Iq2Grid for Avx2 {
+    #[inline(always)]
+    unsafe fn magnitudes<const C: usize, const L: usize>(p: *const u8) -> (__m256i, __m256i) {
+        let i2 = _mm256_slli_epi32::<1>(iq2s_index::<C, L>(p));
+        let grid = crate::iq_grids::IQ2S_GRID.as_ptr() as *const i32;
+        (
+            _mm256_i32gather_epi32::<4>(grid, i2),
+            _mm256_i32gather_epi32::<4>(grid, _mm256_add_epi32(i2, _mm256_set1_epi32(1))),
+        )
+    }
+}
+
+/// IQ2_S half `H` of group `C` against 8-bit block `blk`: the magnitudes (≤ 43) against the
+/// activations carrying the weights' signs (`pmaddubsw` pairs stay below 2 · 43 · 128).
+impl Iq2Sums<Avx2> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        let ones = _mm256_set1_epi16(1);
+        let w = iq2s_half::<Avx2, C, H>(p);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            let g = _mm256_abs_epi8(w[k]);
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                let av = _mm256_sign_epi8(bcast4(a.add(4 * (4 * H + k))), w[k]);
+                let pw = _mm256_madd_epi16(_mm256_maddubs_epi16(g, av), ones);
+                s[t] = _mm256_add_epi32(s[t], pw);
+            }
+        }
+        s
+    }
+}
+
+/// Eight tiled IQ2_S rows: `x86::iq2s::iq2s_tile` over the sums above.
+impl<A: Iq2Sums<Avx2>> Tiles<Avx2, A> for Iq2S {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        iq2s_tile::<Avx2, A, T>(p, x, sb, acc)
     }
 }
 

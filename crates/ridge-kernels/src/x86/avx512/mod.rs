@@ -7,11 +7,12 @@ pub(crate) mod attention;
 pub(crate) mod tiles;
 pub(crate) mod tiles_zmm;
 
+use crate::act::blocks::ActBlock;
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
-use crate::tiles::{groups, PassActs};
+use crate::tiles::{groups, Iq2SDec, Iq3SDec, PassActs, TileFormat, TileIsa, Tiles};
 use crate::DType;
 use tiles::{Vnni, MAX_TOKENS};
 use tiles_zmm::Zmm;
@@ -35,30 +36,63 @@ pub(crate) unsafe fn tiled_chunk(
     y: SharedMut<f32>,
     rows: usize,
 ) {
-    if w.dtype == DType::IQ3_S && a.path == Path::Int8 && n >= IQ3S_DECODE_FROM {
-        return iq3s_decoded(w, a, n, r0, r1, y, rows);
+    if a.path == Path::Int8 && n >= LATTICE_DECODE_FROM {
+        match w.dtype {
+            DType::IQ3_S => return lattice_decoded::<Iq3SDec>(w, a, n, r0, r1, y, rows),
+            DType::IQ2_S => return lattice_decoded::<Iq2SDec>(w, a, n, r0, r1, y, rows),
+            _ => {}
+        }
     }
     tiled_tokens(w, a, 0, n, r0, r1, y, rows)
 }
 
-/// Tokens from which an IQ3_S chunk is decoded once ([`iq3s_decoded`]) instead of gathering
-/// its grid entries in every eight-token pass.
-const IQ3S_DECODE_FROM: usize = 16;
+/// Tokens from which a lattice chunk (IQ3_S, IQ2_S) is decoded once ([`lattice_decoded`])
+/// instead of gathering its grid entries in every eight-token pass.
+const LATTICE_DECODE_FROM: usize = 16;
 
 thread_local! {
-    /// The decoded IQ3_S tiles of the chunk being multiplied; grows, never shrinks.
-    static IQ3S_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The decoded lattice tiles of the chunk being multiplied; grows, never shrinks.
+    static DECODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// [`tiled_chunk`] for IQ3_S with many tokens: the chunk's tiles decoded once (grid entries
-/// gathered, signs applied, scales computed: [`tiles::iq3s_decode_tile`]) into a buffer that
-/// every eight-token pass then reads as plain bytes. The same integer sums and float steps as
-/// the gathering kernel, so the same bits (tested: one token alone or among many).
+/// A lattice format's tiles decoded for a prefill chunk: the stored tile's size and the
+/// decoder into this format's bytes.
+trait DecodedTiles: TileFormat + Tiles<Vnni, ActBlock> {
+    /// Bytes of one stored tile.
+    const STORED: usize;
+    /// Decodes the stored tile at `p` into `Self::BYTES` bytes at `out`.
+    ///
+    /// # Safety
+    /// AVX2 and AVX-512 F/BW/VL are available; `p` points at one stored tile, `out` at
+    /// `Self::BYTES` writable bytes.
+    unsafe fn decode(p: *const u8, out: *mut u8);
+}
+
+impl DecodedTiles for Iq3SDec {
+    const STORED: usize = crate::packed::layout::IQ3_S_TILE;
+    #[inline(always)]
+    unsafe fn decode(p: *const u8, out: *mut u8) {
+        tiles::iq3s_decode_tile(p, out)
+    }
+}
+
+impl DecodedTiles for Iq2SDec {
+    const STORED: usize = crate::packed::layout::IQ2_S_TILE;
+    #[inline(always)]
+    unsafe fn decode(p: *const u8, out: *mut u8) {
+        tiles::iq2s_decode_tile(p, out)
+    }
+}
+
+/// [`tiled_chunk`] for a lattice format with many tokens: the chunk's tiles decoded once
+/// (grid entries gathered, signs applied, scales computed) into a buffer that every
+/// eight-token pass then reads as plain bytes. The same integer sums and float steps as the
+/// gathering kernel, so the same bits (tested: one token alone or among many).
 ///
 /// # Safety
-/// As [`tiled_chunk`].
+/// As [`tiled_chunk`], with `D` the decoded form of `w`'s format.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn iq3s_decoded(
+unsafe fn lattice_decoded<D: DecodedTiles>(
     w: &WeightMatrix<'_>,
     a: &CallActs<'_>,
     n: usize,
@@ -67,12 +101,11 @@ unsafe fn iq3s_decoded(
     y: SharedMut<f32>,
     rows: usize,
 ) {
-    use crate::packed::layout::{IQ3_S_DEC_TILE, IQ3_S_TILE};
     let nb = w.cols / 256;
     let (g0, g1) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
-    IQ3S_BUF.with(|b| {
+    DECODED.with(|b| {
         let mut buf = b.borrow_mut();
-        let need = (g1 - g0) * nb * IQ3_S_DEC_TILE;
+        let need = (g1 - g0) * nb * D::BYTES;
         if buf.len() < need {
             buf.resize(need, 0);
         }
@@ -80,9 +113,9 @@ unsafe fn iq3s_decoded(
             for i in 0..nb {
                 // SAFETY: tile i of group g lies inside w (whole groups, this function's
                 // contract); its decoded copy lies inside the buffer sized above.
-                tiles::iq3s_decode_tile(
-                    w.data.as_ptr().add((g * nb + i) * IQ3_S_TILE),
-                    buf.as_mut_ptr().add(((g - g0) * nb + i) * IQ3_S_DEC_TILE),
+                D::decode(
+                    w.data.as_ptr().add((g * nb + i) * D::STORED),
+                    buf.as_mut_ptr().add(((g - g0) * nb + i) * D::BYTES),
                 );
             }
         }
@@ -91,14 +124,14 @@ unsafe fn iq3s_decoded(
             let step = (n - t).min(MAX_TOKENS);
             // SAFETY (each arm): the buffer holds the chunk's decoded groups; t + step <= n.
             match step {
-                1 => decoded_tokens::<1>(&buf, nb, a, t, g0, g1, y, rows),
-                2 => decoded_tokens::<2>(&buf, nb, a, t, g0, g1, y, rows),
-                3 => decoded_tokens::<3>(&buf, nb, a, t, g0, g1, y, rows),
-                4 => decoded_tokens::<4>(&buf, nb, a, t, g0, g1, y, rows),
-                5 => decoded_tokens::<5>(&buf, nb, a, t, g0, g1, y, rows),
-                6 => decoded_tokens::<6>(&buf, nb, a, t, g0, g1, y, rows),
-                7 => decoded_tokens::<7>(&buf, nb, a, t, g0, g1, y, rows),
-                _ => decoded_tokens::<8>(&buf, nb, a, t, g0, g1, y, rows),
+                1 => decoded_tokens::<D, 1>(&buf, nb, a, t, g0, g1, y, rows),
+                2 => decoded_tokens::<D, 2>(&buf, nb, a, t, g0, g1, y, rows),
+                3 => decoded_tokens::<D, 3>(&buf, nb, a, t, g0, g1, y, rows),
+                4 => decoded_tokens::<D, 4>(&buf, nb, a, t, g0, g1, y, rows),
+                5 => decoded_tokens::<D, 5>(&buf, nb, a, t, g0, g1, y, rows),
+                6 => decoded_tokens::<D, 6>(&buf, nb, a, t, g0, g1, y, rows),
+                7 => decoded_tokens::<D, 7>(&buf, nb, a, t, g0, g1, y, rows),
+                _ => decoded_tokens::<D, 8>(&buf, nb, a, t, g0, g1, y, rows),
             }
             t += step;
         }
@@ -108,9 +141,9 @@ unsafe fn iq3s_decoded(
 /// Tokens `t..t + T` against the decoded groups `g0..g1` in `buf`.
 ///
 /// # Safety
-/// As [`iq3s_decoded`]; `buf` holds the groups' decoded tiles; `t + T <= n`.
+/// As [`lattice_decoded`]; `buf` holds the groups' decoded tiles; `t + T <= n`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn decoded_tokens<const T: usize>(
+unsafe fn decoded_tokens<D: DecodedTiles, const T: usize>(
     buf: &[u8],
     nb: usize,
     a: &CallActs<'_>,
@@ -120,12 +153,10 @@ unsafe fn decoded_tokens<const T: usize>(
     y: SharedMut<f32>,
     rows: usize,
 ) {
-    use crate::packed::layout::IQ3_S_DEC_TILE;
-    use crate::tiles::{Iq3SDec, TileIsa};
     let acts = PassActs::<T>::of(a, t);
     for g in g0..g1 {
-        let src = buf.as_ptr().add((g - g0) * nb * IQ3_S_DEC_TILE);
-        let o = <Vnni as TileIsa>::run::<_, Iq3SDec, T>(src, acts.x8);
+        let src = buf.as_ptr().add((g - g0) * nb * D::BYTES);
+        let o = <Vnni as TileIsa>::run::<_, D, T>(src, acts.x8);
         for (j, oj) in o.iter().enumerate() {
             let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
             std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
@@ -195,8 +226,8 @@ unsafe fn tokens<const T: usize>(
 ) {
     let acts = PassActs::<T>::of(a, t);
     let i16 = a.path == Path::Int16;
-    // Q2_K's pairs are not written.
-    let halves_only = w.dtype == DType::Q2_K
+    // Q2_K's and IQ2_S's pairs are not written.
+    let halves_only = matches!(w.dtype, DType::Q2_K | DType::IQ2_S)
         || i16
             && matches!(
                 w.dtype,

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS weights: the tile layout,
+//! AVX-512 VNNI products of tiled Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, Q3_K, Q2_K, IQ3_S and IQ2_S weights: the tile layout,
 //! prefetch and scale arithmetic of `crate::x86::avx2::tiles`, with every 8-bit product sum
 //! done by `vpdpbusd` (four unsigned × signed byte products added straight into a 32-bit lane).
 //!
@@ -17,9 +17,10 @@
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::IQ3S_SG;
 use crate::tiles::{
-    Iq3S, Iq3SDec, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51,
-    Q6K, Q80,
+    Iq2S, Iq2SDec, Iq3S, Iq3SDec, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41,
+    Q4K, Q50, Q51, Q6K, Q80,
 };
+use crate::x86::iq2s::{half_sum, iq2s_half, iq2s_index, iq2s_scale, iq2s_tile, Iq2Grid, Iq2Sums};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
@@ -724,6 +725,130 @@ impl<A: Iq3Sums<Vnni>> Tiles<Vnni, A> for Iq3S {
     #[inline(always)]
     unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
         iq3s_tile::<Vnni, A, T>(p, x, sb, acc)
+    }
+}
+
+/// IQ2_S grid entries as one 64-bit gather per chunk of eight rows (lane `j` row `j`'s eight
+/// values), split into its low and high four bytes per row by one permute.
+impl Iq2Grid for Vnni {
+    #[inline(always)]
+    unsafe fn magnitudes<const C: usize, const L: usize>(p: *const u8) -> (__m256i, __m256i) {
+        let idx = iq2s_index::<C, L>(p);
+        let grid = crate::iq_grids::IQ2S_GRID.as_ptr() as *const i64;
+        let q = _mm512_i32gather_epi64::<8>(idx, grid);
+        let split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        let v = _mm512_permutexvar_epi32(split, q);
+        (_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+    }
+}
+
+/// IQ2_S half `H` of group `C`'s signed values as `vpdpbusd`'s unsigned operand (`v + 128`).
+#[inline(always)]
+unsafe fn iq2s_offset<const C: usize, const H: usize>(p: *const u8) -> [__m256i; 4] {
+    iq2s_half::<Vnni, C, H>(p).map(|w| _mm256_xor_si256(w, _mm256_set1_epi8(-128)))
+}
+
+/// IQ2_S half `H` of group `C` against 8-bit block `blk`: the values offset to unsigned by
+/// `vpdpbusd`, the offset taken back through the half's activation sum (the AVX2 path's exact
+/// sums).
+impl Iq2Sums<Vnni> for ActBlock {
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn sums<const C: usize, const H: usize, const T: usize>(
+        p: *const u8,
+        x: &[&[Self]; T],
+        blk: usize,
+    ) -> [__m256i; T] {
+        let w = iq2s_offset::<C, H>(p);
+        let mut s = [_mm256_setzero_si256(); T];
+        for k in 0..4 {
+            for t in 0..T {
+                let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                s[t] = dp(s[t], w[k], bcast4(a.add(4 * (4 * H + k))));
+            }
+        }
+        std::array::from_fn(|t| {
+            let off = 128 * half_sum(x[t].get_unchecked(blk), H);
+            _mm256_sub_epi32(s[t], _mm256_set1_epi32(off))
+        })
+    }
+}
+
+/// Eight tiled IQ2_S rows: `x86::iq2s::iq2s_tile` over the sums above.
+impl<A: Iq2Sums<Vnni>> Tiles<Vnni, A> for Iq2S {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(p: *const u8, x: &[&[A]; T], sb: usize, acc: &mut [__m256; T]) {
+        iq2s_tile::<Vnni, A, T>(p, x, sb, acc)
+    }
+}
+
+/// Decodes the IQ2_S tile at `p` into the [`crate::packed::layout::IQ2_S_DEC_TILE`] bytes at
+/// `out`: the scales and offset values [`Iq2Sums`] computes, stored once for every pass of a
+/// chunk.
+///
+/// # Safety
+/// AVX2 and AVX-512 F/BW/VL are available; `p` points at one IQ2_S tile and `out` at 2560
+/// writable bytes.
+#[inline(always)]
+pub(crate) unsafe fn iq2s_decode_tile(p: *const u8, out: *mut u8) {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    macro_rules! group {
+        ($c:literal) => {{
+            let o = out.add(320 * $c);
+            _mm256_storeu_ps(o as *mut f32, iq2s_scale(p, d8, $c, 0));
+            _mm256_storeu_ps(o.add(32) as *mut f32, iq2s_scale(p, d8, $c, 1));
+            let h0 = iq2s_offset::<$c, 0>(p);
+            let h1 = iq2s_offset::<$c, 1>(p);
+            for k in 0..4 {
+                _mm256_storeu_si256(o.add(64 + 32 * k) as *mut __m256i, h0[k]);
+                _mm256_storeu_si256(o.add(192 + 32 * k) as *mut __m256i, h1[k]);
+            }
+        }};
+    }
+    group!(0);
+    group!(1);
+    group!(2);
+    group!(3);
+    group!(4);
+    group!(5);
+    group!(6);
+    group!(7);
+}
+
+/// A decoded IQ2_S tile against 8-bit activations: [`Iq2Sums`]' exact sums from the stored
+/// values, then `iq2s_tile`'s float steps with the stored scales, half by half (the same bits).
+impl Tiles<Vnni, ActBlock> for Iq2SDec {
+    #[inline(always)]
+    unsafe fn tile<const T: usize>(
+        p: *const u8,
+        x: &[&[ActBlock]; T],
+        sb: usize,
+        acc: &mut [__m256; T],
+    ) {
+        for c in 0..8 {
+            let o = p.add(320 * c);
+            let blk = 8 * sb + c;
+            for h in 0..2 {
+                let mut s = [_mm256_setzero_si256(); T];
+                for k in 0..4 {
+                    let w = _mm256_loadu_si256(o.add(64 + 128 * h + 32 * k) as *const __m256i);
+                    for t in 0..T {
+                        let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
+                        s[t] = dp(s[t], w, bcast4(a.add(16 * h + 4 * k)));
+                    }
+                }
+                let sc = _mm256_loadu_ps(o.add(32 * h) as *const f32);
+                for t in 0..T {
+                    let a = x[t].get_unchecked(blk);
+                    let si = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * half_sum(a, h)));
+                    let da = _mm256_set1_ps(a.d);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(sc, da), acc[t]);
+                }
+            }
+        }
     }
 }
 

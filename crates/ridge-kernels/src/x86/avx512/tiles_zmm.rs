@@ -17,7 +17,8 @@ use crate::packed::layout::{
     IQ3S_QH, IQ3S_QS, IQ3S_SC, IQ3S_SG, IQ4XS_QS, Q3K_HM, Q3K_QS, Q3K_SC, Q6K_HIGH, Q6K_LOW,
 };
 use crate::tiles::{
-    Iq3S, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K, Q80,
+    Iq2S, Iq3S, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41, Q4K, Q50, Q51, Q6K,
+    Q80,
 };
 use crate::x86::shared::prefetch_l2;
 use std::arch::x86_64::*;
@@ -109,6 +110,8 @@ macro_rules! halves {
 
 halves!(
     Iq3S: Act16Block,
+    Iq2S: ActBlock,
+    Iq2S: Act16Block,
     Q2K: ActBlock,
     Q2K: Act16Block,
     Q3K: Act16Block,
