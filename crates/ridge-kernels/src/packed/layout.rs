@@ -116,11 +116,12 @@ pub const IQ2S_SG: usize = 144;
 /// Offset of an IQ2_S tile's qs vectors.
 pub const IQ2S_QS: usize = 400;
 
-/// Bytes of one IQ2_S tile decoded for a prefill chunk (never stored in a model): per element
-/// group `c`, at `320c`, the eight rows' scales of its two halves `d · (2s + 1) / 8` (f32,
-/// half 0's eight then half 1's), then eight vectors of their values plus 128 as unsigned
-/// bytes (vector `k`, lane `j`: row `j`'s elements `32c + 4k..32c + 4k + 4`).
-pub const IQ2_S_DEC_TILE: usize = 2560;
+/// Bytes of one IQ2_S tile decoded for a prefill chunk (never stored in a model): the eight
+/// rows' `d / 8` (f32), then per element group `c`, at `32 + 320c`, the rows' odd scale
+/// factors `2s + 1` of its two halves (i32, half 0's eight then half 1's), then eight vectors
+/// of their values plus 128 as unsigned bytes (vector `k`, lane `j`: row `j`'s elements
+/// `32c + 4k..32c + 4k + 4`).
+pub const IQ2_S_DEC_TILE: usize = 2592;
 
 /// Offset of an IQ3_S tile's scale vector.
 pub const IQ3S_SC: usize = 16;

@@ -70,21 +70,37 @@ pub(crate) unsafe fn iq2s_half<G: Iq2Grid, const C: usize, const H: usize>(
     [a, b, c, d]
 }
 
-/// The eight rows' scale of half `h` of group `c`, `d · (2s + 1) / 8` with `s` nibble `h` of
-/// their `scales[c]` (exact in f32: an f16 times an odd integer below 32, times a power of
-/// two; the same value as the reference's `d · (0.5 + s) · 0.25`).
+/// The eight rows' odd scale factors `2s + 1` of half `h` of group `c` (lane `j`: `s` nibble
+/// `h` of row `j`'s `scales[c]`): the value of an element is `d / 8 · (2s + 1) · v` (the
+/// reference's `d · (0.5 + s) · 0.25 · v`).
 #[inline(always)]
-pub(crate) unsafe fn iq2s_scale(p: *const u8, d8: __m256, c: usize, h: usize) -> __m256 {
+pub(crate) unsafe fn iq2s_odd(p: *const u8, c: usize, h: usize) -> __m256i {
     let v = _mm256_loadu_si256(p.add(IQ2S_SC + 32 * (c / 4)) as *const __m256i);
     let s = _mm256_and_si256(
         _mm256_srl_epi32(v, _mm_cvtsi32_si128((8 * (c % 4) + 4 * h) as i32)),
         _mm256_set1_epi32(0x0F),
     );
-    let odd = _mm256_add_epi32(_mm256_slli_epi32::<1>(s), _mm256_set1_epi32(1));
-    _mm256_mul_ps(
-        _mm256_mul_ps(d8, _mm256_cvtepi32_ps(odd)),
-        _mm256_set1_ps(0.125),
-    )
+    _mm256_add_epi32(_mm256_slli_epi32::<1>(s), _mm256_set1_epi32(1))
+}
+
+/// The eight rows' `d / 8` (exact: an f16 times a power of two).
+#[inline(always)]
+pub(crate) unsafe fn iq2s_d(p: *const u8) -> __m256 {
+    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    _mm256_mul_ps(d8, _mm256_set1_ps(0.125))
+}
+
+/// A group's exact integer sum over its two halves, each half's sum times its odd scale factor
+/// (below 2³¹: 2 · 31 · 16 · 43 · 32 768 with 16-bit activations; exact in f32 with 8-bit
+/// ones, below 2 · 31 · 16 · 43 · 128 < 2²⁴).
+#[inline(always)]
+pub(crate) unsafe fn iq2s_combine(
+    s0: __m256i,
+    odd0: __m256i,
+    s1: __m256i,
+    odd1: __m256i,
+) -> __m256i {
+    _mm256_add_epi32(_mm256_mullo_epi32(s0, odd0), _mm256_mullo_epi32(s1, odd1))
 }
 
 /// An activation block type's IQ2_S sums on instruction set `I`: the exact integer sums of half
@@ -123,14 +139,15 @@ impl<I: IntDot + Iq2Grid> Iq2Sums<I> for Act16Block {
     }
 }
 
-/// The activation half-sum `Σq` over elements `16h..16h + 16` of an 8-bit block.
+/// `128 · Σq` over elements `16h..16h + 16` of an 8-bit block: what `v + 128` values add to a
+/// half's sum.
 #[inline(always)]
-pub(crate) fn half_sum(a: &ActBlock, h: usize) -> i32 {
-    a.off32[h] / 32
+pub(crate) fn half_offset(a: &ActBlock, h: usize) -> i32 {
+    4 * a.off32[h]
 }
 
-/// Eight tiled IQ2_S rows (the super-block tile at `p`), half group by half group: each half's
-/// exact sum times its rows' `d · (2s + 1) / 8` times the activation scale, one FMA.
+/// Eight tiled IQ2_S rows (the super-block tile at `p`), group by group: the group's exact
+/// integer sum ([`iq2s_combine`]) times the rows' `d / 8` times the activation scale, one FMA.
 #[inline(always)]
 pub(crate) unsafe fn iq2s_tile<I, A: Iq2Sums<I>, const T: usize>(
     p: *const u8,
@@ -138,33 +155,27 @@ pub(crate) unsafe fn iq2s_tile<I, A: Iq2Sums<I>, const T: usize>(
     sb: usize,
     acc: &mut [__m256; T],
 ) {
-    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-    // Group and half as constants: every shift an immediate, every accumulator a register.
-    macro_rules! half {
-        ($c:literal, $h:literal) => {{
+    let d = iq2s_d(p);
+    // Group as a constant: every shift an immediate, every accumulator a register.
+    macro_rules! group {
+        ($c:literal) => {{
             let blk = 8 * sb + $c;
-            let s = A::sums::<$c, $h, T>(p, x, blk);
-            let sc = iq2s_scale(p, d8, $c, $h);
+            let s0 = A::sums::<$c, 0, T>(p, x, blk);
+            let s1 = A::sums::<$c, 1, T>(p, x, blk);
+            let (odd0, odd1) = (iq2s_odd(p, $c, 0), iq2s_odd(p, $c, 1));
             for t in 0..T {
+                let s = iq2s_combine(s0[t], odd0, s1[t], odd1);
                 let da = _mm256_set1_ps(x[t].get_unchecked(blk).scale());
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(sc, da), acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da), acc[t]);
             }
         }};
     }
-    half!(0, 0);
-    half!(0, 1);
-    half!(1, 0);
-    half!(1, 1);
-    half!(2, 0);
-    half!(2, 1);
-    half!(3, 0);
-    half!(3, 1);
-    half!(4, 0);
-    half!(4, 1);
-    half!(5, 0);
-    half!(5, 1);
-    half!(6, 0);
-    half!(6, 1);
-    half!(7, 0);
-    half!(7, 1);
+    group!(0);
+    group!(1);
+    group!(2);
+    group!(3);
+    group!(4);
+    group!(5);
+    group!(6);
+    group!(7);
 }

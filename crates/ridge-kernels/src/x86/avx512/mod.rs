@@ -102,41 +102,52 @@ unsafe fn lattice_decoded<D: DecodedTiles>(
     rows: usize,
 ) {
     let nb = w.cols / 256;
-    let (g0, g1) = (r0 / TILE_ROWS, r1 / TILE_ROWS);
+    // Slabs of groups whose decoded tiles stay in L2 across the chunk's passes (decoded tiles
+    // are ~4x the stored bytes: the 1536-row, 8960-column IQ2_S matrix of one task decodes to
+    // 17 MB, which every eight-token pass then streamed from L3).
+    let slab = (DECODED_SLAB_BYTES / (nb * D::BYTES)).max(1);
     DECODED.with(|b| {
         let mut buf = b.borrow_mut();
-        let need = (g1 - g0) * nb * D::BYTES;
+        let need = slab.min((r1 - r0) / TILE_ROWS) * nb * D::BYTES;
         if buf.len() < need {
             buf.resize(need, 0);
         }
-        for g in g0..g1 {
-            for i in 0..nb {
-                // SAFETY: tile i of group g lies inside w (whole groups, this function's
-                // contract); its decoded copy lies inside the buffer sized above.
-                D::decode(
-                    w.data.as_ptr().add((g * nb + i) * D::STORED),
-                    buf.as_mut_ptr().add(((g - g0) * nb + i) * D::BYTES),
-                );
+        let mut g0 = r0 / TILE_ROWS;
+        while g0 < r1 / TILE_ROWS {
+            let g1 = (g0 + slab).min(r1 / TILE_ROWS);
+            for g in g0..g1 {
+                for i in 0..nb {
+                    // SAFETY: tile i of group g lies inside w (whole groups, this function's
+                    // contract); its decoded copy lies inside the buffer sized above.
+                    D::decode(
+                        w.data.as_ptr().add((g * nb + i) * D::STORED),
+                        buf.as_mut_ptr().add(((g - g0) * nb + i) * D::BYTES),
+                    );
+                }
             }
-        }
-        let mut t = 0;
-        while t < n {
-            let step = (n - t).min(MAX_TOKENS);
-            // SAFETY (each arm): the buffer holds the chunk's decoded groups; t + step <= n.
-            match step {
-                1 => decoded_tokens::<D, 1>(&buf, nb, a, t, g0, g1, y, rows),
-                2 => decoded_tokens::<D, 2>(&buf, nb, a, t, g0, g1, y, rows),
-                3 => decoded_tokens::<D, 3>(&buf, nb, a, t, g0, g1, y, rows),
-                4 => decoded_tokens::<D, 4>(&buf, nb, a, t, g0, g1, y, rows),
-                5 => decoded_tokens::<D, 5>(&buf, nb, a, t, g0, g1, y, rows),
-                6 => decoded_tokens::<D, 6>(&buf, nb, a, t, g0, g1, y, rows),
-                7 => decoded_tokens::<D, 7>(&buf, nb, a, t, g0, g1, y, rows),
-                _ => decoded_tokens::<D, 8>(&buf, nb, a, t, g0, g1, y, rows),
+            let mut t = 0;
+            while t < n {
+                let step = (n - t).min(MAX_TOKENS);
+                // SAFETY (each arm): the buffer holds the slab's decoded groups; t + step <= n.
+                match step {
+                    1 => decoded_tokens::<D, 1>(&buf, nb, a, t, g0, g1, y, rows),
+                    2 => decoded_tokens::<D, 2>(&buf, nb, a, t, g0, g1, y, rows),
+                    3 => decoded_tokens::<D, 3>(&buf, nb, a, t, g0, g1, y, rows),
+                    4 => decoded_tokens::<D, 4>(&buf, nb, a, t, g0, g1, y, rows),
+                    5 => decoded_tokens::<D, 5>(&buf, nb, a, t, g0, g1, y, rows),
+                    6 => decoded_tokens::<D, 6>(&buf, nb, a, t, g0, g1, y, rows),
+                    7 => decoded_tokens::<D, 7>(&buf, nb, a, t, g0, g1, y, rows),
+                    _ => decoded_tokens::<D, 8>(&buf, nb, a, t, g0, g1, y, rows),
+                }
+                t += step;
             }
-            t += step;
+            g0 = g1;
         }
     });
 }
+
+/// Bytes of decoded tiles [`lattice_decoded`] keeps per slab of row groups.
+const DECODED_SLAB_BYTES: usize = 256 << 10;
 
 /// Tokens `t..t + T` against the decoded groups `g0..g1` in `buf`.
 ///

@@ -20,7 +20,9 @@ use crate::tiles::{
     Iq2S, Iq2SDec, Iq3S, Iq3SDec, Iq4Nl, Iq4Xs, Mx4, TileAct, TileIsa, Tiles, Q2K, Q3K, Q40, Q41,
     Q4K, Q50, Q51, Q6K, Q80,
 };
-use crate::x86::iq2s::{half_sum, iq2s_half, iq2s_index, iq2s_scale, iq2s_tile, Iq2Grid, Iq2Sums};
+use crate::x86::iq2s::{
+    half_offset, iq2s_combine, iq2s_d, iq2s_half, iq2s_index, iq2s_odd, iq2s_tile, Iq2Grid, Iq2Sums,
+};
 use crate::x86::shared::*;
 use std::arch::x86_64::*;
 
@@ -763,17 +765,15 @@ impl Iq2Sums<Vnni> for ActBlock {
         blk: usize,
     ) -> [__m256i; T] {
         let w = iq2s_offset::<C, H>(p);
-        let mut s = [_mm256_setzero_si256(); T];
+        let mut s: [__m256i; T] =
+            std::array::from_fn(|t| _mm256_set1_epi32(-half_offset(x[t].get_unchecked(blk), H)));
         for k in 0..4 {
             for t in 0..T {
                 let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
                 s[t] = dp(s[t], w[k], bcast4(a.add(4 * (4 * H + k))));
             }
         }
-        std::array::from_fn(|t| {
-            let off = 128 * half_sum(x[t].get_unchecked(blk), H);
-            _mm256_sub_epi32(s[t], _mm256_set1_epi32(off))
-        })
+        s
     }
 }
 
@@ -786,20 +786,20 @@ impl<A: Iq2Sums<Vnni>> Tiles<Vnni, A> for Iq2S {
 }
 
 /// Decodes the IQ2_S tile at `p` into the [`crate::packed::layout::IQ2_S_DEC_TILE`] bytes at
-/// `out`: the scales and offset values [`Iq2Sums`] computes, stored once for every pass of a
-/// chunk.
+/// `out`: the rows' `d / 8`, then per group the odd scale factors and offset values
+/// [`iq2s_tile`] computes, stored once for every pass of a chunk.
 ///
 /// # Safety
-/// AVX2 and AVX-512 F/BW/VL are available; `p` points at one IQ2_S tile and `out` at 2560
-/// writable bytes.
+/// AVX2 and AVX-512 F/BW/VL are available; `p` points at one IQ2_S tile and `out` at
+/// `IQ2_S_DEC_TILE` writable bytes.
 #[inline(always)]
 pub(crate) unsafe fn iq2s_decode_tile(p: *const u8, out: *mut u8) {
-    let d8 = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+    _mm256_storeu_ps(out as *mut f32, iq2s_d(p));
     macro_rules! group {
         ($c:literal) => {{
-            let o = out.add(320 * $c);
-            _mm256_storeu_ps(o as *mut f32, iq2s_scale(p, d8, $c, 0));
-            _mm256_storeu_ps(o.add(32) as *mut f32, iq2s_scale(p, d8, $c, 1));
+            let o = out.add(32 + 320 * $c);
+            _mm256_storeu_si256(o as *mut __m256i, iq2s_odd(p, $c, 0));
+            _mm256_storeu_si256(o.add(32) as *mut __m256i, iq2s_odd(p, $c, 1));
             let h0 = iq2s_offset::<$c, 0>(p);
             let h1 = iq2s_offset::<$c, 1>(p);
             for k in 0..4 {
@@ -819,7 +819,8 @@ pub(crate) unsafe fn iq2s_decode_tile(p: *const u8, out: *mut u8) {
 }
 
 /// A decoded IQ2_S tile against 8-bit activations: [`Iq2Sums`]' exact sums from the stored
-/// values, then `iq2s_tile`'s float steps with the stored scales, half by half (the same bits).
+/// values, then [`iq2s_tile`]'s integer combination and float step with the stored scale
+/// factors (the same bits).
 impl Tiles<Vnni, ActBlock> for Iq2SDec {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
@@ -828,25 +829,29 @@ impl Tiles<Vnni, ActBlock> for Iq2SDec {
         sb: usize,
         acc: &mut [__m256; T],
     ) {
+        let d = _mm256_loadu_ps(p as *const f32);
         for c in 0..8 {
-            let o = p.add(320 * c);
+            let o = p.add(32 + 320 * c);
             let blk = 8 * sb + c;
+            let mut s = [[_mm256_setzero_si256(); T]; 2];
             for h in 0..2 {
-                let mut s = [_mm256_setzero_si256(); T];
+                for t in 0..T {
+                    s[h][t] = _mm256_set1_epi32(-half_offset(x[t].get_unchecked(blk), h));
+                }
                 for k in 0..4 {
                     let w = _mm256_loadu_si256(o.add(64 + 128 * h + 32 * k) as *const __m256i);
                     for t in 0..T {
                         let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-                        s[t] = dp(s[t], w, bcast4(a.add(16 * h + 4 * k)));
+                        s[h][t] = dp(s[h][t], w, bcast4(a.add(16 * h + 4 * k)));
                     }
                 }
-                let sc = _mm256_loadu_ps(o.add(32 * h) as *const f32);
-                for t in 0..T {
-                    let a = x[t].get_unchecked(blk);
-                    let si = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * half_sum(a, h)));
-                    let da = _mm256_set1_ps(a.d);
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(sc, da), acc[t]);
-                }
+            }
+            let odd0 = _mm256_loadu_si256(o as *const __m256i);
+            let odd1 = _mm256_loadu_si256(o.add(32) as *const __m256i);
+            for t in 0..T {
+                let si = iq2s_combine(s[0][t], odd0, s[1][t], odd1);
+                let da = _mm256_set1_ps(x[t].get_unchecked(blk).d);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(d, da), acc[t]);
             }
         }
     }
