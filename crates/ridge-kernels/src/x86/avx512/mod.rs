@@ -1,18 +1,19 @@
 //! AVX-512 kernels (F/BW/VL/VNNI on top of AVX2): the integer tile products with `vpdpbusd`
 //! on 256-bit vectors ([`tiles`]) and on pairs of row groups in 512-bit vectors
-//! ([`tiles_zmm`]), and the grouped attention loop with 32 vector registers ([`attention`]).
+//! ([`tiles_zmm`]), lattice tiles decoded once per prefill chunk ([`decoded`]), and the grouped
+//! attention loop with 32 vector registers ([`attention`]).
 //! Everything else an AVX-512 CPU runs is the AVX2 folder's.
 
 pub(crate) mod attention;
+mod decoded;
 pub(crate) mod tiles;
 pub(crate) mod tiles_zmm;
 
-use crate::act::blocks::ActBlock;
 use crate::matmul::acts::{CallActs, Path};
 use crate::matrix::WeightMatrix;
 use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
-use crate::tiles::{groups, Iq2SDec, Iq3SDec, PassActs, TileFormat, TileIsa, Tiles};
+use crate::tiles::{groups, Iq2SDec, Iq3SDec, PassActs};
 use crate::DType;
 use tiles::{Vnni, MAX_TOKENS};
 use tiles_zmm::Zmm;
@@ -36,143 +37,14 @@ pub(crate) unsafe fn tiled_chunk(
     y: SharedMut<f32>,
     rows: usize,
 ) {
-    if a.path == Path::Int8 && n >= LATTICE_DECODE_FROM {
+    if a.path == Path::Int8 && n >= decoded::DECODE_FROM {
         match w.dtype {
-            DType::IQ3_S => return lattice_decoded::<Iq3SDec>(w, a, n, r0, r1, y, rows),
-            DType::IQ2_S => return lattice_decoded::<Iq2SDec>(w, a, n, r0, r1, y, rows),
+            DType::IQ3_S => return decoded::chunk::<Iq3SDec>(w, a, n, r0, r1, y, rows),
+            DType::IQ2_S => return decoded::chunk::<Iq2SDec>(w, a, n, r0, r1, y, rows),
             _ => {}
         }
     }
     tiled_tokens(w, a, 0, n, r0, r1, y, rows)
-}
-
-/// Tokens from which a lattice chunk (IQ3_S, IQ2_S) is decoded once ([`lattice_decoded`])
-/// instead of gathering its grid entries in every eight-token pass.
-const LATTICE_DECODE_FROM: usize = 16;
-
-thread_local! {
-    /// The decoded lattice tiles of the chunk being multiplied; grows, never shrinks.
-    static DECODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A lattice format's tiles decoded for a prefill chunk: the stored tile's size and the
-/// decoder into this format's bytes.
-trait DecodedTiles: TileFormat + Tiles<Vnni, ActBlock> {
-    /// Bytes of one stored tile.
-    const STORED: usize;
-    /// Decodes the stored tile at `p` into `Self::BYTES` bytes at `out`.
-    ///
-    /// # Safety
-    /// AVX2 and AVX-512 F/BW/VL are available; `p` points at one stored tile, `out` at
-    /// `Self::BYTES` writable bytes.
-    unsafe fn decode(p: *const u8, out: *mut u8);
-}
-
-impl DecodedTiles for Iq3SDec {
-    const STORED: usize = crate::packed::layout::IQ3_S_TILE;
-    #[inline(always)]
-    unsafe fn decode(p: *const u8, out: *mut u8) {
-        tiles::iq3s_decode_tile(p, out)
-    }
-}
-
-impl DecodedTiles for Iq2SDec {
-    const STORED: usize = crate::packed::layout::IQ2_S_TILE;
-    #[inline(always)]
-    unsafe fn decode(p: *const u8, out: *mut u8) {
-        tiles::iq2s_decode_tile(p, out)
-    }
-}
-
-/// [`tiled_chunk`] for a lattice format with many tokens: the chunk's tiles decoded once
-/// (grid entries gathered, signs applied, scales computed) into a buffer that every
-/// eight-token pass then reads as plain bytes. The same integer sums and float steps as the
-/// gathering kernel, so the same bits (tested: one token alone or among many).
-///
-/// # Safety
-/// As [`tiled_chunk`], with `D` the decoded form of `w`'s format.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn lattice_decoded<D: DecodedTiles>(
-    w: &WeightMatrix<'_>,
-    a: &CallActs<'_>,
-    n: usize,
-    r0: usize,
-    r1: usize,
-    y: SharedMut<f32>,
-    rows: usize,
-) {
-    let nb = w.cols / 256;
-    // Slabs of groups whose decoded tiles stay in L2 across the chunk's passes (decoded tiles
-    // are ~4x the stored bytes: the 1536-row, 8960-column IQ2_S matrix of one task decodes to
-    // 17 MB, which every eight-token pass then streamed from L3).
-    let slab = (DECODED_SLAB_BYTES / (nb * D::BYTES)).max(1);
-    DECODED.with(|b| {
-        let mut buf = b.borrow_mut();
-        let need = slab.min((r1 - r0) / TILE_ROWS) * nb * D::BYTES;
-        if buf.len() < need {
-            buf.resize(need, 0);
-        }
-        let mut g0 = r0 / TILE_ROWS;
-        while g0 < r1 / TILE_ROWS {
-            let g1 = (g0 + slab).min(r1 / TILE_ROWS);
-            for g in g0..g1 {
-                for i in 0..nb {
-                    // SAFETY: tile i of group g lies inside w (whole groups, this function's
-                    // contract); its decoded copy lies inside the buffer sized above.
-                    D::decode(
-                        w.data.as_ptr().add((g * nb + i) * D::STORED),
-                        buf.as_mut_ptr().add(((g - g0) * nb + i) * D::BYTES),
-                    );
-                }
-            }
-            let mut t = 0;
-            while t < n {
-                let step = (n - t).min(MAX_TOKENS);
-                // SAFETY (each arm): the buffer holds the slab's decoded groups; t + step <= n.
-                match step {
-                    1 => decoded_tokens::<D, 1>(&buf, nb, a, t, g0, g1, y, rows),
-                    2 => decoded_tokens::<D, 2>(&buf, nb, a, t, g0, g1, y, rows),
-                    3 => decoded_tokens::<D, 3>(&buf, nb, a, t, g0, g1, y, rows),
-                    4 => decoded_tokens::<D, 4>(&buf, nb, a, t, g0, g1, y, rows),
-                    5 => decoded_tokens::<D, 5>(&buf, nb, a, t, g0, g1, y, rows),
-                    6 => decoded_tokens::<D, 6>(&buf, nb, a, t, g0, g1, y, rows),
-                    7 => decoded_tokens::<D, 7>(&buf, nb, a, t, g0, g1, y, rows),
-                    _ => decoded_tokens::<D, 8>(&buf, nb, a, t, g0, g1, y, rows),
-                }
-                t += step;
-            }
-            g0 = g1;
-        }
-    });
-}
-
-/// Bytes of decoded tiles [`lattice_decoded`] keeps per slab of row groups.
-const DECODED_SLAB_BYTES: usize = 256 << 10;
-
-/// Tokens `t..t + T` against the decoded groups `g0..g1` in `buf`.
-///
-/// # Safety
-/// As [`lattice_decoded`]; `buf` holds the groups' decoded tiles; `t + T <= n`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn decoded_tokens<D: DecodedTiles, const T: usize>(
-    buf: &[u8],
-    nb: usize,
-    a: &CallActs<'_>,
-    t: usize,
-    g0: usize,
-    g1: usize,
-    y: SharedMut<f32>,
-    rows: usize,
-) {
-    let acts = PassActs::<T>::of(a, t);
-    for g in g0..g1 {
-        let src = buf.as_ptr().add((g - g0) * nb * D::BYTES);
-        let o = <Vnni as TileIsa>::run::<_, D, T>(src, acts.x8);
-        for (j, oj) in o.iter().enumerate() {
-            let dst = y.ptr().add((t + j) * rows + g * TILE_ROWS);
-            std::ptr::copy_nonoverlapping(oj.as_ptr(), dst, TILE_ROWS);
-        }
-    }
 }
 
 /// [`tiled_chunk`] for tokens `t0..n` only (the AMX path's remainder below a whole tile of
