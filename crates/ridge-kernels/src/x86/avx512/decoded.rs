@@ -10,6 +10,9 @@
 //! kernels' own, so the outputs are their bits (the packed-tiles test runs one token alone and
 //! among 17).
 
+// Token index `t` and half `h` address accumulators and activation rows together.
+#![allow(clippy::needless_range_loop)]
+
 use super::tiles::{self, Vnni, MAX_TOKENS};
 use super::tiles_zmm::{ld2, Zmm};
 use crate::act::blocks::ActBlock;
