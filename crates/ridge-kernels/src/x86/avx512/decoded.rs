@@ -24,6 +24,31 @@ use crate::tiles::{Iq2SDec, Iq3SDec, PassActs, TileFormat, TileIsa, Tiles};
 use crate::x86::iq2s::half_offset;
 use std::arch::x86_64::*;
 
+/// Runs `$body` with `$t` bound to each token index `0..T` as a constant (`T` at most 8): the
+/// token loop written out, so every accumulator stays a register (LLVM left an eight-token
+/// loop rolled, with the accumulators on the stack).
+macro_rules! each_token {
+    ($n:expr, |$t:ident| $body:block) => {{
+        macro_rules! one {
+            ($i:expr) => {
+                if $i < $n {
+                    let $t = $i;
+                    $body
+                }
+            };
+        }
+        one!(0);
+        one!(1);
+        one!(2);
+        one!(3);
+        one!(4);
+        one!(5);
+        one!(6);
+        one!(7);
+    }};
+}
+pub(super) use each_token;
+
 /// Tokens from which a lattice chunk is decoded once ([`chunk`]) instead of gathering its grid
 /// entries in every eight-token pass.
 pub(super) const DECODE_FROM: usize = 16;
@@ -180,7 +205,9 @@ unsafe fn bcast4(a: *const u8) -> __m512i {
 }
 
 /// Two decoded IQ3_S tiles (sixteen rows) against 8-bit activations: the 256-bit kernel's
-/// steps (`x86::avx512::tiles`) on both halves of every vector.
+/// steps (`x86::avx512::tiles`) on both halves of every vector. A group's eight value vectors
+/// are loaded once and stay in registers while the tokens pass (token by token, so each
+/// token's sums live only for its own steps: no spills with eight tokens).
 impl Tiles<Zmm, ActBlock> for Iq3SDec {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
@@ -192,27 +219,24 @@ impl Tiles<Zmm, ActBlock> for Iq3SDec {
         for c in 0..8 {
             let o = 288 * c;
             let blk = 8 * sb + c;
-            let mut s = [_mm512_setzero_si512(); T];
-            for k in 0..8 {
-                let w = ld2(p, q, o + 32 + 32 * k);
-                for t in 0..T {
-                    let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-                    s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
-                }
-            }
+            let w: [__m512i; 8] = std::array::from_fn(|k| ld2(p, q, o + 32 + 32 * k));
             let sc = _mm512_castsi512_ps(ld2(p, q, o));
-            for t in 0..T {
+            each_token!(T, |t| {
                 let a = x[t].get_unchecked(blk);
-                let si = _mm512_sub_epi32(s[t], _mm512_set1_epi32(128 * a.isum));
+                let qs = a.qs.as_ptr() as *const u8;
+                let mut s = _mm512_set1_epi32(-128 * a.isum);
+                for k in 0..8 {
+                    s = dp(s, w[k], bcast4(qs.add(4 * k)));
+                }
                 let da = _mm512_set1_ps(a.d);
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(sc, da), acc[t]);
-            }
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, da), acc[t]);
+            });
         }
     }
 }
 
 /// Two decoded IQ2_S tiles (sixteen rows) against 8-bit activations: the 256-bit kernel's
-/// steps (`x86::avx512::tiles`) on both halves of every vector.
+/// steps (`x86::avx512::tiles`) on both halves of every vector, token by token as IQ3_S's.
 impl Tiles<Zmm, ActBlock> for Iq2SDec {
     #[inline(always)]
     unsafe fn tile<const T: usize>(
@@ -225,28 +249,22 @@ impl Tiles<Zmm, ActBlock> for Iq2SDec {
         for c in 0..8 {
             let o = 32 + 320 * c;
             let blk = 8 * sb + c;
-            let mut s = [[_mm512_setzero_si512(); T]; 2];
-            for h in 0..2 {
-                for t in 0..T {
-                    s[h][t] = _mm512_set1_epi32(-half_offset(x[t].get_unchecked(blk), h));
-                }
-                for k in 0..4 {
-                    let w = ld2(p, q, o + 64 + 128 * h + 32 * k);
-                    for t in 0..T {
-                        let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-                        s[h][t] = dp(s[h][t], w, bcast4(a.add(16 * h + 4 * k)));
-                    }
-                }
-            }
+            let w: [__m512i; 8] = std::array::from_fn(|k| ld2(p, q, o + 64 + 32 * k));
             let (odd0, odd1) = (ld2(p, q, o), ld2(p, q, o + 32));
-            for t in 0..T {
-                let si = _mm512_add_epi32(
-                    _mm512_mullo_epi32(s[0][t], odd0),
-                    _mm512_mullo_epi32(s[1][t], odd1),
-                );
-                let da = _mm512_set1_ps(x[t].get_unchecked(blk).d);
+            each_token!(T, |t| {
+                let a = x[t].get_unchecked(blk);
+                let qs = a.qs.as_ptr() as *const u8;
+                let mut s0 = _mm512_set1_epi32(-half_offset(a, 0));
+                let mut s1 = _mm512_set1_epi32(-half_offset(a, 1));
+                for k in 0..4 {
+                    s0 = dp(s0, w[k], bcast4(qs.add(4 * k)));
+                    s1 = dp(s1, w[4 + k], bcast4(qs.add(16 + 4 * k)));
+                }
+                let si =
+                    _mm512_add_epi32(_mm512_mullo_epi32(s0, odd0), _mm512_mullo_epi32(s1, odd1));
+                let da = _mm512_set1_ps(a.d);
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d, da), acc[t]);
-            }
+            });
         }
     }
 }

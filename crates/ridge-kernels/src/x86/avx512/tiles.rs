@@ -14,6 +14,7 @@
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
+use super::decoded::each_token;
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::IQ3S_SG;
 use crate::tiles::{
@@ -684,24 +685,23 @@ impl Tiles<Vnni, ActBlock> for Iq3SDec {
         sb: usize,
         acc: &mut [__m256; T],
     ) {
+        // A group's values stay in registers while the tokens pass, token by token.
         for c in 0..8 {
             let o = p.add(288 * c);
             let blk = 8 * sb + c;
-            let mut s = [_mm256_setzero_si256(); T];
-            for k in 0..8 {
-                let w = _mm256_loadu_si256(o.add(32 + 32 * k) as *const __m256i);
-                for t in 0..T {
-                    let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-                    s[t] = dp(s[t], w, bcast4(a.add(4 * k)));
-                }
-            }
+            let w: [__m256i; 8] =
+                std::array::from_fn(|k| _mm256_loadu_si256(o.add(32 + 32 * k) as *const __m256i));
             let sc = _mm256_loadu_ps(o as *const f32);
-            for t in 0..T {
+            each_token!(T, |t| {
                 let a = x[t].get_unchecked(blk);
-                let si = _mm256_sub_epi32(s[t], _mm256_set1_epi32(128 * a.isum));
+                let qs = a.qs.as_ptr() as *const u8;
+                let mut s = _mm256_set1_epi32(-128 * a.isum);
+                for k in 0..8 {
+                    s = dp(s, w[k], bcast4(qs.add(4 * k)));
+                }
                 let da = _mm256_set1_ps(a.d);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(sc, da), acc[t]);
-            }
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, da), acc[t]);
+            });
         }
     }
 }
@@ -830,29 +830,27 @@ impl Tiles<Vnni, ActBlock> for Iq2SDec {
         acc: &mut [__m256; T],
     ) {
         let d = _mm256_loadu_ps(p as *const f32);
+        // A group's values stay in registers while the tokens pass, token by token.
         for c in 0..8 {
             let o = p.add(32 + 320 * c);
             let blk = 8 * sb + c;
-            let mut s = [[_mm256_setzero_si256(); T]; 2];
-            for h in 0..2 {
-                for t in 0..T {
-                    s[h][t] = _mm256_set1_epi32(-half_offset(x[t].get_unchecked(blk), h));
-                }
-                for k in 0..4 {
-                    let w = _mm256_loadu_si256(o.add(64 + 128 * h + 32 * k) as *const __m256i);
-                    for t in 0..T {
-                        let a = x[t].get_unchecked(blk).qs.as_ptr() as *const u8;
-                        s[h][t] = dp(s[h][t], w, bcast4(a.add(16 * h + 4 * k)));
-                    }
-                }
-            }
+            let w: [__m256i; 8] =
+                std::array::from_fn(|k| _mm256_loadu_si256(o.add(64 + 32 * k) as *const __m256i));
             let odd0 = _mm256_loadu_si256(o as *const __m256i);
             let odd1 = _mm256_loadu_si256(o.add(32) as *const __m256i);
-            for t in 0..T {
-                let si = iq2s_combine(s[0][t], odd0, s[1][t], odd1);
-                let da = _mm256_set1_ps(x[t].get_unchecked(blk).d);
+            each_token!(T, |t| {
+                let a = x[t].get_unchecked(blk);
+                let qs = a.qs.as_ptr() as *const u8;
+                let mut s0 = _mm256_set1_epi32(-half_offset(a, 0));
+                let mut s1 = _mm256_set1_epi32(-half_offset(a, 1));
+                for k in 0..4 {
+                    s0 = dp(s0, w[k], bcast4(qs.add(4 * k)));
+                    s1 = dp(s1, w[4 + k], bcast4(qs.add(16 + 4 * k)));
+                }
+                let si = iq2s_combine(s0, odd0, s1, odd1);
+                let da = _mm256_set1_ps(a.d);
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(d, da), acc[t]);
-            }
+            });
         }
     }
 }
