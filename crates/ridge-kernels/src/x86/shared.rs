@@ -950,3 +950,28 @@ macro_rules! tile_isa_256 {
     };
 }
 pub(crate) use tile_isa_256;
+
+/// Runs `$body` with `$t` bound to each token index `0..T` as a constant (`T` at most 8): the
+/// token loop written out, so every accumulator stays a register (LLVM left an eight-token
+/// loop rolled, with the accumulators on the stack).
+macro_rules! each_token {
+    ($n:expr, |$t:ident| $body:block) => {{
+        macro_rules! one {
+            ($i:expr) => {
+                if $i < $n {
+                    let $t = $i;
+                    $body
+                }
+            };
+        }
+        one!(0);
+        one!(1);
+        one!(2);
+        one!(3);
+        one!(4);
+        one!(5);
+        one!(6);
+        one!(7);
+    }};
+}
+pub(crate) use each_token;

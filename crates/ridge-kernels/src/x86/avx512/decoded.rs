@@ -22,32 +22,8 @@ use crate::packed::layout::TILE_ROWS;
 use crate::pool::SharedMut;
 use crate::tiles::{Iq2SDec, Iq3SDec, PassActs, TileFormat, TileIsa, Tiles};
 use crate::x86::iq2s::half_offset;
+use crate::x86::shared::each_token;
 use std::arch::x86_64::*;
-
-/// Runs `$body` with `$t` bound to each token index `0..T` as a constant (`T` at most 8): the
-/// token loop written out, so every accumulator stays a register (LLVM left an eight-token
-/// loop rolled, with the accumulators on the stack).
-macro_rules! each_token {
-    ($n:expr, |$t:ident| $body:block) => {{
-        macro_rules! one {
-            ($i:expr) => {
-                if $i < $n {
-                    let $t = $i;
-                    $body
-                }
-            };
-        }
-        one!(0);
-        one!(1);
-        one!(2);
-        one!(3);
-        one!(4);
-        one!(5);
-        one!(6);
-        one!(7);
-    }};
-}
-pub(super) use each_token;
 
 /// Tokens from which a lattice chunk is decoded once ([`chunk`]) instead of gathering its grid
 /// entries in every eight-token pass.

@@ -14,7 +14,6 @@
 // Token index `t` and sub-block `h` address accumulators and activation rows together.
 #![allow(clippy::needless_range_loop)]
 
-use super::decoded::each_token;
 use crate::act::blocks::{Act16Block, ActBlock, ActSplit16};
 use crate::packed::layout::IQ3S_SG;
 use crate::tiles::{
