@@ -48,11 +48,11 @@ pub(crate) struct Q3K;
 pub(crate) struct Q2K;
 /// IQ3_S tiles.
 pub(crate) struct Iq3S;
-/// IQ3_S tiles decoded for a prefill chunk (`x86::avx512::lattice_decoded`).
+/// IQ3_S tiles decoded for a prefill chunk (`x86::avx512::decoded`).
 pub(crate) struct Iq3SDec;
 /// IQ2_S tiles.
 pub(crate) struct Iq2S;
-/// IQ2_S tiles decoded for a prefill chunk (`x86::avx512::lattice_decoded`).
+/// IQ2_S tiles decoded for a prefill chunk (`x86::avx512::decoded`).
 pub(crate) struct Iq2SDec;
 /// IQ4_NL tiles (Q4_0's layout).
 pub(crate) struct Iq4Nl;

@@ -21,8 +21,8 @@
 //! then its fifth bits for the eight rows arranged like the nibbles (see
 //! `spread_high_bits`), then four nibble vectors as Q4_1's; MXFP4: the eight rows' e8m0 scale
 //! bytes, then four nibble vectors as Q4_0's). Super-block formats tile a whole super-block of
-//! eight rows (Q2_K, Q3_K, Q4_K, Q6_K, IQ2_S, IQ3_S, IQ4_XS: see their `*_TILE` constants). Tiles are stored
-//! group by group, each group's blocks in order, so a task streams one contiguous range.
+//! eight rows (Q2_K, Q3_K, Q4_K, Q6_K, IQ2_S, IQ3_S, IQ4_XS: see their `*_TILE` constants).
+//! Tiles are stored group by group, each group's blocks in order, so a task streams one contiguous range.
 //!
 //! The copy is made once at load (the file's bytes are left untouched).
 
@@ -355,10 +355,11 @@ impl std::fmt::Debug for PackedMatrix {
 }
 
 /// Whether tiles of `dtype` run faster than its stored rows on `isa`'s kernels, so a model
-/// should pack it there. True for every tiled format but IQ3_S and IQ2_S off the AVX-512 path: their tile
-/// kernels fetch grid entries by gathers, which AVX-512 cores run cheaply and older AVX2
-/// cores do not (the AVX2 tile kernel on a Zen 4 multiplied 64 tokens at 26 GMAC/s against
-/// the stored rows' 35; on the AVX-512 path tiles took prefill 36 → 56 and decode 9.5 → 20).
+/// should pack it there. True for every tiled format but IQ3_S and IQ2_S off the AVX-512
+/// path: their tile kernels fetch grid entries by gathers, which AVX-512 cores run cheaply and
+/// older AVX2 cores do not (IQ3_S's AVX2 tile kernel on a Zen 4 multiplied 64 tokens at 26
+/// GMAC/s against the stored rows' 35; on the AVX-512 path tiles took prefill 36 → 56 and
+/// decode 9.5 → 20, IQ2_S's 34.8 → 81 and 12.7 → 24).
 pub fn tiles_pay_on(dtype: DType, isa: crate::Isa) -> bool {
     !matches!(dtype, DType::IQ3_S | DType::IQ2_S) || isa.avx512()
 }
@@ -503,7 +504,8 @@ mod tests {
     fn tile_bytes_match_the_packed_layouts() {
         use DType::*;
         let all = [
-            F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4,
+            F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS,
+            Q3_K, Q2_K, IQ3_S, IQ2_S, IQ2_XS,
         ];
         for d in all {
             assert_eq!(tile_bytes(d), Shape::of(d).map_or(0, Shape::tile), "{d:?}");
