@@ -14,7 +14,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::tiles::{self, Vnni, MAX_TOKENS};
-use super::tiles_zmm::{ld2, Zmm};
+use super::tiles_zmm::{bcast4, dp, ld2, Zmm};
 use crate::act::blocks::ActBlock;
 use crate::matmul::acts::CallActs;
 use crate::matrix::WeightMatrix;
@@ -166,18 +166,6 @@ unsafe fn tokens<D: DecodedTiles, const T: usize>(
         }
         g += done;
     }
-}
-
-/// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
-#[inline(always)]
-unsafe fn dp(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    _mm512_dpbusd_epi32(acc, a, b)
-}
-
-/// Four activation bytes (a 32-bit little-endian word at `a`) in every lane.
-#[inline(always)]
-unsafe fn bcast4(a: *const u8) -> __m512i {
-    _mm512_set1_epi32((a as *const i32).read_unaligned())
 }
 
 /// Two decoded IQ3_S tiles (sixteen rows) against 8-bit activations: the 256-bit kernel's

@@ -123,7 +123,7 @@ halves!(
 
 /// `acc + Σ a·b` over each 32-bit lane's four byte pairs, `a` unsigned, `b` signed.
 #[inline(always)]
-unsafe fn dp(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+pub(crate) unsafe fn dp(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(acc, a, b)
 }
 
@@ -154,7 +154,7 @@ pub(crate) unsafe fn bytes2(p: *const u8, q: *const u8, o: usize) -> __m128i {
 
 /// Four activation bytes (a 32-bit little-endian word at `a`) in every lane.
 #[inline(always)]
-unsafe fn bcast4(a: *const u8) -> __m512i {
+pub(crate) unsafe fn bcast4(a: *const u8) -> __m512i {
     _mm512_set1_epi32((a as *const i32).read_unaligned())
 }
 
